@@ -1,0 +1,31 @@
+"""chatcodec: speak an LLM checkpoint's own chat format exactly, in both directions."""
+
+from .errors import (
+    ChatCodecError,
+    CheckpointError,
+    MissingExtraError,
+    ReplyError,
+    TemplateError,
+    TemplateLimitError,
+    TemplateSecurityError,
+)
+from .codec import Codec
+from .template import ChatTemplate, Limits, RenderedChat, Span
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChatCodecError",
+    "ChatTemplate",
+    "Codec",
+    "CheckpointError",
+    "Limits",
+    "MissingExtraError",
+    "RenderedChat",
+    "ReplyError",
+    "Span",
+    "TemplateError",
+    "TemplateLimitError",
+    "TemplateSecurityError",
+    "__version__",
+]

@@ -1,0 +1,132 @@
+"""Codec: one checkpoint's chat format, both directions (render prompts, parse replies)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .errors import TemplateError
+from .template import ChatTemplate, Limits, RenderedChat
+
+__all__ = ["Codec"]
+
+
+class Codec:
+    """A checkpoint's chat templates and special tokens.
+
+    ``templates`` is one template source, or named sources as a checkpoint may ship them
+    (``{"default": ..., "tool_use": ...}``); transformers' selection rule picks one per
+    request: an explicit ``template_name``, else ``tool_use`` when tools are given, else
+    ``default``.
+    """
+
+    def __init__(
+        self,
+        templates: str | Mapping[str, str],
+        *,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        special_tokens: Mapping[str, str] | None = None,
+        template_name: str | None = None,
+        limits: Limits | None = None,
+        origin: str | None = None,
+    ) -> None:
+        tokens = dict(special_tokens or {})
+        if bos_token is not None:
+            tokens["bos_token"] = bos_token
+        if eos_token is not None:
+            tokens["eos_token"] = eos_token
+        self.special_tokens: dict[str, str] = tokens
+        self.sources: dict[str, str] | None = None if isinstance(templates, str) else dict(templates)
+        self._single = templates if isinstance(templates, str) else None
+        self.template_name = template_name
+        self.limits = limits
+        self.origin = origin
+        self._compiled: dict[str | None, ChatTemplate] = {}
+        if self.sources is not None and not self.sources:
+            raise TemplateError("no chat template was given", stage="compile", kind="ValueError")
+        if self.sources is not None and template_name is not None and template_name not in self.sources:
+            raise TemplateError(
+                f"no chat template named {template_name!r}; available: {sorted(self.sources)}",
+                stage="compile",
+                kind="ValueError",
+            )
+
+    def __repr__(self) -> str:
+        names = "" if self.sources is None else f" templates={sorted(self.sources)}"
+        where = f" from {self.origin}" if self.origin else ""
+        return f"<Codec{names}{where}>"
+
+    def template_for(self, tools: Sequence[Any] | None = None, name: str | None = None) -> ChatTemplate:
+        """The compiled template transformers would choose for a request."""
+        key = self.select(tools, name)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            source = self._single if key is None else self.sources[key]  # type: ignore[index]
+            compiled = ChatTemplate(
+                source, special_tokens=self.special_tokens, limits=self.limits, name=key  # type: ignore[arg-type]
+            )
+            self._compiled[key] = compiled
+        return compiled
+
+    @property
+    def template(self) -> ChatTemplate:
+        """The template used when no tools are given."""
+        return self.template_for(None)
+
+    def select(self, tools: Sequence[Any] | None = None, name: str | None = None) -> str | None:
+        """The name of the template a request uses (None for a single unnamed template)."""
+        if self.sources is None:
+            return None
+        name = name or self.template_name
+        if name is not None:
+            if name not in self.sources:
+                raise TemplateError(
+                    f"no chat template named {name!r}; available: {sorted(self.sources)}",
+                    stage="render",
+                    kind="ValueError",
+                )
+            return name
+        if tools is not None and "tool_use" in self.sources:
+            return "tool_use"
+        if "default" in self.sources:
+            return "default"
+        raise TemplateError(
+            "This model has multiple chat templates with no default specified! Please either pass a "
+            "chat template or the name of the template you wish to use to the `chat_template` argument. "
+            f"Available template names are {sorted(self.sources)}.",
+            stage="render",
+            kind="ValueError",
+        )
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        now: float | int | datetime | None = None,
+        template_name: str | None = None,
+        **context: Any,
+    ) -> str:
+        """The prompt, with this checkpoint's special tokens filled in (see ChatTemplate.render)."""
+        return self.template_for(tools, template_name).render(
+            messages, tools, documents, add_generation_prompt, continue_final_message, now, **context
+        )
+
+    def render_with_spans(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        now: float | int | datetime | None = None,
+        template_name: str | None = None,
+        **context: Any,
+    ) -> RenderedChat:
+        """The prompt and the assistant spans (see ChatTemplate.render_with_spans)."""
+        return self.template_for(tools, template_name).render_with_spans(
+            messages, tools, documents, add_generation_prompt, now, **context
+        )

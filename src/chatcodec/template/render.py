@@ -1,0 +1,479 @@
+"""ChatTemplate: compile a checkpoint's chat template once, render it many times.
+
+``render`` has the semantics of transformers' ``apply_chat_template(..., tokenize=False)``
+(5.23.0), not just of jinja2: the argument checks, the dropping of ``None`` fields, the
+reasoning-field aliases, callable tools, ``continue_final_message`` and the conversion of
+every input to plain data all happen the way transformers does them, so the bytes match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.meta
+
+from ..errors import TemplateError, TemplateLimitError, TemplateSecurityError
+from .environment import ChatSandbox, Limits, _LimitExceeded, new_environment, render_state, utc_instant
+
+__all__ = ["ChatTemplate", "RenderedChat", "Span"]
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+_environment: ChatSandbox | None = None
+
+
+def _shared_environment() -> ChatSandbox:
+    # One environment for every template: its configuration never changes after creation
+    global _environment
+    if _environment is None:
+        _environment = new_environment()
+    return _environment
+
+
+@dataclass(frozen=True)
+class Span:
+    """Character span ``[start, end)`` of one assistant turn's generated text in a prompt."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    """A rendered prompt with the spans of the assistant's generated text.
+
+    ``source`` is ``"generation_tag"`` when the template marks them with
+    ``{% generation %}``, ``"derived"`` when chatcodec found them by rendering prefixes of
+    the conversation.
+    """
+
+    text: str
+    spans: tuple[Span, ...]
+    source: str
+
+    def mask(self) -> list[int]:
+        """One 0/1 flag per character of ``text``: 1 inside an assistant span."""
+        flags = [0] * len(self.text)
+        for span in self.spans:
+            flags[span.start : span.end] = [1] * (span.end - span.start)
+        return flags
+
+
+class ChatTemplate:
+    """A compiled chat template.
+
+    ``special_tokens`` (``bos_token``, ``eos_token``, ...) are put in the context of every
+    render, under whatever ``render`` is given, as transformers puts the tokenizer's
+    special tokens map there.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        special_tokens: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(source, str):
+            raise TemplateError(
+                f"a chat template is Jinja source text, not {type(source).__name__}",
+                stage="compile",
+                kind="TypeError",
+            )
+        self.source = source
+        self.name = name
+        self.special_tokens: dict[str, str] = dict(special_tokens or {})
+        self.limits = limits or Limits()
+        env = _shared_environment()
+        try:
+            self._template = env.from_string(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(
+                f"the chat template does not compile: {exc.message}",
+                stage="compile",
+                kind=type(exc).__name__,
+                lineno=exc.lineno,
+            ) from None
+        except RecursionError:
+            raise TemplateLimitError(
+                "the chat template nests too deeply to compile", stage="compile", kind="RecursionError"
+            ) from None
+        except Exception as exc:  # jinja2 compiles templates to Python: anything may surface
+            raise TemplateError(
+                f"the chat template does not compile: {exc}", stage="compile", kind=type(exc).__name__
+            ) from None
+        self._variables: frozenset[str] | None = None
+        self.has_generation_tag = "generation" in source and _has_generation_tag(env, source)
+
+    def __repr__(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"<ChatTemplate{label} {len(self.source)} chars>"
+
+    @property
+    def variables(self) -> frozenset[str]:
+        """Names the template reads from its context (messages, tools, custom flags, ...)."""
+        if self._variables is None:
+            env = _shared_environment()
+            self._variables = frozenset(jinja2.meta.find_undeclared_variables(env.parse(self.source)))
+        return self._variables
+
+    # --- rendering --------------------------------------------------------------------
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        now: float | int | datetime | None = None,
+        **context: Any,
+    ) -> str:
+        """The prompt text, exactly as ``apply_chat_template(..., tokenize=False)`` gives it."""
+        return self._render(
+            messages, tools, documents, add_generation_prompt, continue_final_message, now, context, None
+        )
+
+    def render_with_spans(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        now: float | int | datetime | None = None,
+        **context: Any,
+    ) -> RenderedChat:
+        """The prompt plus the spans of each assistant turn's generated text.
+
+        With a ``{% generation %}`` tag the spans are the tag's, as transformers records them
+        for ``return_assistant_tokens_mask``. Without one they are derived: for assistant
+        message ``i`` the turn's text starts where the render of ``messages[:i]`` with a
+        generation prompt ends, and stops where the render of ``messages[:i + 1]`` ends,
+        trailing whitespace excluded (the newline between turns is not generated).
+        """
+        if self.has_generation_tag:
+            spans: list[tuple[int, int]] = []
+            text = self._render(
+                messages, tools, documents, add_generation_prompt, False, now, context, spans
+            )
+            return RenderedChat(text, tuple(Span(s, e) for s, e in spans), "generation_tag")
+        text = self.render(messages, tools, documents, add_generation_prompt, now=now, **context)
+        derived = _derive_spans(self, text, messages, tools, documents, now, context)
+        return RenderedChat(text, derived, "derived")
+
+    def _render(
+        self,
+        messages: Any,
+        tools: Any,
+        documents: Any,
+        add_generation_prompt: bool,
+        continue_final_message: bool | str,
+        now: float | int | datetime | None,
+        context: dict[str, Any],
+        spans: list[tuple[int, int]] | None,
+    ) -> str:
+        try:
+            chat, variables, continue_field, final_text = self._prepare(
+                messages, tools, documents, add_generation_prompt, continue_final_message, context
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise TemplateError(str(exc), stage="render", kind=type(exc).__name__) from None
+        pinned = None
+        if now is not None:
+            try:
+                pinned = utc_instant(now)
+            except (ValueError, TypeError, OverflowError, OSError) as exc:
+                raise TemplateError(
+                    f"now must be unix seconds or an aware datetime: {exc}", stage="render", kind="ValueError"
+                ) from None
+        rendered = self._run(chat, variables, pinned, spans)
+        if continue_field is not None:
+            rendered = _cut_at_continue_tag(rendered, final_text)
+        return rendered
+
+    def _prepare(
+        self,
+        messages: Any,
+        tools: Any,
+        documents: Any,
+        add_generation_prompt: bool,
+        continue_final_message: bool | str,
+        context: dict[str, Any],
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], str | None, str]:
+        # The checks and conversions of apply_chat_template + render_jinja_template, in order
+        if isinstance(messages, (list, tuple)) and len(messages) == 0:
+            raise ValueError(
+                "Cannot apply chat template to an empty conversation. Provide at least one message."
+            )
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+            raise TypeError(f"messages must be a list of message dicts, not {type(messages).__name__}")
+        chat: Any = [{k: v for k, v in msg.items() if v is not None} for msg in messages]
+        if continue_final_message and add_generation_prompt:
+            raise ValueError(
+                "continue_final_message and add_generation_prompt are not compatible. Use "
+                "continue_final_message when you want the model to continue the final message, and "
+                "add_generation_prompt when you want to add a header that will prompt it to start a "
+                "new assistant message instead."
+            )
+        variables: dict[str, Any] = {**self.special_tokens, **context}
+        tool_schemas = None if tools is None else [_tool_schema(tool) for tool in tools]
+        if documents is not None:
+            for document in documents:
+                if not isinstance(document, dict):
+                    raise TypeError("Documents should be a list of dicts with 'title' and 'text' keys!")
+        variables = plain_data(variables)
+        chat = plain_data(chat)
+        for message in chat:
+            if not isinstance(message, dict):
+                raise TypeError(
+                    f"Chat messages should be dicts, dataclasses or pydantic models, but got {message!r}."
+                )
+        chat = _alias_reasoning_fields(chat)
+        continue_field: str | None = None
+        final_text = ""
+        if continue_final_message:
+            continue_field, final_text = self._tag_final_message(chat, continue_final_message)
+        variables["messages"] = chat
+        variables["tools"] = plain_data(tool_schemas)
+        variables["documents"] = plain_data(documents)
+        variables["add_generation_prompt"] = add_generation_prompt
+        return chat, variables, continue_field, final_text
+
+    def _tag_final_message(self, chat: list[dict[str, Any]], which: bool | str) -> tuple[str, str]:
+        if not chat:
+            raise ValueError("continue_final_message is set but the conversation is empty!")
+        field = which if isinstance(which, str) else "content"
+        final = chat[-1].get(field)
+        if final is None:
+            raise ValueError(
+                f'continue_final_message is set but the final message has no "{field}" to continue!'
+            )
+        fields = [field]
+        if field in _REASONING_FIELDS:
+            # reasoning is copied under several names: tag every copy the template might read
+            fields = [name for name in _REASONING_FIELDS if chat[-1].get(name) == final]
+        if not any(name in self.source for name in fields):
+            raise ValueError(
+                f'continue_final_message is set to "{field}" but this is not an accepted field in the '
+                "chat_template"
+            )
+        if isinstance(final, (list, tuple)):
+            for block in reversed(final):
+                if "text" in block:
+                    text = block["text"]
+                    block["text"] = block["text"] + _CONTINUE_TAG
+                    return field, text
+            raise ValueError(
+                "continue_final_message is set but we could not find any text to continue in the final "
+                "message!"
+            )
+        for name in fields:
+            chat[-1][name] = chat[-1][name] + _CONTINUE_TAG
+        return field, final
+
+    def _run(
+        self,
+        chat: list[dict[str, Any]],
+        variables: dict[str, Any],
+        now: datetime | None,
+        spans: list[tuple[int, int]] | None,
+    ) -> str:
+        template = self._template
+        state = render_state
+        saved = (state.deadline, state.max_chars, state.position, state.spans, state.now)
+        limit = self.limits.max_output_chars
+        state.deadline = time.monotonic() + self.limits.max_seconds
+        state.max_chars = limit
+        state.position = 0
+        state.spans = spans
+        state.now = now
+        parts: list[str] = []
+        size = 0
+        try:
+            context = template.new_context(variables)
+            for chunk in template.root_render_func(context):
+                size += len(chunk)
+                if size > limit:
+                    raise _LimitExceeded(f"the rendered prompt passed the output limit of {limit} chars")
+                state.position = size
+                parts.append(chunk)
+        except _LimitExceeded as exc:
+            raise TemplateLimitError(str(exc), stage="render", kind="LimitExceeded") from None
+        except RecursionError:
+            raise TemplateLimitError(
+                "the template recursed too deeply", stage="render", kind="RecursionError"
+            ) from None
+        except MemoryError:
+            raise TemplateLimitError(
+                "the template ran out of memory", stage="render", kind="MemoryError"
+            ) from None
+        except jinja2.exceptions.SecurityError as exc:
+            raise TemplateSecurityError(
+                str(exc), stage="render", kind="SecurityError", lineno=_template_line(exc)
+            ) from None
+        except Exception as exc:  # the template is code: whatever it raises becomes ours
+            raise TemplateError(
+                _message(exc), stage="render", kind=type(exc).__name__, lineno=_template_line(exc)
+            ) from None
+        finally:
+            state.deadline, state.max_chars, state.position, state.spans, state.now = saved
+        return "".join(parts)
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+def _template_line(exc: BaseException) -> int | None:
+    # The line of the template the failure happened on, from the compiled template's frames
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        template = tb.tb_frame.f_globals.get("__jinja_template__")
+        if template is not None:
+            try:
+                line = template.get_corresponding_lineno(tb.tb_lineno)
+            except Exception:  # pragma: no cover - debug info is best effort
+                pass
+        tb = tb.tb_next
+    return line
+
+
+def _has_generation_tag(env: ChatSandbox, source: str) -> bool:
+    try:
+        for token in env.lex(source):
+            if token[1] == "name" and token[2] == "generation":
+                return True
+    except jinja2.TemplateSyntaxError:  # pragma: no cover - the source compiled already
+        return False
+    return False
+
+
+def _cut_at_continue_tag(rendered: str, final_text: Any) -> str:
+    stripped_tag = _CONTINUE_TAG.strip()
+    if str(final_text).strip() not in rendered or stripped_tag not in rendered:
+        raise TemplateError(
+            "continue_final_message is set but the final message does not appear in the chat after "
+            "applying the chat template! This can happen if the chat template deletes portions of the "
+            "final message. Please verify the chat template and final message in your chat to ensure "
+            "they are compatible."
+            f"Final message to continue: {str(final_text).strip()}\nRendered chat:\n{rendered}",
+            stage="render",
+            kind="ValueError",
+        )
+    at = rendered.rindex(stripped_tag)
+    if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return rendered[:at]
+    return rendered[:at].rstrip()  # the template trimmed trailing spacing
+
+
+def _alias_reasoning_fields(chat: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # transformers fills `reasoning_content` from the older names, and `thinking` for gpt-oss
+    aliased = []
+    for message in chat:
+        reasoning = next(
+            (message[key] for key in _REASONING_FIELDS if message.get(key) is not None), None
+        )
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        aliased.append(message)
+    return aliased
+
+
+def _tool_schema(tool: Any) -> Any:
+    if isinstance(tool, dict):
+        return tool
+    if inspect.isfunction(tool) or inspect.ismethod(tool):
+        from .schema import get_json_schema
+
+        return get_json_schema(tool)
+    raise ValueError(
+        "Tools should either be a JSON schema, or a callable function with type hints and a docstring "
+        "suitable for auto-conversion to a schema."
+    )
+
+
+def plain_data(value: Any) -> Any:
+    """Rebuild a value out of plain JSON types, as transformers does before a render.
+
+    A template only ever sees fresh dicts, lists, strings and numbers: never the caller's own
+    objects (so it cannot mutate them) and never rich objects whose methods the sandbox does
+    not know about (those become a ``"<TypeName>"`` placeholder).
+    """
+    kind = type(value)
+    if value is None or kind is str or kind is int or kind is float or kind is bool:
+        return value
+    if kind is dict or isinstance(value, Mapping):
+        return {plain_data(k): plain_data(v) for k, v in value.items()}
+    if kind is list:
+        return [plain_data(item) for item in value]
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, list):
+        return [plain_data(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(plain_data(item) for item in value)
+    if any(c.__name__ == "generic" and c.__module__ == "numpy" for c in kind.__mro__):
+        return plain_data(value.item())  # numpy scalars; np.bool_ would otherwise be a truthy string
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return plain_data(value.model_dump())
+    return f"<{kind.__name__}>"
+
+
+def _derive_spans(
+    template: ChatTemplate,
+    text: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Any,
+    documents: Any,
+    now: Any,
+    context: dict[str, Any],
+) -> tuple[Span, ...]:
+    spans: list[Span] = []
+    cursor = 0
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        before = list(messages[:index])
+        upto = list(messages[: index + 1])
+        try:
+            head = template.render(before, tools, documents, True, now=now, **context) if before else ""
+            turn = template.render(upto, tools, documents, False, now=now, **context)
+        except TemplateError:
+            continue  # a prefix this template refuses (e.g. it must start with a user turn)
+        span = _locate_turn(text, head, turn, cursor)
+        if span is not None:
+            spans.append(span)
+            cursor = span.end
+    return tuple(spans)
+
+
+def _locate_turn(text: str, head: str, turn: str, cursor: int) -> Span | None:
+    if turn.startswith(head):
+        generated = turn[len(head) :].rstrip()
+        if not generated:
+            return None
+        start = len(head)
+        if text.startswith(head) and text.startswith(generated, start):
+            return Span(start, start + len(generated))
+        # the template renders history differently from the last turn: find the turn's text
+        found = text.find(generated, cursor)
+        if found >= 0:
+            return Span(found, found + len(generated))
+    return None
