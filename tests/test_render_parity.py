@@ -14,7 +14,7 @@ _CASES_PATH = ORACLE / "render" / "expectations.jsonl"
 _CASES = read_jsonl(_CASES_PATH) if _CASES_PATH.exists() else []
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(name: str) -> ChatTemplate:
     return ChatTemplate(template_source(name), name=name)
 

@@ -1,5 +1,6 @@
 """chatcodec: speak an LLM checkpoint's own chat format exactly, in both directions."""
 
+from .codec import Codec
 from .errors import (
     ChatCodecError,
     CheckpointError,
@@ -9,7 +10,6 @@ from .errors import (
     TemplateLimitError,
     TemplateSecurityError,
 )
-from .codec import Codec
 from .template import ChatTemplate, Limits, RenderedChat, Span
 
 __version__ = "0.1.0"

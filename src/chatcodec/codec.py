@@ -38,7 +38,9 @@ class Codec:
         if eos_token is not None:
             tokens["eos_token"] = eos_token
         self.special_tokens: dict[str, str] = tokens
-        self.sources: dict[str, str] | None = None if isinstance(templates, str) else dict(templates)
+        self.sources: dict[str, str] | None = (
+            None if isinstance(templates, str) else dict(templates)
+        )
         self._single = templates if isinstance(templates, str) else None
         self.template_name = template_name
         self.limits = limits
@@ -46,7 +48,11 @@ class Codec:
         self._compiled: dict[str | None, ChatTemplate] = {}
         if self.sources is not None and not self.sources:
             raise TemplateError("no chat template was given", stage="compile", kind="ValueError")
-        if self.sources is not None and template_name is not None and template_name not in self.sources:
+        if (
+            self.sources is not None
+            and template_name is not None
+            and template_name not in self.sources
+        ):
             raise TemplateError(
                 f"no chat template named {template_name!r}; available: {sorted(self.sources)}",
                 stage="compile",
@@ -58,14 +64,19 @@ class Codec:
         where = f" from {self.origin}" if self.origin else ""
         return f"<Codec{names}{where}>"
 
-    def template_for(self, tools: Sequence[Any] | None = None, name: str | None = None) -> ChatTemplate:
+    def template_for(
+        self, tools: Sequence[Any] | None = None, name: str | None = None
+    ) -> ChatTemplate:
         """The compiled template transformers would choose for a request."""
         key = self.select(tools, name)
         compiled = self._compiled.get(key)
         if compiled is None:
-            source = self._single if key is None else self.sources[key]  # type: ignore[index]
+            if key is None or self.sources is None:
+                source = self._single or ""
+            else:
+                source = self.sources[key]
             compiled = ChatTemplate(
-                source, special_tokens=self.special_tokens, limits=self.limits, name=key  # type: ignore[arg-type]
+                source, special_tokens=self.special_tokens, limits=self.limits, name=key
             )
             self._compiled[key] = compiled
         return compiled
@@ -113,7 +124,13 @@ class Codec:
     ) -> str:
         """The prompt, with this checkpoint's special tokens filled in (see ChatTemplate.render)."""
         return self.template_for(tools, template_name).render(
-            messages, tools, documents, add_generation_prompt, continue_final_message, now, **context
+            messages,
+            tools,
+            documents,
+            add_generation_prompt,
+            continue_final_message,
+            now,
+            **context,
         )
 
     def render_with_spans(

@@ -49,7 +49,10 @@ class TemplateError(ChatCodecError):
         return f"{self.message}{where}"
 
     def __reduce__(self):  # keep keyword-only arguments through pickling
-        return (_rebuild_template_error, (type(self), self.message, self.stage, self.kind, self.lineno))
+        return (
+            _rebuild_template_error,
+            (type(self), self.message, self.stage, self.kind, self.lineno),
+        )
 
 
 def _rebuild_template_error(cls, message, stage, kind, lineno):  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,14 @@ import jinja2
 import jinja2.meta
 
 from ..errors import TemplateError, TemplateLimitError, TemplateSecurityError
-from .environment import ChatSandbox, Limits, _LimitExceeded, new_environment, render_state, utc_instant
+from .environment import (
+    ChatSandbox,
+    Limits,
+    _LimitExceeded,
+    new_environment,
+    render_state,
+    utc_instant,
+)
 
 __all__ = ["ChatTemplate", "RenderedChat", "Span"]
 
@@ -105,11 +113,15 @@ class ChatTemplate:
             ) from None
         except RecursionError:
             raise TemplateLimitError(
-                "the chat template nests too deeply to compile", stage="compile", kind="RecursionError"
+                "the chat template nests too deeply to compile",
+                stage="compile",
+                kind="RecursionError",
             ) from None
         except Exception as exc:  # jinja2 compiles templates to Python: anything may surface
             raise TemplateError(
-                f"the chat template does not compile: {exc}", stage="compile", kind=type(exc).__name__
+                f"the chat template does not compile: {exc}",
+                stage="compile",
+                kind=type(exc).__name__,
             ) from None
         self._variables: frozenset[str] | None = None
         self.has_generation_tag = "generation" in source and _has_generation_tag(env, source)
@@ -123,7 +135,9 @@ class ChatTemplate:
         """Names the template reads from its context (messages, tools, custom flags, ...)."""
         if self._variables is None:
             env = _shared_environment()
-            self._variables = frozenset(jinja2.meta.find_undeclared_variables(env.parse(self.source)))
+            self._variables = frozenset(
+                jinja2.meta.find_undeclared_variables(env.parse(self.source))
+            )
         return self._variables
 
     # --- rendering --------------------------------------------------------------------
@@ -140,7 +154,14 @@ class ChatTemplate:
     ) -> str:
         """The prompt text, exactly as ``apply_chat_template(..., tokenize=False)`` gives it."""
         return self._render(
-            messages, tools, documents, add_generation_prompt, continue_final_message, now, context, None
+            messages,
+            tools,
+            documents,
+            add_generation_prompt,
+            continue_final_message,
+            now,
+            context,
+            None,
         )
 
     def render_with_spans(
@@ -193,7 +214,9 @@ class ChatTemplate:
                 pinned = utc_instant(now)
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 raise TemplateError(
-                    f"now must be unix seconds or an aware datetime: {exc}", stage="render", kind="ValueError"
+                    f"now must be unix seconds or an aware datetime: {exc}",
+                    stage="render",
+                    kind="ValueError",
                 ) from None
         rendered = self._run(chat, variables, pinned, spans)
         if continue_field is not None:
@@ -215,7 +238,9 @@ class ChatTemplate:
                 "Cannot apply chat template to an empty conversation. Provide at least one message."
             )
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
-            raise TypeError(f"messages must be a list of message dicts, not {type(messages).__name__}")
+            raise TypeError(
+                f"messages must be a list of message dicts, not {type(messages).__name__}"
+            )
         chat: Any = [{k: v for k, v in msg.items() if v is not None} for msg in messages]
         if continue_final_message and add_generation_prompt:
             raise ValueError(
@@ -229,7 +254,9 @@ class ChatTemplate:
         if documents is not None:
             for document in documents:
                 if not isinstance(document, dict):
-                    raise TypeError("Documents should be a list of dicts with 'title' and 'text' keys!")
+                    raise TypeError(
+                        "Documents should be a list of dicts with 'title' and 'text' keys!"
+                    )
         variables = plain_data(variables)
         chat = plain_data(chat)
         for message in chat:
@@ -303,7 +330,9 @@ class ChatTemplate:
             for chunk in template.root_render_func(context):
                 size += len(chunk)
                 if size > limit:
-                    raise _LimitExceeded(f"the rendered prompt passed the output limit of {limit} chars")
+                    raise _LimitExceeded(
+                        f"the rendered prompt passed the output limit of {limit} chars"
+                    )
                 state.position = size
                 parts.append(chunk)
         except _LimitExceeded as exc:
@@ -428,7 +457,9 @@ def plain_data(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(plain_data(item) for item in value)
     if any(c.__name__ == "generic" and c.__module__ == "numpy" for c in kind.__mro__):
-        return plain_data(value.item())  # numpy scalars; np.bool_ would otherwise be a truthy string
+        return plain_data(
+            value.item()
+        )  # numpy scalars; np.bool_ would otherwise be a truthy string
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if callable(getattr(value, "model_dump", None)):
@@ -453,27 +484,78 @@ def _derive_spans(
         before = list(messages[:index])
         upto = list(messages[: index + 1])
         try:
-            head = template.render(before, tools, documents, True, now=now, **context) if before else ""
+            head = (
+                template.render(before, tools, documents, True, now=now, **context)
+                if before
+                else ""
+            )
             turn = template.render(upto, tools, documents, False, now=now, **context)
         except TemplateError:
             continue  # a prefix this template refuses (e.g. it must start with a user turn)
-        span = _locate_turn(text, head, turn, cursor)
+        content = message.get("content")
+        anchor = content.strip() if isinstance(content, str) else ""
+        span = _locate_turn(text, head, turn, cursor, anchor)
         if span is not None:
             spans.append(span)
             cursor = span.end
     return tuple(spans)
 
 
-def _locate_turn(text: str, head: str, turn: str, cursor: int) -> Span | None:
+def _turn_start(head: str, turn: str) -> int:
+    """Where the assistant's text begins in the render of the conversation up to its turn."""
     if turn.startswith(head):
-        generated = turn[len(head) :].rstrip()
-        if not generated:
+        return len(head)
+    # The generation prompt differs from the turn's opening (a `<think>` the prompt opens, a
+    # system text folded into the last user turn): the turn starts after the longest tail
+    # of the prompt that the turn repeats, or after what both share, whichever is later
+    shared = len(os.path.commonprefix([head, turn]))
+    low, high = 0, len(head)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if head[-middle:] in turn:
+            low = middle
+        else:
+            high = middle - 1
+    if low >= 4:
+        shared = max(shared, turn.rfind(head[-low:]) + low)
+    return shared
+
+
+_SLACK = 32  # how much longer a turn's opening may be in history than as the last turn
+
+
+def _locate_turn(text: str, head: str, turn: str, cursor: int, anchor: str) -> Span | None:
+    # The turn's generated text is what its render adds after the generation prompt
+    generated = turn[_turn_start(head, turn) :].rstrip()
+    if not generated:
+        return None
+    start = max(cursor, len(os.path.commonprefix([head, text])))
+    if text.startswith(generated, start):
+        return Span(start, start + len(generated))
+    # Templates render a past turn differently from the last one (Qwen3 drops the empty
+    # thought): keep the longest tail of the turn found near where the turn starts
+    low, high = 0, len(generated)
+    while low < high:
+        middle = (low + high + 1) // 2
+        limit = start + len(generated) + _SLACK
+        if text.find(generated[-middle:], start, limit) >= 0:
+            low = middle
+        else:
+            high = middle - 1
+    tail = generated[-low:] if low else ""
+    if low and anchor in tail:
+        found = text.find(tail, start, start + len(generated) + _SLACK)
+        return Span(max(start, found - (len(generated) - low)), found + low)
+    # The turn ends differently in history (gpt-oss: <|end|>, not <|return|>): keep what
+    # both agree on, and at least the message's own text
+    agreed = len(os.path.commonprefix([generated, text[start : start + len(generated)]]))
+    if anchor:
+        at = text.find(anchor, start, start + len(generated) + _SLACK)
+        if at < 0:
             return None
-        start = len(head)
-        if text.startswith(head) and text.startswith(generated, start):
-            return Span(start, start + len(generated))
-        # the template renders history differently from the last turn: find the turn's text
-        found = text.find(generated, cursor)
-        if found >= 0:
-            return Span(found, found + len(generated))
-    return None
+        agreed = (
+            max(agreed, at + len(anchor) - start)
+            if agreed < at - start
+            else at + len(anchor) - start
+        )
+    return Span(start, start + agreed) if agreed else None
