@@ -1,0 +1,353 @@
+"""What a chat template can express, found by rendering small probe conversations.
+
+A template's source says little reliably (a name in a comment, a branch that is never taken),
+so every behavioural field is measured: render a probe conversation carrying a unique marker
+and look for the marker in the output. A probe the template refuses (``TemplateError``) counts
+as "no". See docs/capabilities.md for each field and probe.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+from ..errors import TemplateError
+from .render import ChatTemplate
+
+__all__ = ["Capabilities", "probe_capabilities"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a chat template renders; every field but ``variables`` is measured by rendering.
+
+    - ``tools``: tool definitions passed as ``tools=`` change the prompt and their name appears.
+    - ``tool_calls``: an assistant message's ``tool_calls`` render (name and argument value).
+    - ``string_arguments``: calls render only when ``function.arguments`` is a JSON string
+      (transformers' convention is an object; some templates concatenate it as text).
+    - ``parallel_calls``: two calls in one assistant message both render.
+    - ``tool_call_id``: the ``id`` of a call (or ``tool_call_id`` of its result) renders.
+    - ``tool_role``: the content of a ``role: "tool"`` message renders.
+    - ``system_role``: a ``system`` message's text renders.
+    - ``developer_role``: the source names the ``developer`` role and its text renders.
+    - ``typed_content``: the template renders content only when it is given as
+      ``[{"type": "text", "text": ...}]`` blocks; a plain string does not appear.
+    - ``single_turn_append``: the render of ``messages[:n + 1]`` starts with the render of
+      ``messages[:n]`` over a four-turn user/assistant conversation (prefix-stable).
+    - ``thinking_toggle``: the template reads ``enable_thinking`` and it changes the output.
+    - ``reasoning_replay``: an assistant message's ``reasoning_content`` renders.
+    - ``documents``: ``documents=`` render (a document's text appears).
+    - ``generation_tag``: the template marks assistant text with ``{% generation %}``.
+    - ``variables``: the names the template reads from its context.
+    """
+
+    tools: bool
+    tool_calls: bool
+    string_arguments: bool
+    parallel_calls: bool
+    tool_call_id: bool
+    tool_role: bool
+    system_role: bool
+    developer_role: bool
+    typed_content: bool
+    single_turn_append: bool
+    thinking_toggle: bool
+    reasoning_replay: bool
+    documents: bool
+    generation_tag: bool
+    variables: frozenset[str]
+
+
+# Markers: distinctive words no template prints on its own, free of characters JSON escapes
+USER_TEXT = "Quizzical user marker"
+ASSISTANT_TEXT = "Verdant assistant marker"
+SYSTEM_TEXT = "Obsidian system marker"
+DEVELOPER_TEXT = "Cobalt developer marker"
+REASONING_TEXT = "Labyrinthine reasoning marker"
+TOOL_RESULT_TEXT = "Saffron tool result marker"
+DOCUMENT_TEXT = "Tangerine document marker"
+TOOL_NAME = "probe_lookup_weather"
+SECOND_TOOL_NAME = "probe_lookup_time"
+ARGUMENT_VALUE = "Quokkaville"
+SECOND_ARGUMENT_VALUE = "Wombatburg"
+# Mistral templates accept only 9-character alphanumeric call ids
+CALL_ID = "Zq7Rk2Wp9"
+SECOND_CALL_ID = "Hx4Tn8Vb3"
+
+
+def _tool(name: str, description: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {"place": {"type": "string", "description": "Where"}},
+                "required": ["place"],
+            },
+        },
+    }
+
+
+PROBE_TOOLS = [_tool(TOOL_NAME, "Look up the weather"), _tool(SECOND_TOOL_NAME, "Look up the time")]
+
+
+def _call(call_id: str, name: str, place: str, as_text: bool = False) -> dict[str, Any]:
+    arguments: Any = {"place": place}
+    if as_text:
+        arguments = json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _result(call_id: str, name: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": text}
+
+
+_USER = {"role": "user", "content": USER_TEXT}
+_STAND_IN_TOKENS = {
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "pad_token": "<pad>",
+}
+
+
+class _Prober:
+    """Renders probe conversations; a refused render is ``None``."""
+
+    def __init__(self, template: ChatTemplate, special_tokens: Mapping[str, str] | None) -> None:
+        self.template = template
+        # a template that concatenates eos_token fails when it is unset: probe with stand-ins
+        stand_ins = {
+            name: _STAND_IN_TOKENS.get(name, f"<{name}>")
+            for name in template.variables
+            if name.endswith("_token") and name not in template.special_tokens
+        }
+        self.context: dict[str, Any] = {**stand_ins, **(special_tokens or {})}
+        self.typed = False  # once known, probes give content as text blocks
+
+    def render(self, messages: list[dict[str, Any]], **options: Any) -> str | None:
+        # templates get fresh copies: a render must not see another probe's data
+        messages = copy.deepcopy(messages)
+        if self.typed:
+            for message in messages:
+                if isinstance(message.get("content"), str):
+                    message["content"] = [{"type": "text", "text": message["content"]}]
+        try:
+            return self.template.render(messages, **options, **self.context)
+        except TemplateError:
+            return None
+
+    def any_render(
+        self,
+        variants: list[tuple[list[dict[str, Any]], dict[str, Any]]],
+        accept: Callable[[str], bool],
+    ) -> bool:
+        # templates written for tool use may refuse to render without tools: try both
+        for tools in (None, PROBE_TOOLS):
+            for messages, options in variants:
+                text = self.render(messages, **{"tools": tools, **options})
+                if text is not None and accept(text):
+                    return True
+        return False
+
+
+def _with_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": "You are a helpful assistant."}, *messages]
+
+
+def _tools(p: _Prober) -> bool:
+    tools = PROBE_TOOLS[:1]
+    for messages in ([_USER], _with_system([_USER])):
+        bare = p.render(messages, add_generation_prompt=True)
+        with_tools = p.render(messages, tools=tools, add_generation_prompt=True)
+        if with_tools is not None and with_tools != bare and TOOL_NAME in with_tools:
+            return True
+    return False
+
+
+def _call_conversations(calls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    assistant = {"role": "assistant", "content": "", "tool_calls": calls}
+    results = [
+        _result(call["id"], call["function"]["name"], f"{TOOL_RESULT_TEXT} {i}")
+        for i, call in enumerate(calls)
+    ]
+    closing = {"role": "assistant", "content": ASSISTANT_TEXT}
+    return [
+        [_USER, assistant, *results, closing],
+        [_USER, assistant, *results],
+        [_USER, assistant],
+        _with_system([_USER, assistant, *results, closing]),
+    ]
+
+
+def _renders_calls(p: _Prober, calls: list[dict[str, Any]], accept: Callable[[str], bool]) -> bool:
+    names = {call["function"]["name"] for call in calls}
+    # with the definitions passed too, the names must show up more often than the definitions do
+    baseline = p.render([_USER], tools=PROBE_TOOLS, add_generation_prompt=True) or ""
+    for messages in _call_conversations(calls):
+        for tools in (None, PROBE_TOOLS):
+            text = p.render(messages, tools=tools)
+            if text is None or not accept(text):
+                continue
+            floor = baseline if tools else ""
+            if all(text.count(name) > floor.count(name) for name in names):
+                return True
+    return False
+
+
+def _tool_calls(p: _Prober, as_text: bool) -> bool:
+    calls = [_call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE, as_text)]
+    return _renders_calls(p, calls, lambda text: ARGUMENT_VALUE in text)
+
+
+def _parallel_calls(p: _Prober, as_text: bool) -> bool:
+    calls = [
+        _call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE, as_text),
+        _call(SECOND_CALL_ID, SECOND_TOOL_NAME, SECOND_ARGUMENT_VALUE, as_text),
+    ]
+    return _renders_calls(
+        p, calls, lambda text: ARGUMENT_VALUE in text and SECOND_ARGUMENT_VALUE in text
+    )
+
+
+def _tool_call_id(p: _Prober) -> bool:
+    calls = [_call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE)]
+    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+        (messages, {}) for messages in _call_conversations(calls)
+    ]
+    return p.any_render(variants, lambda text: CALL_ID in text)
+
+
+def _tool_role(p: _Prober) -> bool:
+    calls = [_call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE)]
+    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+        (messages, {}) for messages in _call_conversations(calls)
+    ]
+    return p.any_render(variants, lambda text: TOOL_RESULT_TEXT in text)
+
+
+def _role_renders(p: _Prober, role: str, marker: str) -> bool:
+    message = {"role": role, "content": marker}
+    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+        ([message, _USER], {"add_generation_prompt": True}),
+        ([message, _USER, {"role": "assistant", "content": ASSISTANT_TEXT}], {}),
+    ]
+    return p.any_render(variants, lambda text: marker in text)
+
+
+def _typed_content(p: _Prober) -> bool:
+    typed = {"role": "user", "content": [{"type": "text", "text": USER_TEXT}]}
+    for tools in (None, PROBE_TOOLS):
+        plain = p.render([_USER], tools=tools, add_generation_prompt=True)
+        blocks = p.render([typed], tools=tools, add_generation_prompt=True)
+        if plain is None and blocks is None:
+            continue  # this template needs something else (tools, say) to render at all
+        plain_shows = plain is not None and USER_TEXT in plain
+        return not plain_shows and blocks is not None and USER_TEXT in blocks
+    return False
+
+
+def _single_turn_append(p: _Prober) -> bool:
+    conversation = [
+        {"role": "user", "content": f"{USER_TEXT} one"},
+        {"role": "assistant", "content": f"{ASSISTANT_TEXT} one"},
+        {"role": "user", "content": f"{USER_TEXT} two"},
+        {"role": "assistant", "content": f"{ASSISTANT_TEXT} two"},
+    ]
+    for tools in (None, PROBE_TOOLS):
+        renders = [p.render(conversation[:n], tools=tools) for n in range(1, len(conversation) + 1)]
+        pairs = [(a, b) for a, b in pairwise(renders) if a is not None and b is not None]
+        if pairs:
+            return all(longer.startswith(shorter) for shorter, longer in pairs)
+    return False
+
+
+def _thinking_toggle(p: _Prober, variables: frozenset[str]) -> bool:
+    if "enable_thinking" not in variables:
+        return False
+    answered = {"role": "assistant", "content": ASSISTANT_TEXT, "reasoning_content": REASONING_TEXT}
+    for messages, options in (
+        ([_USER], {"add_generation_prompt": True}),
+        ([_USER, answered], {}),
+        (_with_system([_USER]), {"add_generation_prompt": True}),
+    ):
+        for tools in (None, PROBE_TOOLS):
+            on = p.render(messages, tools=tools, enable_thinking=True, **options)
+            off = p.render(messages, tools=tools, enable_thinking=False, **options)
+            if on is not None and off is not None and on != off:
+                return True
+    return False
+
+
+def _reasoning_replay(p: _Prober) -> bool:
+    answered = {"role": "assistant", "content": ASSISTANT_TEXT, "reasoning_content": REASONING_TEXT}
+    follow_up = {"role": "user", "content": f"{USER_TEXT} again"}
+    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+        ([_USER, answered], {}),
+        ([_USER, answered, follow_up], {"add_generation_prompt": True}),
+    ]
+    return p.any_render(variants, lambda text: REASONING_TEXT in text)
+
+
+def _documents(p: _Prober) -> bool:
+    documents = [{"title": "Probe title", "text": DOCUMENT_TEXT}]
+    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+        ([_USER], {"documents": documents, "add_generation_prompt": True}),
+        (_with_system([_USER]), {"documents": documents, "add_generation_prompt": True}),
+    ]
+    return p.any_render(variants, lambda text: DOCUMENT_TEXT in text)
+
+
+_cache: weakref.WeakKeyDictionary[ChatTemplate, dict[tuple[tuple[str, str], ...], Capabilities]]
+_cache = weakref.WeakKeyDictionary()
+
+
+def probe_capabilities(
+    template: ChatTemplate, special_tokens: Mapping[str, str] | None = None
+) -> Capabilities:
+    """Measure what ``template`` renders; cached per template object (and special tokens).
+
+    ``special_tokens`` are added to every probe render's context, over the template's own.
+    """
+    key = tuple(sorted((special_tokens or {}).items()))
+    per_template = _cache.setdefault(template, {})
+    found = per_template.get(key)
+    if found is None:
+        found = _probe(template, special_tokens)
+        per_template[key] = found
+    return found
+
+
+def _probe(template: ChatTemplate, special_tokens: Mapping[str, str] | None) -> Capabilities:
+    p = _Prober(template, special_tokens)
+    variables = template.variables
+    typed_content = _typed_content(p)
+    p.typed = typed_content
+    tool_calls = _tool_calls(p, as_text=False)
+    string_arguments = not tool_calls and _tool_calls(p, as_text=True)
+    return Capabilities(
+        tools=_tools(p),
+        tool_calls=tool_calls or string_arguments,
+        string_arguments=string_arguments,
+        parallel_calls=_parallel_calls(p, as_text=string_arguments),
+        tool_call_id=_tool_call_id(p),
+        tool_role=_tool_role(p),
+        system_role=_role_renders(p, "system", SYSTEM_TEXT),
+        # a generic "<role>: text" loop echoes any role: only a template that names it counts
+        developer_role="developer" in template.source
+        and _role_renders(p, "developer", DEVELOPER_TEXT),
+        typed_content=typed_content,
+        single_turn_append=_single_turn_append(p),
+        thinking_toggle=_thinking_toggle(p, variables),
+        reasoning_replay=_reasoning_replay(p),
+        documents=_documents(p),
+        generation_tag=template.has_generation_tag,
+        variables=variables,
+    )
