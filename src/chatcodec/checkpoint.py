@@ -63,7 +63,8 @@ class Checkpoint:
     """Where a checkpoint's chat templates and special tokens were found, and what they are.
 
     ``templates`` is one template source, or named sources (``{"default": ..., "tool_use": ...}``)
-    exactly as transformers would hold them (a lone ``default`` is flattened to a string).
+    exactly as transformers would hold them: a lone ``chat_template.jinja`` (or GGUF default) is a
+    string, a named list from ``tokenizer_config.json`` stays a dict even with one entry.
     ``template_files`` says where each template was read (``"default"`` for a lone one):
     a path, or a path and the key inside it (``tokenizer_config.json#chat_template``).
     """
