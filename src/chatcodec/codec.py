@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import TemplateError
 from .template import ChatTemplate, Limits, RenderedChat
+
+if TYPE_CHECKING:
+    from .reply.turn import Turn
 
 __all__ = ["Codec"]
 
@@ -146,4 +149,62 @@ class Codec:
         """The prompt and the assistant spans (see ChatTemplate.render_with_spans)."""
         return self.template_for(tools, template_name).render_with_spans(
             messages, tools, documents, add_generation_prompt, now, **context
+        )
+
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str = "auto",
+        parallel_tool_calls: bool | None = None,
+        enable_thinking: bool = True,
+        reasoning_format: str = "deepseek",
+        **template_kwargs: Any,
+    ) -> Turn:
+        """Render the prompt for a request and set up the reading of its reply.
+
+        The reply format follows llama.cpp's choice for this template and these options;
+        ``generation_prompt`` is what the template appends for the assistant turn (computed as
+        llama.cpp does: the render with it minus the common prefix with the render without).
+        """
+        import secrets
+
+        from .reply.select import describe
+        from .reply.turn import Turn
+
+        if tool_choice not in ("auto", "required", "none"):
+            raise TemplateError(
+                f"tool_choice must be 'auto', 'required' or 'none', not {tool_choice!r}",
+                stage="render",
+                kind="ValueError",
+            )
+        template = self.template_for(tools)
+        context = dict(template_kwargs)
+        context.setdefault("enable_thinking", enable_thinking)
+        prompt = template.render(messages, tools=tools, add_generation_prompt=True, **context)
+        without = template.render(messages, tools=tools, add_generation_prompt=False, **context)
+        common = 0
+        limit = min(len(prompt), len(without))
+        while common < limit and prompt[common] == without[common]:
+            common += 1
+        generation_prompt = prompt[common:]
+        fmt = describe(
+            template.source,
+            generation_prompt,
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=True if parallel_tool_calls is None else parallel_tool_calls,
+            reasoning_format=reasoning_format,
+        )
+        stop = list(fmt.stop)
+        eos = self.special_tokens.get("eos_token")
+        if eos and eos not in stop:
+            stop.append(eos)
+        return Turn(
+            prompt=prompt,
+            generation_prompt=generation_prompt,
+            stop=tuple(stop),
+            handler=fmt.handler,
+            format=fmt,
+            id_prefix=f"call_{secrets.token_hex(6)}_",
         )

@@ -1,0 +1,163 @@
+"""`chatcodec parse` and the per-request worker of `chatcodec batch` (the parse corpus schema)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..codec import Codec
+from ..errors import ChatCodecError
+from .turn import Turn
+
+__all__ = ["register", "batch_result", "prepare_request"]
+
+_TEMPLATE_DIRS = ("chat_templates",)
+
+
+def _template_text(request: Mapping[str, Any]) -> str:
+    if isinstance(request.get("template_source"), str):
+        return str(request["template_source"])
+    name = str(request["template"])
+    path = Path(name)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    here = Path.cwd()
+    for base in (here, *here.parents):
+        for folder in ("shared", "holdout"):
+            candidate = base / folder / "chat_templates" / name
+            if candidate.is_file():
+                return candidate.read_text(encoding="utf-8")
+    raise ChatCodecError(f"template {name!r} not found (give a path or run beside shared/)")
+
+
+@lru_cache(maxsize=256)
+def _prepare_cached(key: str) -> Turn:
+    request = json.loads(key)
+    return _prepare(request)
+
+
+def _prepare(request: Mapping[str, Any]) -> Turn:
+    codec = Codec(
+        _template_text(request),
+        bos_token=request.get("bos_token") or "",
+        eos_token=request.get("eos_token") or "",
+    )
+    return codec.prepare(
+        request.get("messages") or [],
+        tools=request.get("tools"),
+        tool_choice=request.get("tool_choice") or "auto",
+        parallel_tool_calls=request.get("parallel_tool_calls"),
+        enable_thinking=request.get("enable_thinking", True),
+        reasoning_format=request.get("reasoning_format") or "deepseek",
+        **(request.get("chat_template_kwargs") or {}),
+    )
+
+
+def prepare_request(request: Mapping[str, Any]) -> Turn:
+    """The Turn of one corpus request (requests that differ only in replies share it)."""
+    fields = (
+        "template",
+        "template_source",
+        "bos_token",
+        "eos_token",
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "enable_thinking",
+        "reasoning_format",
+        "chat_template_kwargs",
+    )
+    key = json.dumps({k: request.get(k) for k in fields if k in request}, sort_keys=True)
+    return _prepare_cached(key)
+
+
+def batch_result(request: dict[str, Any]) -> dict[str, Any]:
+    """One line of the parse corpus -> ``{"id", "results": [{"message"} | {"error"}, ...]}``."""
+    outputs = request.get("outputs") or []
+    try:
+        turn = prepare_request(request)
+    except ChatCodecError as exc:
+        return {"id": request.get("id"), "results": [{"error": str(exc)} for _ in outputs]}
+    results: list[dict[str, Any]] = []
+    for output in outputs:
+        try:
+            message = turn.parse(output.get("text", ""), partial=bool(output.get("is_partial")))
+        except ChatCodecError as exc:
+            results.append({"error": str(exc)})
+            continue
+        results.append({"message": message.to_dict()})
+    return {"id": request.get("id"), "results": results}
+
+
+def register(subparsers: Any) -> None:
+    """Add `chatcodec parse` to the CLI."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "parse",
+        help="parse a model reply into an assistant message (as llama.cpp does)",
+        description="Parse a model reply (a file or stdin) for a template and request options.",
+    )
+    p.add_argument("template", help="a chat template file (Jinja)")
+    p.add_argument("reply", nargs="?", default="-", help="the reply text file (default: stdin)")
+    p.add_argument("--tools", help="a JSON file with the OpenAI tools array")
+    p.add_argument("--messages", help="a JSON file with the conversation before the reply")
+    p.add_argument("--tool-choice", default="auto", choices=("auto", "required", "none"))
+    p.add_argument("--parallel", dest="parallel", action="store_true", default=None)
+    p.add_argument("--no-parallel", dest="parallel", action="store_false")
+    p.add_argument("--no-thinking", dest="thinking", action="store_false", default=True)
+    p.add_argument("--reasoning-format", default="deepseek", choices=("deepseek", "auto", "none"))
+    p.add_argument("--bos-token", default="")
+    p.add_argument("--eos-token", default="")
+    p.add_argument("--partial", action="store_true", help="read the reply as a stream prefix")
+    p.add_argument("--stream", action="store_true", help="print the deltas as JSON lines")
+    p.add_argument("--chunk", type=int, default=1, help="characters per streamed chunk")
+    p.set_defaults(func=_parse_command)
+
+
+def _load_json(path: str | None) -> Any:
+    if path is None:
+        return None
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _parse_command(args: argparse.Namespace) -> int:
+    try:
+        source = Path(args.template).read_text(encoding="utf-8")
+        reply = sys.stdin.read() if args.reply == "-" else Path(args.reply).read_text("utf-8")
+        messages = _load_json(args.messages) or [{"role": "user", "content": ""}]
+        codec = Codec(source, bos_token=args.bos_token, eos_token=args.eos_token)
+        turn = codec.prepare(
+            messages,
+            tools=_load_json(args.tools),
+            tool_choice=args.tool_choice,
+            parallel_tool_calls=args.parallel,
+            enable_thinking=args.thinking,
+            reasoning_format=args.reasoning_format,
+        )
+        if args.stream:
+            stream = turn.stream()
+            step = max(1, args.chunk)
+            for i in range(0, len(reply), step):
+                for delta in stream.feed(reply[i : i + step]):
+                    print(json.dumps(delta.to_openai(), ensure_ascii=False))
+            for delta in stream.flush():
+                print(json.dumps(delta.to_openai(), ensure_ascii=False))
+            message = stream.finish()
+        else:
+            message = turn.parse(reply, partial=args.partial)
+    except (OSError, ValueError) as exc:
+        print(f"chatcodec parse: {exc}", file=sys.stderr)
+        return 2
+    except ChatCodecError as exc:
+        print(f"chatcodec parse: {exc}", file=sys.stderr)
+        return 1
+    out = message.to_openai()
+    if message.dropped:
+        out["dropped"] = message.to_dict()["dropped"]
+    print(json.dumps(out, ensure_ascii=False))
+    return 0

@@ -1,0 +1,371 @@
+"""The one incremental engine: runs a ReplyFormat over ``generation_prompt + reply`` as it arrives.
+
+Text is consumed left to right and never re-read, except the text of the one tool call in
+progress, which is parsed (by the small PEG engine) only when it may have completed: when its
+closing marker arrives, when its text has doubled since the last try, or at the end. Every
+result equals llama.cpp's parse of the same whole text (lenient: a cut-short structure is
+NEED_MORE, never a failure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .description import CallSection, ReplyFormat
+from .mapper import CallMapper, MappedCall
+from .message import Dropped
+from .peg import FAIL, NEED_MORE, SUCCESS, Until, is_c_space
+
+__all__ = ["ReplyEngine", "EngineFailure"]
+
+_WAIT, _NEXT, _STOP, _FAIL = range(4)
+_PREFIX, _REASONING, _SPACE, _CONTENT, _CALLS, _END = range(6)
+
+
+@dataclass(frozen=True)
+class EngineFailure:
+    """Where llama.cpp's parse would fail (it throws on a finished reply)."""
+
+    position: int
+    reason: str
+
+
+class ReplyEngine:
+    def __init__(self, fmt: ReplyFormat, generation_prompt: str = "") -> None:
+        self.fmt = fmt
+        self.prompt_length = len(generation_prompt)
+        steps: list[int] = [_PREFIX]
+        if fmt.reasoning is not None:
+            steps.append(_REASONING)
+        if fmt.space_before_content:
+            steps.append(_SPACE)
+        steps.append(_CONTENT)
+        if fmt.calls is not None:
+            if fmt.space_before_calls:
+                steps.append(_SPACE)
+            steps.append(_CALLS)
+        if fmt.end_anchor:
+            steps.append(_END)
+        self._steps = steps
+        self._step = 0
+        self._sub = 0
+        self._buf = ""
+        self._base = 0
+        self._pos = 0
+        self._pending: list[str] = []
+        self._pending_len = 0
+        self._eof = False
+        self._reasoning_until = Until(*fmt.reasoning.stops) if fmt.reasoning else None
+        self._content_until = Until(*fmt.content_stops) if fmt.content_stops is not None else None
+        # the call in progress
+        self._calls_done = 0
+        self._tried_len = -1
+        self._commit_window = ""
+        self._commit_hit = False
+        self._limit_reached = False
+        self._segment_failed = False
+        self.mapper = CallMapper()
+        self.committed_calls: list[MappedCall] = []
+        self.reasoning_pieces: list[str] = []
+        self.content_pieces: list[str] = []
+        self.dropped: list[Dropped] = []
+        self.failure: EngineFailure | None = None
+        self._state = "running"  # running | tail | stopped | failed
+        self._tail: list[str] = []
+        self._tail_start = 0
+        self._tail_reason = ""
+        self.feed(generation_prompt)
+
+    # ------------------------------------------------------------------ input
+
+    def feed(self, chunk: str) -> None:
+        if self._eof:
+            raise ValueError("the reply has already been finished")
+        if not chunk:
+            if self._state == "running":
+                self._run()
+            return
+        if self._state == "tail":
+            self._tail.append(chunk)
+            return
+        if self._state != "running":
+            return
+        calls = self.fmt.calls
+        if calls is not None and calls.commit:
+            keep = len(calls.commit) - 1
+            window = self._commit_window + chunk
+            if calls.commit in window:
+                self._commit_hit = True
+            self._commit_window = window[-keep:] if keep > 0 else ""
+        self._pending.append(chunk)
+        self._pending_len += len(chunk)
+        self._run()
+
+    def finish(self) -> None:
+        if self._eof:
+            return
+        self._eof = True
+        if self._state == "running":
+            self._run()
+        if self._state == "tail":
+            text = "".join(self._tail)
+            if text:
+                self.dropped.append(Dropped(text, self._tail_reason, self._tail_start - self.prompt_length))
+            self._state = "stopped"
+
+    @property
+    def reply_offset(self) -> int:
+        return self._base + self._pos - self.prompt_length
+
+    # ------------------------------------------------------------------ the steps
+
+    def _materialize(self) -> None:
+        if self._pending:
+            if self._pos > 0:
+                self._base += self._pos
+                self._buf = self._buf[self._pos :]
+                self._pos = 0
+            self._buf += "".join(self._pending)
+            self._pending.clear()
+            self._pending_len = 0
+
+    def _compact(self) -> None:
+        if self._pos > 0:
+            self._base += self._pos
+            self._buf = self._buf[self._pos :]
+            self._pos = 0
+
+    def _run(self) -> None:
+        while self._state == "running":
+            if self._step >= len(self._steps):
+                self._enter_tail(self._tail_reason_for_end())
+                return
+            kind = self._steps[self._step]
+            if kind == _CALLS:
+                outcome = self._calls()
+            else:
+                self._materialize()
+                if kind == _PREFIX:
+                    outcome = self._literal(self.fmt.prefix)
+                elif kind == _REASONING:
+                    outcome = self._reasoning()
+                elif kind == _SPACE:
+                    outcome = self._space()
+                elif kind == _CONTENT:
+                    outcome = self._content()
+                else:
+                    outcome = self._end()
+            if outcome == _WAIT:
+                self._compact()
+                return
+            if outcome == _NEXT:
+                self._step += 1
+                self._sub = 0
+                continue
+            if outcome == _STOP:
+                self._stop()
+                return
+            self._state = "failed"
+            return
+
+    def _stop(self) -> None:
+        """The parse ended at the end of input (NEED_MORE): what is left was cut short."""
+        self._materialize()
+        rest = self._buf[self._pos :]
+        if rest:
+            self.dropped.append(Dropped(rest, "marker_prefix", self.reply_offset))
+        self._state = "stopped"
+
+    def _literal_status(self, literal: str) -> int:
+        buf, pos = self._buf, self._pos
+        if buf.startswith(literal, pos):
+            return SUCCESS
+        rest = buf[pos:]
+        if len(rest) < len(literal) and literal.startswith(rest):
+            return NEED_MORE
+        return FAIL
+
+    def _literal(self, literal: str) -> int:
+        status = self._literal_status(literal)
+        if status == SUCCESS:
+            self._pos += len(literal)
+            return _NEXT
+        if status == NEED_MORE:
+            return _STOP if self._eof else _WAIT
+        self._fail("the reply does not start with the expected prefix")
+        return _FAIL
+
+    def _fail(self, reason: str) -> None:
+        self.failure = EngineFailure(self._base + self._pos, reason)
+
+    def _space(self) -> int:
+        buf, n = self._buf, len(self._buf)
+        pos = self._pos
+        while pos < n and is_c_space(buf[pos]):
+            pos += 1
+        self._pos = pos
+        if pos >= n and not self._eof:
+            return _WAIT
+        return _NEXT
+
+    def _scan(self, until: Until, out: list[str]) -> tuple[int, bool, bool]:
+        """Commit text up to a stop: (outcome-less) -> (stopped, complete, at_end)."""
+        stop, complete = until.find(self._buf, self._pos)
+        if stop > self._pos:
+            out.append(self._buf[self._pos : stop])
+            self._pos = stop
+        return stop, complete, stop >= len(self._buf)
+
+    def _reasoning(self) -> int:
+        block = self.fmt.reasoning
+        assert block is not None and self._reasoning_until is not None
+        if self._sub == 0:
+            status = self._literal_status(block.start)
+            if status == FAIL:
+                return _NEXT
+            if status == NEED_MORE:
+                return _STOP if self._eof else _WAIT
+            self._pos += len(block.start)
+            self._sub = 1 if block.space_after_start else 2
+        if self._sub == 1:
+            outcome = self._space()
+            if outcome == _WAIT:
+                return _WAIT
+            self._sub = 2
+        if self._sub == 2:
+            _, complete, at_end = self._scan(self._reasoning_until, self.reasoning_pieces)
+            if at_end or not complete:
+                return _STOP if self._eof else _WAIT
+            self._sub = 3
+        for marker, consumed in block.closers:
+            status = self._literal_status(marker)
+            if status == SUCCESS:
+                if consumed:
+                    self._pos += len(marker)
+                return _NEXT
+            if status == NEED_MORE:
+                return _STOP if self._eof else _WAIT
+        self._fail("the thought does not end with a closing marker")
+        return _FAIL
+
+    def _content(self) -> int:
+        until = self._content_until
+        if until is None:
+            if self._pos < len(self._buf):
+                self.content_pieces.append(self._buf[self._pos :])
+                self._pos = len(self._buf)
+            return _STOP if self._eof else _WAIT
+        _, complete, at_end = self._scan(until, self.content_pieces)
+        if complete:
+            return _NEXT
+        if at_end:
+            return _STOP if self._eof else _WAIT
+        # a marker prefix cut by the end: llama.cpp's `until` ends before it and parsing goes on
+        return _NEXT if self._eof else _WAIT
+
+    def _end(self) -> int:
+        self._materialize()
+        if self._pos < len(self._buf):
+            self._fail("text after the end of the reply format")
+            return _FAIL
+        return _NEXT if self._eof else _WAIT
+
+    def _calls(self) -> int:
+        section = self.fmt.calls
+        assert section is not None
+        while True:
+            if self._sub == 2:
+                self._materialize()
+                if self._space() == _WAIT:
+                    return _WAIT
+                self._sub = 0
+            if self._sub == 0:
+                if section.next is None and self._calls_done >= 1:
+                    self._limit_reached = True
+                    return _NEXT
+                self._materialize()
+                if self._pos >= len(self._buf):
+                    return _STOP if self._eof else _WAIT
+                self._sub = 1
+                self._tried_len = -1
+            # a call is in progress: parse it only when it may have changed its outcome
+            length = len(self._buf) - self._pos + self._pending_len
+            if not (
+                self._eof or self._commit_hit or self._tried_len < 0 or length >= 2 * self._tried_len
+            ):
+                return _WAIT
+            self._materialize()
+            self._commit_hit = False
+            grammar = section.first if self._calls_done == 0 else section.next
+            assert grammar is not None
+            result = grammar.parse(self._buf, self._pos)
+            if result.status == SUCCESS:
+                self.mapper.visit(result.nodes, self._buf)
+                self.committed_calls = list(self.mapper.calls)
+                self._calls_done += 1
+                self._pos = result.end
+                self._compact()
+                self._sub = 2 if section.space_after else 0
+                continue
+            if result.status == NEED_MORE:
+                if self._eof:
+                    self.mapper.visit(result.nodes, self._buf)
+                    self.mapper.flush()
+                    if len(self.mapper.calls) == len(self.committed_calls):
+                        return _STOP
+                    self._pos = len(self._buf)
+                    return _STOP
+                self._tried_len = len(self._buf) - self._pos
+                return _WAIT
+            if self._calls_done == 0 and section.required:
+                self._fail("no valid tool call although tool_choice is required")
+                return _FAIL
+            self._segment_failed = True
+            return _NEXT
+
+    # ------------------------------------------------------------------ dropped text
+
+    def _tail_reason_for_end(self) -> str:
+        section = self.fmt.calls
+        if section is None:
+            return "trailing_text"
+        self._materialize()
+        rest = self._buf[self._pos :].lstrip(" \t\n\v\f\r")
+        return _classify(section, rest, self._limit_reached, self._segment_failed)
+
+    def _enter_tail(self, reason: str) -> None:
+        self._materialize()
+        self._tail = [self._buf[self._pos :]] if self._pos < len(self._buf) else []
+        self._tail_start = self._base + self._pos
+        self._tail_reason = reason
+        self._buf = ""
+        self._base = self._tail_start
+        self._pos = 0
+        self._state = "tail"
+
+    # ------------------------------------------------------------------ results
+
+    @property
+    def failed(self) -> bool:
+        return self._state == "failed"
+
+    def calls(self) -> list[MappedCall]:
+        """Calls known so far (after finish: with the one a cut-short reply left open)."""
+        return self.mapper.calls
+
+
+def _classify(section: CallSection, rest: str, limit_reached: bool, segment_failed: bool) -> str:
+    opens_call = any(rest.startswith(o) for o in section.openers)
+    if limit_reached and opens_call:
+        return "parallel_limit"
+    if segment_failed and section.name_marker:
+        at = rest.find(section.name_marker)
+        if at >= 0 and (opens_call or at == 0):
+            start = at + len(section.name_marker)
+            end = rest.find(section.name_marker_end, start)
+            name = rest[start:end] if end >= 0 else rest[start:]
+            if end >= 0 and name not in section.tool_names:
+                return "unknown_tool"
+    if segment_failed and opens_call:
+        return "invalid_call"
+    return "trailing_text"

@@ -1,0 +1,259 @@
+"""AST nodes of a tool call -> tool calls, as llama.cpp's generic mapper (PEG_NATIVE) builds them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .peg import Node, is_c_space
+
+__all__ = [
+    "TOOL",
+    "TOOL_OPEN",
+    "TOOL_CLOSE",
+    "TOOL_ID",
+    "TOOL_NAME",
+    "TOOL_ARGS",
+    "TOOL_ARG",
+    "TOOL_ARG_OPEN",
+    "TOOL_ARG_CLOSE",
+    "TOOL_ARG_NAME",
+    "TOOL_ARG_VALUE",
+    "TOOL_ARG_STRING_VALUE",
+    "CallMapper",
+    "MappedCall",
+    "json_escape_inner",
+    "normalize_quotes_to_json",
+]
+
+TOOL = "tool"
+TOOL_OPEN = "tool-open"
+TOOL_CLOSE = "tool-close"
+TOOL_ID = "tool-id"
+TOOL_NAME = "tool-name"
+TOOL_ARGS = "tool-args"
+TOOL_ARG = "tool-arg"
+TOOL_ARG_OPEN = "tool-arg-open"
+TOOL_ARG_CLOSE = "tool-arg-close"
+TOOL_ARG_NAME = "tool-arg-name"
+TOOL_ARG_VALUE = "tool-arg-value"
+TOOL_ARG_STRING_VALUE = "tool-arg-string-value"
+
+
+def json_escape_inner(s: str) -> str:
+    """JSON string escaping without the quotes (nlohmann rules: non-ASCII raw, `/` kept)."""
+    return json.dumps(s, ensure_ascii=False)[1:-1]
+
+
+def _trim_trailing(s: str) -> str:
+    end = len(s)
+    while end and is_c_space(s[end - 1]):
+        end -= 1
+    return s[:end]
+
+
+def _trim(s: str) -> str:
+    if s and is_c_space(s[0]):
+        s = s[1:]
+    return _trim_trailing(s)
+
+
+def _brace_depth(s: str) -> int:
+    depth = 0
+    in_string = escaped = False
+    for c in s:
+        if escaped:
+            escaped = False
+        elif c == "\\" and in_string:
+            escaped = True
+        elif c == '"':
+            in_string = not in_string
+        elif not in_string:
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+    return depth
+
+
+def _is_word(c: str) -> bool:
+    return (c.isascii() and c.isalnum()) or c == "_"
+
+
+def normalize_quotes_to_json(text: str) -> str:
+    """Python-style quotes and literals -> JSON; prefixes of True/False/None too (stream-stable)."""
+    out: list[str] = []
+    in_single = in_double = False
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n:
+            nxt = text[i + 1]
+            if in_single:
+                if nxt == "'":
+                    out.append("'")
+                elif nxt == '"':
+                    out.append('\\"')
+                else:
+                    out.append(c + nxt)
+                i += 2
+                continue
+            if in_double:
+                out.append(c + nxt)
+                i += 2
+                continue
+            out.append(c)
+            i += 1
+            continue
+        if c == '"':
+            if in_single:
+                out.append('\\"')
+            else:
+                in_double = not in_double
+                out.append(c)
+        elif c == "'":
+            if in_double:
+                out.append(c)
+            else:
+                in_single = not in_single
+                out.append('"')
+        elif not in_single and not in_double and c in "TFN" and (i == 0 or not _is_word(text[i - 1])):
+            k = 0
+            while i + k < n and _is_word(text[i + k]):
+                k += 1
+            token = text[i : i + k]
+            for py, js in (("True", "true"), ("False", "false"), ("None", "null")):
+                if py[:k] == token:
+                    out.append(js[:k])
+                    i += k
+                    break
+            else:
+                out.append(c)
+                i += 1
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+@dataclass
+class MappedCall:
+    name: str = ""
+    arguments: str = ""
+    id: str = ""
+
+
+class CallMapper:
+    """Visits tool nodes in document order and builds calls (state carried across calls)."""
+
+    def __init__(self) -> None:
+        self.calls: list[MappedCall] = []
+        self.pending: MappedCall | None = None
+        self.current: MappedCall | None = None
+        self.arg_count = 0
+        self.args_buffer = ""
+        self.quote_pending = False
+
+    def _target_get(self) -> str:
+        cur = self.current
+        return cur.arguments if cur is not None and cur.name else self.args_buffer
+
+    def _target_set(self, value: str) -> None:
+        cur = self.current
+        if cur is not None and cur.name:
+            cur.arguments = value
+        else:
+            self.args_buffer = value
+
+    def visit(self, nodes: Iterable[Node], text: str) -> None:
+        for node in nodes:
+            self._map(node, text)
+            if node.children:
+                self.visit(node.children, text)
+
+    def flush(self) -> None:
+        """End of mapping: a started call that has a name is still returned."""
+        if self.pending is not None and self.pending.name:
+            if self.args_buffer:
+                self.pending.arguments = self.args_buffer
+            if self.quote_pending and self.pending.arguments:
+                self.pending.arguments += '"'
+            self.calls.append(self.pending)
+            self.pending = None
+
+    def _map(self, node: Node, text: str) -> None:
+        tag = node.tag
+        if not tag.startswith("tool"):
+            return
+        if tag == TOOL_OPEN:
+            self.pending = MappedCall()
+            self.current = self.pending
+            self.arg_count = 0
+            self.args_buffer = ""
+            self.quote_pending = False
+            return
+        cur = self.current
+        if cur is None:
+            return
+        value = text[node.start : node.end]
+        if tag == TOOL_ID:
+            v = _trim_trailing(value)
+            if len(v) >= 2 and v[0] == '"' and v[-1] == '"':
+                v = v[1:-1]
+            cur.id = v
+        elif tag == TOOL_NAME:
+            cur.name = _trim_trailing(value)
+            if self.args_buffer:
+                cur.arguments = self.args_buffer
+                self.args_buffer = ""
+            elif not cur.arguments:
+                cur.arguments = "{"
+            # llama.cpp appends the call as soon as its name is known
+            if self.pending is not None:
+                self.calls.append(self.pending)
+                self.pending = None
+                self.current = self.calls[-1]
+        elif tag == TOOL_ARGS:
+            v = _trim_trailing(value)
+            if v.startswith("{"):
+                self._target_set(v)
+        elif tag == TOOL_ARG_OPEN:
+            self.quote_pending = False
+        elif tag == TOOL_ARG_NAME:
+            entry = "," if self.arg_count > 0 else ""
+            entry += json.dumps(_trim(value), ensure_ascii=False) + ":"
+            self.arg_count += 1
+            self._target_set((self._target_get() or "{") + entry)
+        elif tag in (TOOL_ARG_VALUE, TOOL_ARG_STRING_VALUE):
+            add = ""
+            if tag == TOOL_ARG_STRING_VALUE:
+                if not value:
+                    add = '"'
+                    self.quote_pending = True
+                else:
+                    if not self.quote_pending:
+                        add = '"'
+                        self.quote_pending = True
+                    add += json_escape_inner(value)
+            elif value:
+                add = normalize_quotes_to_json(value)
+            self._target_set(self._target_get() + add)
+        elif tag == TOOL_ARG_CLOSE:
+            if self.quote_pending:
+                self._target_set(self._target_get() + '"')
+                self.quote_pending = False
+        elif tag == TOOL_CLOSE:
+            if not cur.name and self.args_buffer:
+                cur.arguments = self.args_buffer
+                self.args_buffer = ""
+            if self.quote_pending:
+                cur.arguments += '"'
+                self.quote_pending = False
+            cur.arguments += "}" * max(0, _brace_depth(cur.arguments))
+            if self.pending is not None:
+                if cur.name:
+                    self.calls.append(self.pending)
+                self.pending = None

@@ -1,0 +1,63 @@
+"""Template + request options -> the reply format llama.cpp would build for them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .description import ReplyFormat
+from .families import plain, qwen3_coder
+
+__all__ = ["handler_for", "describe"]
+
+# llama.cpp's specialized handlers, in its dispatch order: (name, required markers, excluded)
+_SPECIALIZED: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("Ministral/Magistral Large 3", ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]"), ("[CALL_ID]",)),
+    ("GPT-OSS", ("<|channel|>",), ()),
+    ("Muse Glimmer", ("<atem:function_calls>", "<|eom|>"), ()),
+    ("Functionary v3.2", (">>>all", ">>>${recipient}"), ()),
+    ("Kimi K2 Thinking", ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"), ()),
+    ("Kimi K3", ("<|open|>", "<|close|>", "<|end_of_msg|>"), ()),
+    ("Ling 3.0 (Bailing V3)", ("<role>ASSISTANT</role>", "<arg_key>"), ()),
+    ("Cohere2 MoE", ("<|START_TEXT|>", "<|START_ACTION|>"), ()),
+    ("LFM2", ("<|tool_list_start|>", "<|tool_list_end|>"), ()),
+    ("LFM2.5", ("List of tools: [",), ("<|tool_list_start|>",)),
+    ("GigaChatV3", ("<|role_sep|>", "<|message_sep|>"), ("<|function_call|>",)),
+    ("MiniMax-M3", ("]<]minimax[>[", "<tool_call>", "<invoke name="), ()),
+    ("DeepSeek V3.2/V4", ("dsml_token", "DSML"), ()),
+    ("Gemma4 (inferred from format)", ("'<|tool_call>call:'",), ()),
+    ("MiniCPM5", ("Tool usage guidelines:", '<function name="', '<param name="'), ()),
+)
+
+
+def handler_for(source: str) -> str:
+    """Which llama.cpp handler a template gets ("autoparser" when none of the specialized)."""
+    for name, needed, excluded in _SPECIALIZED:
+        if all(m in source for m in needed) and not any(m in source for m in excluded):
+            if name == "DeepSeek V3.2/V4" and not (
+                "function_calls" in source or "tool_calls" in source
+            ):
+                continue
+            return name
+    if qwen3_coder.matches(source):
+        return qwen3_coder.HANDLER
+    return "autoparser"
+
+
+def describe(
+    source: str,
+    generation_prompt: str,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_choice: str = "auto",
+    parallel_tool_calls: bool = True,
+    reasoning_format: str = "deepseek",
+) -> ReplyFormat:
+    handler = handler_for(source)
+    if handler == qwen3_coder.HANDLER:
+        return qwen3_coder.describe(
+            source, tools, tool_choice, parallel_tool_calls, reasoning_format
+        )
+    # families of part 2 fall back to plain content and reasoning for now
+    return plain.describe(
+        "auto" if handler == "autoparser" else handler, source, generation_prompt, reasoning_format
+    )
