@@ -1,5 +1,6 @@
 """chatcodec: speak an LLM checkpoint's own chat format exactly, in both directions."""
 
+from .checkpoint import Checkpoint, find_checkpoint, load
 from .codec import Codec
 from .errors import (
     ChatCodecError,
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ChatCodecError",
     "ChatTemplate",
+    "Checkpoint",
     "Codec",
     "CheckpointError",
     "Limits",
@@ -28,4 +30,6 @@ __all__ = [
     "TemplateLimitError",
     "TemplateSecurityError",
     "__version__",
+    "find_checkpoint",
+    "load",
 ]

@@ -8,6 +8,7 @@ status 1 (2 for bad usage), so the command composes in shell pipelines.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -140,7 +141,11 @@ def _inspect_report(codec: Any) -> dict[str, Any]:
         "templates": sorted(codec.sources) if codec.sources else None,
         "selected": codec.select(None),
         "special_tokens": codec.special_tokens,
-        "capabilities": capabilities.as_dict(),
+        "capabilities": {
+            field.name: getattr(capabilities, field.name)
+            for field in dataclasses.fields(capabilities)
+            if field.name != "variables"
+        },
         "variables": sorted(template.variables),
     }
     describe = _reply_description(codec)
@@ -179,10 +184,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     )
     out.write("capabilities:\n")
     for key, value in report["capabilities"].items():
-        if key != "variables":
-            out.write(
-                f"  {key:<20} {'yes' if value is True else 'no' if value is False else value}\n"
-            )
+        out.write(f"  {key:<20} {'yes' if value is True else 'no' if value is False else value}\n")
     out.write(f"variables:      {', '.join(report['variables'])}\n")
     if "reply" in report:
         out.write("reply format:\n")
