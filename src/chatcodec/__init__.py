@@ -11,11 +11,26 @@ from .errors import (
     TemplateLimitError,
     TemplateSecurityError,
 )
-from .template import ChatTemplate, Limits, RenderedChat, Span
+from .template import (
+    Capabilities,
+    ChatTemplate,
+    Limits,
+    RenderedChat,
+    Span,
+    TemplateInput,
+    get_json_schema,
+    probe_capabilities,
+    to_template_messages,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Capabilities",
+    "TemplateInput",
+    "get_json_schema",
+    "probe_capabilities",
+    "to_template_messages",
     "ChatCodecError",
     "ChatTemplate",
     "Checkpoint",
