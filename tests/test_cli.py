@@ -153,3 +153,26 @@ def test_batch_names_a_missing_template() -> None:
     assert result.returncode == 0
     line = json.loads(result.stdout)
     assert "no-such.jinja" in line["error"]["message"]
+
+
+def test_render_openai_messages_converts_them_for_the_template() -> None:
+    path = shared_path("chat_templates", QWEN3)
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+    ]
+    raw = chatcodec("render", str(path), stdin=json.dumps(messages))
+    assert raw.returncode == 1  # Qwen3 reads message.content, which a null leaves undefined
+    converted = chatcodec("render", str(path), "--openai", stdin=json.dumps(messages))
+    assert converted.returncode == 0, converted.stderr
+    assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in converted.stdout

@@ -101,6 +101,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
         documents = _read_json(args.documents, "documents")
     context = dict(_parse_var(item) for item in args.var)
     now = _parse_now(args.now) if args.now is not None else None
+    if args.openai:  # an OpenAI request's messages: convert them to what this template reads
+        from .template import probe_capabilities, to_template_messages
+
+        template = codec.template_for(tools, args.template_name)
+        converted = to_template_messages(
+            messages, probe_capabilities(template, codec.special_tokens), tools
+        )
+        messages, tools = converted.messages, converted.tools
     if args.spans:
         rendered = codec.render_with_spans(
             messages, tools, documents, args.add_generation_prompt, now=now, **context
@@ -375,6 +383,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     render.add_argument("--now", help="pin strftime_now: unix seconds or ISO 8601 with a zone")
     render.add_argument("--template-name", help="which named template of the checkpoint to use")
+    render.add_argument(
+        "--openai",
+        action="store_true",
+        help="the messages are an OpenAI request's: parse argument strings, fold tools into a "
+        "preamble when the template cannot render them, ...",
+    )
     render.add_argument("--json", action="store_true", help='print {"prompt": ...} as JSON')
     render.add_argument(
         "--spans", action="store_true", help="print the prompt and the assistant spans as JSON"
