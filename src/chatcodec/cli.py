@@ -269,8 +269,8 @@ def _is_parse_request(request: dict[str, Any]) -> bool:
 def _parse_request(request: dict[str, Any], files: _TemplateFiles) -> dict[str, Any]:
     from .reply.cli import batch_result
 
-    if "template" in request and "chat_template" not in request:
-        request = {**request, "chat_template": files.source(request["template"])}
+    if "template" in request and "template_source" not in request:
+        request = {**request, "template_source": files.source(request["template"])}
     result: dict[str, Any] = batch_result(request)
     return result
 
