@@ -41,11 +41,15 @@ def _prepare_cached(key: str) -> Turn:
     return _prepare(request)
 
 
+@lru_cache(maxsize=64)
+def _codec(source: str, bos_token: str, eos_token: str) -> Codec:
+    # compiling a template costs far more than rendering it: requests of a corpus share it
+    return Codec(source, bos_token=bos_token, eos_token=eos_token)
+
+
 def _prepare(request: Mapping[str, Any]) -> Turn:
-    codec = Codec(
-        _template_text(request),
-        bos_token=request.get("bos_token") or "",
-        eos_token=request.get("eos_token") or "",
+    codec = _codec(
+        _template_text(request), request.get("bos_token") or "", request.get("eos_token") or ""
     )
     return codec.prepare(
         request.get("messages") or [],

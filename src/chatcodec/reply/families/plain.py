@@ -31,7 +31,14 @@ def thought_tags(source: str) -> tuple[str, str] | None:
 def describe(handler: str, source: str, generation_prompt: str, reasoning_format: str) -> ReplyFormat:
     tags = thought_tags(source)
     reasoning = None
+    prefix = generation_prompt
     if tags is not None and reasoning_format != "none":
         start, end = tags
-        reasoning = ReasoningBlock(start=start, stops=(end,), closers=((end, True),))
-    return ReplyFormat(handler, generation_prompt, reasoning, None)
+        reasoning = ReasoningBlock(
+            start=start, stops=(end,), closers=((end, True),), space_after_start=False
+        )
+        # a prompt that opens (or pre-closes) a thought leaves it to the reasoning block
+        at = generation_prompt.find(start)
+        if at >= 0:
+            prefix = generation_prompt[:at]
+    return ReplyFormat(handler, prefix, reasoning, None, space_before_content=False)
