@@ -1,0 +1,469 @@
+"""Invariant 5: a chat template is untrusted input.
+
+Every payload below is a template a hostile checkpoint could ship. Each one either fails with
+chatcodec's own error of the expected kind and stage, or renders something harmless; and in
+every case the caller's data is unchanged, no file is written, no secret is read and no
+Python internals reach the output or the error message.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatcodec import (
+    ChatTemplate,
+    Limits,
+    TemplateError,
+    TemplateLimitError,
+    TemplateSecurityError,
+)
+
+from .conftest import TEMPLATES, shared_path
+
+SECRET_NAME = "CHATCODEC_SANDBOX_SECRET"
+SECRET_VALUE = "s3cr3t-value-that-must-not-leak"
+
+# What an escape would print: module and class reprs, globals dicts, builtins, the secret
+LEAK_MARKERS = (
+    "<module",
+    "<class",
+    "__builtins__",
+    "__globals__",
+    "subprocess",
+    "Popen",
+    "_io.",
+    "environ",
+    "Context",
+    "object at 0x",
+    "<function",
+    "<built-in",
+    SECRET_VALUE,
+)
+
+SECURITY = "security"  # TemplateSecurityError at render
+LIMIT = "limit"  # TemplateLimitError at render
+
+
+def _error(kind: str) -> tuple[str, str]:
+    """Any TemplateError at render whose kind is ``kind``."""
+    return ("error", kind)
+
+
+def _renders(text: str) -> tuple[str, str]:
+    """A harmless render with exactly this output."""
+    return ("renders", text)
+
+
+# (id, template, expected outcome). `{marker}` is replaced by a path that must never appear.
+PAYLOADS: list[tuple[str, str, Any]] = [
+    # --- climbing from objects to Python internals ----------------------------------------
+    ("str-mro-subclasses", "{{ ''.__class__.__mro__[1].__subclasses__() }}", SECURITY),
+    ("list-class-base", "{{ [].__class__.__base__.__subclasses__() }}", SECURITY),
+    ("cycler-globals", "{{ cycler.__init__.__globals__.os.system('touch {marker}') }}", SECURITY),
+    ("joiner-globals-os", "{{ joiner.__init__.__globals__.os.popen('id').read() }}", SECURITY),
+    ("namespace-globals", "{{ namespace.__init__.__globals__['os'] }}", SECURITY),
+    ("cycler-instance-class", "{{ cycler(1, 2).__class__.__init__.__globals__ }}", SECURITY),
+    ("lipsum-globals", "{{ lipsum.__globals__['os'].environ }}", SECURITY),
+    ("raise-exception-globals", "{{ raise_exception.__globals__.json }}", SECURITY),
+    ("strftime-now-globals", "{{ strftime_now.__globals__['__builtins__'] }}", SECURITY),
+    ("dict-call-globals", "{{ dict.__call__.__globals__ }}", SECURITY),
+    ("dict-class", "{{ dict.__class__.__mro__ }}", SECURITY),
+    ("self-context", "{{ self._TemplateReference__context.environment }}", SECURITY),
+    ("self-dict", "{{ self.__dict__ }}", _renders("")),
+    ("loop-class", "{% for m in messages %}{{ loop.__class__.__init__ }}{% endfor %}", _renders("")),
+    ("messages-class", "{{ messages.__class__.__base__ }}", SECURITY),
+    ("tools-attr-filter", "{{ (tools|attr('__class__')).__mro__ }}", SECURITY),
+    ("attr-filter-plain", "{{ messages|attr('__len__') }}", _renders("")),
+    ("range-self", "{{ range.__self__.__import__('os') }}", _error("UndefinedError")),
+    (
+        "map-attribute-class",
+        "{{ messages|map(attribute='__class__')|list }}",
+        _renders("[Undefined, Undefined]"),
+    ),
+    ("map-attr-filter", "{{ messages|map('attr', '__init__')|first }}", _renders("")),
+    ("groupby-class", "{{ messages|groupby('__class__') }}", SECURITY),
+    ("sum-attribute-class", "{{ messages|sum(attribute='__class__') }}", SECURITY),
+    ("subscript-dunder", "{{ ''['__class__']['__mro__'] }}", SECURITY),
+    ("getitem-method", "{{ messages.__getitem__(0) }}", SECURITY),
+    ("undefined-climb", "{{ nothing_here.__class__.__mro__ }}", SECURITY),
+    # --- format-string attacks --------------------------------------------------------------
+    ("str-format-class", "{{ '{0.__class__.__mro__}'.format(messages) }}", SECURITY),
+    ("str-format-globals", "{{ '{0.__globals__}'.format(raise_exception) }}", _renders("")),
+    ("format-filter-globals", "{{ '%s'|format(raise_exception.__globals__) }}", _renders("")),
+    ("printf-unsafe-attr", "{{ '%s' % cycler.__init__ }}", _renders("")),
+    ("format-map-attr", "{{ '{x.__class__.__base__}'.format_map({'x': 1}) }}", SECURITY),
+    ("format-map-index", "{{ '{m[0].__class__}'.format_map({'m': messages}) }}", _renders("")),
+    # --- mutation of the caller's data -----------------------------------------------------
+    ("messages-append", "{{ messages.append({'role': 'system'}) }}", SECURITY),
+    ("message-update", "{{ messages[0].update({'content': 'pwned'}) }}", SECURITY),
+    ("tools-pop", "{% set _ = tools.pop() %}{{ tools|length }}", SECURITY),
+    ("documents-clear", "{% set _ = documents.clear() %}", SECURITY),
+    ("kwargs-setdefault", "{{ custom.setdefault('x', 1) }}", SECURITY),
+    ("kwargs-list-extend", "{{ custom['items'].extend([9]) }}", SECURITY),
+    ("namespace-underscore", "{% set ns = namespace(_x=1) %}{{ ns }}", SECURITY),
+    ("namespace-set-underscore", "{% set ns = namespace() %}{% set ns._x = 1 %}", SECURITY),
+    ("namespace-dict", "{% set ns = namespace() %}{{ ns.__dict__ }}", _renders("")),
+        (
+        "namespace-setitem",
+        "{% set ns = namespace() %}{{ ns.__setitem__('x', 1) }}",
+        _error("UndefinedError"),
+    ),
+    (
+        "namespace-init-again",
+        "{% set ns = namespace(a=1) %}{{ ns.__init__(b=2) }}",
+        _error("UndefinedError"),
+    ),
+    (
+        "namespace-holds-messages",
+        "{% set ns = namespace(m=messages) %}{{ ns.m.append(1) }}",
+        SECURITY,
+    ),
+    (
+        "set-loop-var",
+        "{% for m in messages %}{% set m = {'role': 'x'} %}{% endfor %}"
+        "{{ messages[0].role }}",
+        _renders("user"),
+    ),
+    ("dict-global-copy", "{% set d = dict(messages[0]) %}{{ d.update(role='x') }}", SECURITY),
+    # --- resource bombs ---------------------------------------------------------------------
+    ("str-times-huge", "{{ 'a' * 10**10 }}", LIMIT),
+    ("braces-times-huge", "{{ '{}' * 10**9 }}", LIMIT),
+    ("range-huge", "{{ range(10**9)|list|length }}", _error("OverflowError")),
+    ("range-join-huge", "{{ range(10**8)|join(',') }}", _error("OverflowError")),
+    ("center-huge", "{{ 'x'.center(10**10) }}", LIMIT),
+    ("center-below-max-int", "{{ 'x'.ljust(999999999) }}", LIMIT),
+    ("bytes-center", "{{ 'x'.encode().center(999999999) }}", LIMIT),
+    ("center-filter", "{{ 'x'|center(999999999) }}", LIMIT),
+    ("format-width", "{{ '{:>99999999999}'.format(1) }}", LIMIT),
+    ("format-nested-width", "{{ '{:>{w}}'.format(1, w=999999999) }}", LIMIT),
+    ("format-precision", "{{ '{:.999999999f}'.format(1.5) }}", LIMIT),
+    ("printf-width", "{{ '%099999999999d' % 1 }}", LIMIT),
+    ("printf-star-width", "{{ '%*d' % (999999999, 1) }}", LIMIT),
+    ("format-filter-width", "{{ '%0999999999d'|format(1) }}", LIMIT),
+    ("printf-repeat-map", "{{ ('%(a)s' * 10000000) % {'a': 'xxxxxxxxxx'} }}", LIMIT),
+    ("indent-huge", "{{ 'a'|indent(width=10**10) }}", LIMIT),
+    ("indent-many-lines", "{{ ('\\n' * 100000)|indent(width=1000) }}", LIMIT),
+    ("expandtabs", "{{ ('\\t' * 1000).expandtabs(1000000) }}", LIMIT),
+    ("wordwrap-huge-width", "{{ 'a b'|wordwrap(10**10) }}", _renders("a b")),
+    ("wordwrap-long-break", "{{ ('a ' * 10000)|wordwrap(1, wrapstring='x' * 10**6) }}", LIMIT),
+    ("replace-method", "{{ ('a' * 100000).replace('a', 'b' * 100000) }}", LIMIT),
+    (
+        "replace-doubling-loop",
+        "{% set ns = namespace(s='aa') %}{% for i in range(40) %}"
+        "{% set ns.s = ns.s|replace('a', 'aaaa') %}{% endfor %}{{ ns.s|length }}",
+        LIMIT,
+    ),
+    (
+        "concat-doubling-loop",
+        "{% set ns = namespace(s='x') %}{% for i in range(100) %}"
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        LIMIT,
+    ),
+    (
+        "list-doubling-loop",
+        "{% set ns = namespace(l=[1]) %}{% for i in range(100) %}"
+        "{% set ns.l = ns.l + ns.l %}{% endfor %}",
+        LIMIT,
+    ),
+    ("join-long-separator", "{{ range(100000)|join('x' * 100000) }}", LIMIT),
+    ("join-generator", "{{ range(100000)|map('string')|join('x' * 100000) }}", LIMIT),
+    ("join-big-items", "{{ (['x' * 1000000] * 1000)|join }}", LIMIT),
+    ("str-join-method", "{{ ('x' * 100000).join(['a'] * 100000) }}", LIMIT),
+    ("translate-table", "{{ ('ab' * 1000).translate({97: 'x' * 1000000}) }}", LIMIT),
+    ("urlize-target", "{{ ('a.com ' * 10000)|urlize(target='x' * 100000) }}", LIMIT),
+    ("tojson-indent", "{{ tools|tojson(indent=999999999) }}", LIMIT),
+    ("tojson-deep-indent", "{{ ([[[[1]]]] * 10000)|tojson(indent=100000) }}", LIMIT),
+    ("sum-lists", "{{ ([[1] * 100000] * 100000)|sum(start=[])|length }}", LIMIT),
+    (
+        "set-block-copies",
+        "{% set s = 'x' * 60000000 %}{% for i in range(100) %}"
+        "{% set b %}{{ s }}{{ s }}{% endset %}{% endfor %}",
+        LIMIT,
+    ),
+    ("power-tower", "{{ (10**4096)**4096 }}", LIMIT),
+    ("power-huge", "{{ 2 ** 100000000 }}", LIMIT),
+    ("left-assoc-power", "{{ 10**10**10 }}", _renders("1" + "0" * 100)),
+    (
+        "squaring-loop",
+        "{% set ns = namespace(n=3) %}{% for i in range(40) %}"
+        "{% set ns.n = ns.n * ns.n %}{% endfor %}",
+        LIMIT,
+    ),
+    ("lipsum-huge", "{{ lipsum(n=10**8) }}", LIMIT),
+    ("recursive-macro", "{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}", LIMIT),
+    (
+        "recursive-loop",
+        "{% for x in [[1]] recursive %}{{ loop([[1]]) }}{% endfor %}",
+        LIMIT,
+    ),
+    ("division-by-zero", "{{ 1 / 0 }}", _error("ZeroDivisionError")),
+    ("type-error", "{{ 'a' + 1 }}", _error("TypeError")),
+    ("undefined-error", "{{ nothing_here.foo }}", _error("UndefinedError")),
+    ("int-too-long-to-print", "{{ 10**4000 * 10**4000 }}", _error("ValueError")),
+]
+
+SLOW_PAYLOADS: list[tuple[str, str]] = [
+    (
+        "nested-range-loops",
+        "{% for a in range(100000) %}{% for b in range(100000) %}"
+        "{% for c in range(100000) %}{% endfor %}{% endfor %}{% endfor %}",
+    ),
+    (
+        "nested-list-loops",
+        "{% set big = range(100000)|list %}{% for a in big %}{% for b in big %}"
+        "{% for c in big %}{% endfor %}{% endfor %}{% endfor %}",
+    ),
+    (
+        "compare-big-strings",
+        "{% set s = 'x' * 20000000 %}{% for i in range(100000) %}"
+        "{% if s == s ~ '' %}{% endif %}{% endfor %}",
+    ),
+    ("format-many-fields", "{{ ('{0}' * 10000000).format('xxxxxxxxxx') }}"),
+    ("list-sum-loop", "{% for i in range(100000) %}{{ range(100000)|list|sum }}{% endfor %}"),
+]
+
+
+@pytest.fixture
+def request_data() -> dict[str, Any]:
+    return {
+        "messages": [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": "Hi there"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Weather of a city",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+            }
+        ],
+        "documents": [{"title": "doc", "text": "body"}],
+        "custom": {"items": [1, 2], "flag": True},
+    }
+
+
+@pytest.fixture
+def secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(SECRET_NAME, SECRET_VALUE)
+    return SECRET_VALUE
+
+
+def _render(template: ChatTemplate, data: dict[str, Any]) -> str:
+    return template.render(
+        data["messages"], tools=data["tools"], documents=data["documents"], custom=data["custom"]
+    )
+
+
+def _assert_no_leak(text: str) -> None:
+    for marker in LEAK_MARKERS:
+        assert marker not in text, f"{marker!r} leaked: {text[:300]!r}"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [pytest.param(source, expected, id=name) for name, source, expected in PAYLOADS],
+)
+def test_attack_payload(
+    source: str, expected: Any, request_data: dict[str, Any], secret: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    template = ChatTemplate(source.replace("{marker}", str(marker)), limits=Limits(max_seconds=5))
+    before = copy.deepcopy(request_data)
+    started = time.monotonic()
+    if isinstance(expected, tuple) and expected[0] == "renders":
+        text = _render(template, request_data)
+        assert text == expected[1]
+        _assert_no_leak(text)
+    else:
+        error_type = {SECURITY: TemplateSecurityError, LIMIT: TemplateLimitError}.get(
+            expected, TemplateError
+        )
+        with pytest.raises(error_type) as caught:
+            _render(template, request_data)
+        error = caught.value
+        assert error.stage == "render"
+        if isinstance(expected, tuple):
+            assert error.kind == expected[1]
+        elif expected == SECURITY:
+            assert error.kind == "SecurityError"
+            assert "unsafe" in str(error) or "underscore" in str(error)
+        assert str(error), "every error carries a message"
+        assert SECRET_VALUE not in str(error)
+    assert time.monotonic() - started < 5, "a refused payload fails fast, before allocating"
+    assert request_data == before, "the caller's data is never mutated"
+    assert not marker.exists(), "no file was written"
+    assert os.environ[SECRET_NAME] == secret
+
+
+def test_payload_table_is_large_and_distinct() -> None:
+    names = [name for name, _, _ in PAYLOADS]
+    sources = [source for _, source, _ in PAYLOADS]
+    assert len(set(names)) == len(names)
+    assert len(set(sources)) == len(sources)
+    assert len(PAYLOADS) >= 30
+
+
+@pytest.mark.parametrize(
+    "source", [pytest.param(source, id=name) for name, source in SLOW_PAYLOADS]
+)
+def test_time_limit_stops_slow_templates(source: str, request_data: dict[str, Any]) -> None:
+    template = ChatTemplate(source, limits=Limits(max_seconds=0.2))
+    started = time.monotonic()
+    with pytest.raises(TemplateLimitError) as caught:
+        _render(template, request_data)
+    elapsed = time.monotonic() - started
+    assert caught.value.stage == "render"
+    assert "time limit" in str(caught.value)
+    assert elapsed < 5, f"a 0.2 s budget took {elapsed:.1f} s to enforce"
+
+
+def test_output_limit_stops_big_output(request_data: dict[str, Any]) -> None:
+    source = "{% for i in range(100000) %}xxxxxxxxxx{% endfor %}"
+    with pytest.raises(TemplateLimitError) as caught:
+        _render(ChatTemplate(source, limits=Limits(max_output_chars=1000)), request_data)
+    assert caught.value.stage == "render"
+    assert "1000" in str(caught.value)
+    # the same template is fine under the defaults
+    assert len(_render(ChatTemplate(source), request_data)) == 1_000_000
+
+
+def test_output_limit_bounds_each_built_value(request_data: dict[str, Any]) -> None:
+    limits = Limits(max_output_chars=1000)
+    for source in (
+        "{% set x = 'a' * 5000 %}",
+        "{% set x = messages[0].content|center(5000) %}",
+        "{{ 'a' * 999 }}",
+    ):
+        template = ChatTemplate(source, limits=limits)
+        if "999" in source:
+            assert _render(template, request_data) == "a" * 999
+        else:
+            with pytest.raises(TemplateLimitError):
+                _render(template, request_data)
+
+
+def test_limits_do_not_leak_between_templates(request_data: dict[str, Any]) -> None:
+    tight = ChatTemplate("{{ 'a' * 2000 }}", limits=Limits(max_output_chars=1000))
+    loose = ChatTemplate("{{ 'a' * 2000 }}")
+    with pytest.raises(TemplateLimitError):
+        _render(tight, request_data)
+    assert _render(loose, request_data) == "a" * 2000
+
+
+@pytest.mark.parametrize(
+    ("source", "error_type", "kind"),
+    [
+        pytest.param("{% for x in y %}", TemplateError, "TemplateSyntaxError", id="unclosed-for"),
+        pytest.param("{{ 1 +* 2 }}", TemplateError, "TemplateSyntaxError", id="bad-operator"),
+        pytest.param("{% macro %}", TemplateError, "TemplateSyntaxError", id="nameless-macro"),
+        pytest.param(
+            "{% for m in messages %}{% set loop = 1 %}{% endfor %}",
+            TemplateError,
+            "TemplateAssertionError",
+            id="assign-loop-variable",
+        ),
+        pytest.param("{% import 'os' as os %}{{ os }}", None, None, id="import-compiles"),
+        pytest.param(
+            "{{ " + "(" * 100000 + "1" + ")" * 100000 + " }}",
+            TemplateLimitError,
+            "RecursionError",
+            id="deep-parentheses",
+        ),
+        pytest.param(
+            "{% if x %}" * 5000 + "{% endif %}" * 5000,
+            TemplateLimitError,
+            "RecursionError",
+            id="deep-if-blocks",
+        ),
+        pytest.param("{{ [" * 3000 + "]" * 3000 + " }}", TemplateLimitError, "RecursionError",
+                     id="deep-lists"),
+    ],
+)
+def test_compile_stage_failures(source: str, error_type: Any, kind: str | None) -> None:
+    if error_type is None:  # compiles, and fails at render: there is no loader to import from
+        with pytest.raises(TemplateError) as caught:
+            ChatTemplate(source).render([{"role": "user", "content": "x"}])
+        assert caught.value.stage == "render"
+        return
+    with pytest.raises(error_type) as caught:
+        ChatTemplate(source)
+    assert caught.value.stage == "compile"
+    assert caught.value.kind == kind
+    assert str(caught.value)
+
+
+def test_non_string_source_is_a_compile_error() -> None:
+    with pytest.raises(TemplateError) as caught:
+        ChatTemplate(b"{{ x }}")  # type: ignore[arg-type]
+    assert caught.value.stage == "compile"
+
+
+def test_self_referencing_input_is_a_template_error() -> None:
+    message: dict[str, Any] = {"role": "user", "content": "x"}
+    message["self"] = message
+    with pytest.raises(TemplateError) as caught:
+        ChatTemplate("{{ messages }}").render([message])
+    assert caught.value.stage == "render"
+    assert caught.value.kind == "RecursionError"
+
+
+def test_template_sees_a_copy_not_the_callers_objects(request_data: dict[str, Any]) -> None:
+    # even where the template may legitimately build new values, the inputs stay as they were
+    source = (
+        "{% set ns = namespace(seen=[]) %}{% for m in messages %}"
+        "{% set ns.seen = ns.seen + [m] %}{% endfor %}"
+        "{% set merged = dict(messages[0], content='changed') %}"
+        "{{ merged.content }} {{ ns.seen|length }} {{ messages[0].content }}"
+    )
+    before = copy.deepcopy(request_data)
+    assert _render(ChatTemplate(source), request_data) == "changed 2 Hello"
+    assert request_data == before
+
+
+def test_only_chatcodec_errors_escape(request_data: dict[str, Any]) -> None:
+    sources = [name_source[1] for name_source in PAYLOADS] + [s for _, s in SLOW_PAYLOADS]
+    for source in sources:
+        template = ChatTemplate(source, limits=Limits(max_seconds=0.2))
+        try:
+            _render(template, request_data)
+        except TemplateError:
+            pass  # chatcodec's own; any other exception type fails the test
+
+
+def _long_conversation(turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Question {turn}: " + "why? " * 50})
+        messages.append({"role": "assistant", "content": f"Answer {turn}: " + "because. " * 50})
+    messages.append({"role": "user", "content": "One more thing."})
+    return messages
+
+
+def test_default_limits_render_every_real_template() -> None:
+    folder = shared_path("chat_templates")
+    names = sorted(path.name for path in folder.glob("*.jinja"))
+    assert names, f"no templates in {TEMPLATES}"
+    messages = _long_conversation(200)
+    tokens = {"bos_token": "<s>", "eos_token": "</s>"}
+    rendered = 0
+    for name in names:
+        source = (folder / name).read_text(encoding="utf-8")
+        template = ChatTemplate(source, name=name, special_tokens=tokens)
+        try:
+            text = template.render(messages, add_generation_prompt=True)
+        except (TemplateLimitError, TemplateSecurityError) as exc:  # the sandbox got in the way
+            pytest.fail(f"{name}: the default limits refused a real template: {exc}")
+        except TemplateError:
+            continue  # the template's own refusal of this conversation (e.g. no system role)
+        assert "Question 199" in text
+        rendered += 1
+    assert rendered >= len(names) * 9 // 10
