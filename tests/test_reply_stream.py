@@ -1,0 +1,210 @@
+"""Stream = parse: any chunking folds to the finished parse; deltas only grow; no markup leaks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatcodec import Codec, ReplyError
+from chatcodec.reply import AssistantMessage, Delta, Turn, fold
+
+from .conftest import template_source
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": ["string", "null"]}, "n": {"type": "number"}},
+                "required": ["query"],
+            },
+        },
+    },
+]
+TEMPLATES = (
+    "Qwen3-Coder.jinja",
+    "Qwen3.5-4B.jinja",
+    "StepFun3.5-Flash.jinja",
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
+)
+_TURNS: dict[tuple[str, bool, bool, str, str], Turn] = {}
+
+
+def _turn(name: str, thinking: bool, parallel: bool, fmt: str, choice: str = "auto") -> Turn:
+    key = (name, thinking, parallel, fmt, choice)
+    if key not in _TURNS:
+        codec = Codec(template_source(name))
+        _TURNS[key] = codec.prepare(
+            [{"role": "user", "content": "hi"}],
+            tools=TOOLS,
+            tool_choice=choice,
+            parallel_tool_calls=parallel,
+            enable_thinking=thinking,
+            reasoning_format=fmt,
+        )
+    return _TURNS[key]
+
+
+# pieces of the family's own markup and prose, glued at random
+MARKUP = [
+    "<tool_call>\n",
+    "</tool_call>",
+    "<function=get_weather>\n",
+    "<function=search>\n",
+    "<function=nope>\n",
+    "<parameter=city>\n",
+    "<parameter=days>\n",
+    "<parameter=query>\n",
+    "<parameter=n>\n",
+    "\n</parameter>\n",
+    "</function>\n",
+    "<think>",
+    "</think>",
+    "\n",
+    "  ",
+    "Paris",
+    "12",
+    "null",
+    "{\"a\": 1}",
+    "<",
+    "</",
+    "hello world",
+    "é🚀",
+]
+CALL = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+)
+reply_text = st.lists(
+    st.one_of(st.sampled_from(MARKUP), st.just(CALL), st.text(max_size=6)), max_size=14
+).map("".join)
+
+
+def _stream(turn: Turn, text: str, cuts: list[int]) -> tuple[list[list[Delta]], AssistantMessage]:
+    stream = turn.stream()
+    steps: list[list[Delta]] = []
+    last = 0
+    for cut in sorted(set(cuts)) + [len(text)]:
+        steps.append(stream.feed(text[last:cut]))
+        last = cut
+    steps.append(stream.flush())
+    return steps, stream.finish()
+
+
+def _check(turn: Turn, text: str, cuts: list[int]) -> None:
+    try:
+        expected = turn.parse(text)
+    except ReplyError:
+        with pytest.raises(ReplyError):
+            _stream(turn, text, cuts)
+        return
+    steps, finished = _stream(turn, text, cuts)
+    deltas = [d for step in steps for d in step]
+    folded = fold(deltas)
+    assert finished == expected
+    assert folded.content == expected.content
+    assert folded.reasoning_content == expected.reasoning_content
+    assert folded.tool_calls == expected.tool_calls
+    # monotonic: every delta is a prefix-extension of the finished fields
+    grown = ""
+    for d in deltas:
+        grown += d.content
+        assert expected.content.startswith(grown)
+    for d in deltas:
+        if d.tool_call is not None:
+            assert d.tool_call.index < len(expected.tool_calls)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    reply_text,
+    st.lists(st.integers(0, 400), max_size=8),
+    st.sampled_from(TEMPLATES),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["deepseek", "none"]),
+)
+def test_random_chunking_folds_to_the_finished_parse(
+    text: str, cuts: list[int], name: str, thinking: bool, parallel: bool, fmt: str
+) -> None:
+    turn = _turn(name, thinking, parallel, fmt)
+    _check(turn, text, [c for c in cuts if c <= len(text)])
+
+
+@settings(max_examples=40, deadline=None)
+@given(reply_text, st.sampled_from(TEMPLATES))
+def test_byte_by_byte_and_every_two_way_split(text: str, name: str) -> None:
+    turn = _turn(name, True, True, "deepseek")
+    _check(turn, text, list(range(len(text))))
+    for cut in range(len(text) + 1):
+        _check(turn, text, [cut])
+
+
+def test_held_back_only_while_a_marker_may_start() -> None:
+    turn = _turn("Qwen3-Coder.jinja", True, True, "deepseek")
+    stream = turn.stream()
+    assert fold(stream.feed("Hello <")).content == "Hello "
+    assert fold(stream.feed("b>")).content == "<b>"
+    assert fold(stream.feed(" <tool_c")).content == " "
+    assert stream.feed("all>\n<function=get_weather>\n<parameter=city>\nPar") == []
+    rest = stream.feed("is\n</parameter>\n</function>\n</tool_call>")
+    assert [d.tool_call.name for d in rest if d.tool_call] == ["get_weather"]
+    message = stream.finish()
+    assert message.content == "Hello <b> "
+    assert message.tool_calls[0].arguments == '{"city":"Paris"}'
+
+
+def test_seed_rules_and_what_was_dropped() -> None:
+    turn = _turn("Qwen3-Coder.jinja", True, False, "deepseek")
+    two = CALL + "\n" + CALL + "\nbye"
+    message = turn.parse(two)
+    assert len(message.tool_calls) == 1
+    assert [d.reason for d in message.dropped] == ["parallel_limit"]
+    assert message.dropped[0].text.startswith("<tool_call>")
+    unknown = turn.parse("Hi\n<tool_call>\n<function=nope>\n</function>\n</tool_call>")
+    assert unknown.content == "Hi\n" and not unknown.tool_calls
+    assert [d.reason for d in unknown.dropped] == ["unknown_tool"]
+    trailing = _turn("Qwen3-Coder.jinja", True, True, "deepseek").parse(CALL + "\nand more")
+    assert [(d.reason, d.text) for d in trailing.dropped] == [("trailing_text", "and more")]
+    cut = turn.parse(CALL[:-5])
+    assert cut.tool_calls[0].arguments == '{"city":"Paris","days":3}'
+    stray = turn.parse("Plan.</think>done")
+    assert stray.content == "Plan.</think>done" and stray.reasoning_content == ""
+    step = _turn("StepFun3.5-Flash.jinja", False, True, "deepseek").parse("idea" + CALL)
+    assert step.reasoning_content == "idea" and step.tool_calls[0].name == "get_weather"
+
+
+def test_required_without_a_valid_call_is_a_reply_error() -> None:
+    turn = _turn("Qwen3-Coder.jinja", True, True, "deepseek", "required")
+    assert turn.parse("just text").content == "just text"
+    with pytest.raises(ReplyError):
+        turn.parse("<tool_call>\n<function=nope>\n</function>\n</tool_call>")
+    assert turn.parse("<tool_call>\n<function=nope>", partial=True) == AssistantMessage()
+
+
+def test_openai_chunk_deltas() -> None:
+    turn = _turn("Qwen3.5-4B.jinja", True, True, "deepseek")
+    stream = turn.stream()
+    deltas = stream.feed("Let me see.\n</think>\n\nSure." + CALL) + stream.flush()
+    chunks = [d.to_openai() for d in deltas]
+    assert chunks[0] == {"reasoning_content": "Let me see.\n"}
+    assert chunks[1] == {"content": "Sure."}
+    call = chunks[2]["tool_calls"][0]
+    assert call["index"] == 0 and call["type"] == "function" and call["id"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city":"Paris","days":3}'}
