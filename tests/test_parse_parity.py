@@ -23,7 +23,7 @@ def _replay() -> tuple[Counter[tuple[str, bool]], list[str]]:
         handler = (case["llama_cpp"] or {}).get("handler", "(request failed)")
         results = batch_result(case)["results"]
         assert len(results) == len(case["outputs"])
-        for i, (output, result) in enumerate(zip(case["outputs"], results)):
+        for i, (output, result) in enumerate(zip(case["outputs"], results, strict=True)):
             why = compare.compare_output(output, result)
             if why is not None and i in DOCUMENTED_DIFFERENCES.get(case["id"], set()):
                 why = None

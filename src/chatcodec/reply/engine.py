@@ -57,6 +57,11 @@ class ReplyEngine:
         self._eof = False
         self._reasoning_until = Until(*fmt.reasoning.stops) if fmt.reasoning else None
         self._content_until = Until(*fmt.content_stops) if fmt.content_stops is not None else None
+        # characters that may begin a stop marker: a chunk without any is plain text
+        self._content_firsts = (
+            frozenset(m[0] for m in fmt.content_stops) if fmt.content_stops is not None else None
+        )
+        self._reasoning_firsts = frozenset(m[0] for m in fmt.reasoning.stops) if fmt.reasoning else None
         # the call in progress
         self._calls_done = 0
         self._tried_len = -1
@@ -90,8 +95,27 @@ class ReplyEngine:
             return
         if self._state != "running":
             return
+        kind = self._steps[self._step] if self._step < len(self._steps) else -1
+        if not self._pending and self._pos == len(self._buf):
+            # fast path: text that cannot begin a marker is committed as it comes
+            if kind == _CONTENT:
+                firsts = self._content_firsts
+                if firsts is None or firsts.isdisjoint(chunk):
+                    self.content_pieces.append(chunk)
+                    self._base += len(self._buf) + len(chunk)
+                    self._buf = ""
+                    self._pos = 0
+                    return
+            elif kind == _REASONING and self._sub == 2:
+                assert self._reasoning_firsts is not None
+                if self._reasoning_firsts.isdisjoint(chunk):
+                    self.reasoning_pieces.append(chunk)
+                    self._base += len(self._buf) + len(chunk)
+                    self._buf = ""
+                    self._pos = 0
+                    return
         calls = self.fmt.calls
-        if calls is not None and calls.commit:
+        if kind == _CALLS and calls is not None and calls.commit:
             keep = len(calls.commit) - 1
             window = self._commit_window + chunk
             if calls.commit in window:
@@ -316,6 +340,8 @@ class ReplyEngine:
                     self._pos = len(self._buf)
                     return _STOP
                 self._tried_len = len(self._buf) - self._pos
+                keep = len(section.commit) - 1
+                self._commit_window = self._buf[len(self._buf) - keep :] if keep > 0 else ""
                 return _WAIT
             if self._calls_done == 0 and section.required:
                 self._fail("no valid tool call although tool_choice is required")
