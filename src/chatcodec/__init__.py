@@ -11,6 +11,16 @@ from .errors import (
     TemplateLimitError,
     TemplateSecurityError,
 )
+from .reply import (
+    AssistantMessage,
+    Delta,
+    Dropped,
+    ReplyStream,
+    ToolCall,
+    ToolCallDelta,
+    Turn,
+    fold,
+)
 from .template import (
     Capabilities,
     ChatTemplate,
@@ -26,6 +36,14 @@ from .template import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AssistantMessage",
+    "Delta",
+    "Dropped",
+    "ReplyStream",
+    "ToolCall",
+    "ToolCallDelta",
+    "Turn",
+    "fold",
     "Capabilities",
     "TemplateInput",
     "get_json_schema",
