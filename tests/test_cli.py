@@ -176,3 +176,44 @@ def test_render_openai_messages_converts_them_for_the_template() -> None:
     converted = chatcodec("render", str(path), "--openai", stdin=json.dumps(messages))
     assert converted.returncode == 0, converted.stderr
     assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in converted.stdout
+
+
+def test_parse_reads_a_checkpoint_and_streams_deltas_that_fold_to_the_message(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "coder"
+    folder.mkdir()
+    (folder / "chat_template.jinja").write_text(template_source("Qwen3-Coder.jinja"), "utf-8")
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps(tools), encoding="utf-8")
+    reply = (
+        "Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+        "</parameter>\n</function>\n</tool_call>"
+    )
+    whole = chatcodec("parse", str(folder), "--tools", str(tools_file), stdin=reply)
+    assert whole.returncode == 0, whole.stderr
+    message = json.loads(whole.stdout)
+    assert message["content"] == "Let me check.\n"
+    assert [c["function"] for c in message["tool_calls"]] == [
+        {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+    ]
+    streamed = chatcodec(
+        "parse", str(folder), "--tools", str(tools_file), "--stream", "--chunk", "3", stdin=reply
+    )
+    assert streamed.returncode == 0, streamed.stderr
+    *deltas, final = [json.loads(line) for line in streamed.stdout.splitlines()]
+    assert "".join(d.get("content", "") for d in deltas) == message["content"]
+    arguments = "".join(
+        call["function"].get("arguments", "") for d in deltas for call in d.get("tool_calls", [])
+    )
+    assert arguments == '{"city":"Paris"}'
+    assert final["tool_calls"][0]["function"] == message["tool_calls"][0]["function"]

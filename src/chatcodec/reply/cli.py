@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint import load
 from ..codec import Codec
 from ..errors import ChatCodecError
 from .turn import Turn
@@ -106,7 +107,11 @@ def register(subparsers: Any) -> None:
         help="parse a model reply into an assistant message (as llama.cpp does)",
         description="Parse a model reply (a file or stdin) for a template and request options.",
     )
-    p.add_argument("template", help="a chat template file (Jinja)")
+    p.add_argument(
+        "template",
+        help="a checkpoint folder, tokenizer_config.json, .jinja file, GGUF file, or a Hugging "
+        "Face repo id found in the local cache",
+    )
     p.add_argument("reply", nargs="?", default="-", help="the reply text file (default: stdin)")
     p.add_argument("--tools", help="a JSON file with the OpenAI tools array")
     p.add_argument("--messages", help="a JSON file with the conversation before the reply")
@@ -115,8 +120,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-parallel", dest="parallel", action="store_false")
     p.add_argument("--no-thinking", dest="thinking", action="store_false", default=True)
     p.add_argument("--reasoning-format", default="deepseek", choices=("deepseek", "auto", "none"))
-    p.add_argument("--bos-token", default="")
-    p.add_argument("--eos-token", default="")
+    p.add_argument("--bos-token", help="override the checkpoint's bos_token")
+    p.add_argument("--eos-token", help="override the checkpoint's eos_token")
     p.add_argument("--partial", action="store_true", help="read the reply as a stream prefix")
     p.add_argument("--stream", action="store_true", help="print the deltas as JSON lines")
     p.add_argument("--chunk", type=int, default=1, help="characters per streamed chunk")
@@ -131,10 +136,16 @@ def _load_json(path: str | None) -> Any:
 
 def _parse_command(args: argparse.Namespace) -> int:
     try:
-        source = Path(args.template).read_text(encoding="utf-8")
         reply = sys.stdin.read() if args.reply == "-" else Path(args.reply).read_text("utf-8")
         messages = _load_json(args.messages) or [{"role": "user", "content": ""}]
-        codec = Codec(source, bos_token=args.bos_token, eos_token=args.eos_token)
+        codec = load(args.template)  # a checkpoint folder, GGUF, .jinja, or cached repo id
+        if args.bos_token is not None or args.eos_token is not None:
+            tokens = dict(codec.special_tokens)
+            if args.bos_token is not None:
+                tokens["bos_token"] = args.bos_token
+            if args.eos_token is not None:
+                tokens["eos_token"] = args.eos_token
+            codec = Codec(codec.sources or codec.template.source, special_tokens=tokens)
         turn = codec.prepare(
             messages,
             tools=_load_json(args.tools),
