@@ -9,8 +9,10 @@ every input to plain data all happen the way transformers does them, so the byte
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -124,7 +126,14 @@ class ChatTemplate:
                 kind=type(exc).__name__,
             ) from None
         self._variables: frozenset[str] | None = None
-        self.has_generation_tag = "generation" in source and _has_generation_tag(env, source)
+        # A name token reading exactly `generation` is that word followed by no word
+        # character (jinja's names extend over all of them): without one, lexing finds none
+        self.has_generation_tag = _GENERATION_WORD.search(source) is not None and (
+            _has_generation_tag(env, source)
+        )
+        # What Template.new_context rebuilds on every render: the template's globals (a
+        # ChainMap over the environment's) flattened. Neither changes after compilation.
+        self._globals: dict[str, Any] = dict(self._template.globals)
 
     def __repr__(self) -> str:
         label = f" {self.name!r}" if self.name else ""
@@ -211,7 +220,7 @@ class ChatTemplate:
         pinned = None
         if now is not None:
             try:
-                pinned = utc_instant(now)
+                pinned = _pinned_instant(now) if type(now) in (int, float) else utc_instant(now)
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 raise TemplateError(
                     f"now must be unix seconds or an aware datetime: {exc}",
@@ -324,17 +333,36 @@ class ChatTemplate:
         state.spans = spans
         state.now = now
         parts: list[str] = []
+        append = parts.append
         size = 0
         try:
-            context = template.new_context(variables)
-            for chunk in template.root_render_func(context):
-                size += len(chunk)
-                if size > limit:
-                    raise _LimitExceeded(
-                        f"the rendered prompt passed the output limit of {limit} chars"
-                    )
-                state.position = size
-                parts.append(chunk)
+            # = template.new_context(variables): a Context over dict(globals, **vars) whose
+            # globals_keys are the globals' keys; the flattened globals are kept from compile
+            env = template.environment
+            context = env.context_class(
+                env,
+                dict(self._globals, **variables),
+                template.name,
+                template.blocks,
+                globals=self._globals,
+            )
+            if spans is None:  # nothing reads state.position without spans to record
+                for chunk in template.root_render_func(context):
+                    size += len(chunk)
+                    if size > limit:
+                        raise _LimitExceeded(
+                            f"the rendered prompt passed the output limit of {limit} chars"
+                        )
+                    append(chunk)
+            else:
+                for chunk in template.root_render_func(context):
+                    size += len(chunk)
+                    if size > limit:
+                        raise _LimitExceeded(
+                            f"the rendered prompt passed the output limit of {limit} chars"
+                        )
+                    state.position = size
+                    append(chunk)
         except _LimitExceeded as exc:
             raise TemplateLimitError(str(exc), stage="render", kind="LimitExceeded") from None
         except RecursionError:
@@ -432,6 +460,17 @@ def _tool_schema(tool: Any) -> Any:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _pinned_instant(now: float) -> datetime:
+    # utc_instant of unix seconds is a pure function of the number (1, 1.0 and True alike);
+    # failures are raised, never cached. datetimes are immutable, so sharing one is safe.
+    return utc_instant(now)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_GENERATION_WORD = re.compile(r"generation(?!\w)")
+
+
 def plain_data(value: Any) -> Any:
     """Rebuild a value out of plain JSON types, as transformers does before a render.
 
@@ -440,12 +479,20 @@ def plain_data(value: Any) -> Any:
     not know about (those become a ``"<TypeName>"`` placeholder).
     """
     kind = type(value)
-    if value is None or kind is str or kind is int or kind is float or kind is bool:
+    if kind in _SCALARS:  # None, or exactly a str, int, float or bool: kept as is
         return value
-    if kind is dict or isinstance(value, Mapping):
-        return {plain_data(k): plain_data(v) for k, v in value.items()}
+    # Below, `x if type(x) in _SCALARS else plain_data(x)` is plain_data(x) without the call
+    if kind is dict:
+        return {
+            (k if type(k) in _SCALARS else plain_data(k)): (
+                v if type(v) in _SCALARS else plain_data(v)
+            )
+            for k, v in value.items()
+        }
     if kind is list:
-        return [plain_data(item) for item in value]
+        return [item if type(item) in _SCALARS else plain_data(item) for item in value]
+    if isinstance(value, Mapping):
+        return {plain_data(k): plain_data(v) for k, v in value.items()}
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
