@@ -1,0 +1,56 @@
+"""llama.cpp's differential auto parser: a reply format derived from any template.
+
+The template is rendered on probe conversations with chatcodec's own renderer and the renders
+are diffed (:mod:`.analysis`); the markers found become a reply format (:mod:`.build`). Where
+llama.cpp's analysis throws, the request fails the same way (:class:`~chatcodec.ReplyError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from ...errors import ReplyError
+from ...template.render import ChatTemplate
+from ..description import ReplyFormat
+from .analysis import Analysis, AnalysisFailed, analyze
+from .build import HANDLER, build_format
+
+__all__ = ["HANDLER", "Analysis", "analysis_for", "describe"]
+
+
+@lru_cache(maxsize=128)
+def _analysis(source: str, bos_token: str, eos_token: str) -> Analysis | AnalysisFailed:
+    template = ChatTemplate(source, special_tokens={"bos_token": bos_token, "eos_token": eos_token})
+    try:
+        return analyze(template)
+    except AnalysisFailed as exc:
+        return exc
+
+
+def analysis_for(source: str, special_tokens: Mapping[str, str] | None = None) -> Analysis:
+    """The analysis of a template (cached per template and special tokens)."""
+    tokens = special_tokens or {}
+    found = _analysis(source, tokens.get("bos_token") or "", tokens.get("eos_token") or "")
+    if isinstance(found, AnalysisFailed):
+        raise ReplyError(
+            "Unable to generate parser for this template. Automatic parser generation failed: "
+            f"{found}"
+        )
+    return found
+
+
+def describe(
+    source: str,
+    generation_prompt: str,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_choice: str = "auto",
+    parallel_tool_calls: bool = True,
+    reasoning_format: str = "deepseek",
+    special_tokens: Mapping[str, str] | None = None,
+) -> ReplyFormat:
+    analysis = analysis_for(source, special_tokens)
+    return build_format(
+        analysis, generation_prompt, tools, tool_choice, parallel_tool_calls, reasoning_format
+    )

@@ -1,0 +1,531 @@
+"""An analysis + request options -> the reply format llama.cpp's auto parser generator builds.
+
+The grammar is ``prefix(generation_prompt, reasoning start) [ws] reasoning? content? calls? EOF``;
+the calls are compiled to PEG parsers, one unit at a time where the grammar repeats a unit
+(per-call markers), the whole section otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..schema import parameters, value_types
+from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
+from .diff import trim
+
+__all__ = ["HANDLER", "build_format"]
+
+HANDLER = "auto"
+_SPACE = " \t\n\v\f\r"
+
+
+class _End(peg.Parser):
+    """End of input (llama.cpp's ``end()``)."""
+
+    def parse(self, text: str, pos: int) -> peg.Result:
+        return peg.Result(peg.SUCCESS if pos >= len(text) else peg.FAIL, pos)
+
+
+def _lit(s: str) -> peg.Parser:
+    return peg.Literal(s) if s else peg.Eps()
+
+
+def _seq(*parts: peg.Parser) -> peg.Parser:
+    kept = [p for p in parts if not isinstance(p, peg.Eps)]
+    if not kept:
+        return peg.Eps()
+    return kept[0] if len(kept) == 1 else peg.Seq(*kept)
+
+
+def _opt(p: peg.Parser) -> peg.Parser:
+    return peg.Repeat(p, 0, 1)
+
+
+def _atomic_tag(tag: str, p: peg.Parser) -> peg.Parser:
+    return peg.Atomic(peg.Tag(tag, p))
+
+
+def _split_space(tag: str) -> tuple[str, str, str]:
+    """optspace: (leading whitespace, core, trailing whitespace)."""
+    core = tag.strip(_SPACE)
+    if not core:
+        return tag, "", ""
+    lead = tag[: len(tag) - len(tag.lstrip(_SPACE))]
+    trail = tag[len(tag.rstrip(_SPACE)) :]
+    return lead, core, trail
+
+
+def _prefix(generation_prompt: str, delimiter: str) -> str:
+    if not generation_prompt or not delimiter:
+        return generation_prompt
+    at = generation_prompt.find(delimiter)
+    return generation_prompt if at < 0 else generation_prompt[:at]
+
+
+# ---------------------------------------------------------------------------------- JSON
+
+
+def _id_value() -> peg.Parser:
+    return peg.Choice(
+        peg.Seq(peg.Literal('"'), _atomic_tag(t.TOOL_ID, peg.StringBody('"')), peg.Literal('"')),
+        _atomic_tag(t.TOOL_ID, peg.json_number),
+    )
+
+
+def _key(name: str) -> peg.Parser:
+    return peg.Seq(peg.Literal(f'"{name}"'), peg.Space(), peg.Literal(":"), peg.Space())
+
+
+def _comma() -> peg.Parser:
+    return peg.Seq(peg.Space(), peg.Literal(","), peg.Space())
+
+
+def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser:
+    name_p = peg.Seq(
+        _key(name_key),
+        peg.Atomic(
+            peg.Seq(peg.Literal('"'), _atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"'))
+        ),
+    )
+    args_p = peg.Seq(_key(args_key), peg.Tag(t.TOOL_ARGS, peg.json_value))
+    pairs: list[tuple[peg.Parser, str]] = [(name_p, name_key), (args_p, args_key)]
+    if tl.id_field:
+        pairs.append((_opt(peg.Atomic(peg.Seq(_key(tl.id_field), _id_value()))), tl.id_field))
+    if tl.gen_id_field:
+        pairs.append(
+            (_opt(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value()))), tl.gen_id_field)
+        )
+    order = tl.parameter_order
+
+    def rank(key: str) -> int:
+        return order.index(key) if key in order else len(order)
+
+    pairs.sort(key=lambda pair: rank(pair[1]))
+    parts: list[peg.Parser] = [_atomic_tag(t.TOOL_OPEN, peg.Literal("{")), peg.Space()]
+    if tl.openai_wrapper:
+        parts.append(
+            _opt(
+                peg.Seq(
+                    _key("type"), peg.Literal('"function"'), peg.Space(), peg.Literal(","), peg.Space()
+                )
+            )
+        )
+    for i, (p, _) in enumerate(pairs):
+        parts.append(p)
+        if i < len(pairs) - 1:
+            parts.append(_comma())
+    parts += [peg.Space(), _atomic_tag(t.TOOL_CLOSE, peg.Literal("}"))]
+    return peg.Tag(t.TOOL, peg.Seq(*parts))
+
+
+def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser:
+    name_pre, _, name_rest = name_key.partition(".")
+    args_pre, _, args_rest = args_key.partition(".")
+    nested_prefix = name_pre if name_rest else args_pre
+    nested_name = name_rest if name_rest else name_key
+    nested_args = args_rest if args_rest else args_key
+    inner = peg.Seq(
+        peg.Literal("{"),
+        peg.Space(),
+        _key(nested_name),
+        peg.Atomic(
+            peg.Seq(peg.Literal('"'), _atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"'))
+        ),
+        _comma(),
+        _key(nested_args),
+        peg.Tag(t.TOOL_ARGS, peg.json_value),
+        peg.Space(),
+        peg.Literal("}"),
+    )
+    parts: list[peg.Parser] = [_atomic_tag(t.TOOL_OPEN, peg.Literal("{")), peg.Space()]
+    if tl.id_field and "." not in tl.id_field:
+        idp = peg.Atomic(
+            peg.Seq(
+                _key(tl.id_field),
+                peg.Literal('"'),
+                _atomic_tag(t.TOOL_ID, peg.StringBody('"')),
+                peg.Literal('"'),
+            )
+        )
+        parts.append(_opt(peg.Seq(idp, _comma())))
+    if tl.gen_id_field and "." not in tl.gen_id_field:
+        parts.append(_opt(peg.Seq(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value())), _comma())))
+    parts += [
+        _key(nested_prefix),
+        inner,
+        peg.Space(),
+        _atomic_tag(t.TOOL_CLOSE, peg.Literal("}")),
+    ]
+    return peg.Tag(t.TOOL, peg.Seq(*parts))
+
+
+def _json_name_is_key(tl: Tools, name: str) -> peg.Parser:
+    fields: list[peg.Parser] = []
+    if tl.id_field:
+        idp = peg.Atomic(
+            peg.Seq(
+                _key(tl.id_field),
+                peg.Literal('"'),
+                _atomic_tag(t.TOOL_ID, peg.StringBody('"')),
+                peg.Literal('"'),
+            )
+        )
+        fields.append(_opt(peg.Seq(idp, peg.Space(), _opt(peg.Seq(peg.Literal(","), peg.Space())))))
+    if tl.gen_id_field:
+        gid = peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value()))
+        fields.append(_opt(peg.Seq(gid, peg.Space(), _opt(peg.Seq(peg.Literal(","), peg.Space())))))
+    args_key = tl.args_field
+    if not args_key:
+        args: peg.Parser = peg.Tag(t.TOOL_ARGS, peg.json_value)
+    else:
+        args = peg.Seq(_key(args_key), peg.Tag(t.TOOL_ARGS, peg.json_value))
+    fields.append(args)
+    if not args_key and len(fields) == 1:
+        inner: peg.Parser = fields[0]
+    else:
+        parts: list[peg.Parser] = [peg.Literal("{"), peg.Space()]
+        for i, f in enumerate(fields):
+            parts.append(f)
+            if i < len(fields) - 1:
+                parts.append(peg.Space())
+        parts += [peg.Space(), peg.Literal("}")]
+        inner = peg.Seq(*parts)
+    return peg.Tag(
+        t.TOOL,
+        peg.Seq(
+            _atomic_tag(t.TOOL_OPEN, peg.Literal("{")),
+            peg.Space(),
+            peg.Literal('"'),
+            _atomic_tag(t.TOOL_NAME, peg.Literal(name)),
+            peg.Literal('"'),
+            peg.Space(),
+            peg.Literal(":"),
+            peg.Space(),
+            inner,
+            peg.Space(),
+            _atomic_tag(t.TOOL_CLOSE, peg.Literal("}")),
+        ),
+    )
+
+
+def _json_section(
+    tl: Tools,
+    functions: Sequence[Mapping[str, Any]],
+    start: str,
+    end: str,
+    parallel: bool,
+) -> peg.Parser:
+    """standard_json_tools without its outer optional: ``start ws calls ws end``."""
+    name_key = tl.name_field or "name"
+    args_key = tl.args_field or "arguments"
+    if tl.function_field and tl.function_field != "function" and "." not in name_key:
+        name_key = f"{tl.function_field}.{name_key}"
+        args_key = f"{tl.function_field}.{args_key}"
+    alternatives: list[peg.Parser] = []
+    for fn in functions:
+        name = str(fn["name"])
+        if tl.fun_name_is_key:
+            alternatives.append(_json_name_is_key(tl, name))
+        elif "." in name_key or "." in args_key:
+            alternatives.append(_json_nested(tl, name, name_key, args_key))
+        else:
+            alternatives.append(_json_flat(tl, name, name_key, args_key))
+    choice = peg.Choice(*alternatives)
+    calls: peg.Parser = choice
+    if parallel:
+        calls = peg.Seq(choice, peg.Repeat(peg.Seq(_comma(), choice)))
+    if tl.tools_array_wrapped:
+        calls = peg.Seq(peg.Literal("["), peg.Space(), calls, peg.Space(), peg.Literal("]"))
+    return _seq(_lit(start), peg.Space(), calls, peg.Space(), _lit(end))
+
+
+# ---------------------------------------------------------------------------------- tagged
+
+
+def _func(
+    tl: Tools,
+    name: str,
+    call_id: peg.Parser,
+    have_call_id: bool,
+    args: peg.Parser,
+    atomic_peek: peg.Parser | None,
+) -> peg.Parser:
+    opener: peg.Parser = _atomic_tag(
+        t.TOOL_OPEN,
+        _seq(_lit(tl.name_prefix), _atomic_tag(t.TOOL_NAME, peg.Literal(name)), _lit(tl.name_suffix)),
+    )
+    if tl.args_separator:
+        opener = peg.Seq(opener, peg.Space(), peg.Literal(tl.args_separator))
+    matched_atomic = True
+    if tl.name_suffix:
+        func: peg.Parser = _seq(opener, call_id, peg.Space(), args)
+    elif have_call_id:
+        func = _seq(peg.Atomic(_seq(opener, call_id)), peg.Space(), args)
+    elif atomic_peek is not None:
+        func = _seq(peg.Atomic(_seq(opener, call_id, peg.Space(), atomic_peek)), args)
+    else:
+        func = _seq(opener, call_id, peg.Space(), args)
+        matched_atomic = False
+    if tl.close:
+        func = peg.Seq(func, peg.Space(), _atomic_tag(t.TOOL_CLOSE, peg.Literal(tl.close)))
+    elif tl.per_call_end:
+        look: peg.Parser = peg.Literal(tl.per_call_end)
+        if tl.tolerate_intertag_whitespace:
+            look = peg.Seq(peg.Space(), look)
+        func = peg.Seq(func, _atomic_tag(t.TOOL_CLOSE, peg.Peek(look)))
+    else:
+        func = peg.Seq(func, _atomic_tag(t.TOOL_CLOSE, peg.Space()))
+    return func if matched_atomic else peg.Atomic(func)
+
+
+def _call_id_section(tl: Tools, tagged: bool) -> tuple[peg.Parser, bool]:
+    if tl.id_pos != ID_BETWEEN or not tl.id_prefix or not (tl.id_suffix or tl.args_start):
+        return peg.Eps(), False
+    if tl.id_suffix:
+        ident = _atomic_tag(t.TOOL_ID, peg.Until(tl.id_suffix))
+        if tagged:
+            return _opt(_seq(peg.Literal(tl.id_prefix), ident, peg.Literal(tl.id_suffix))), True
+        return _seq(_opt(_seq(peg.Literal(tl.id_prefix), ident)), peg.Literal(tl.id_suffix)), True
+    ident = _atomic_tag(t.TOOL_ID, peg.Until(tl.args_start))
+    return _opt(_seq(peg.Literal(tl.id_prefix), ident)), True
+
+
+def _tag_json_choice(tl: Tools, functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
+    alternatives: list[peg.Parser] = []
+    for fn in functions:
+        call_id, have_id = _call_id_section(tl, tagged=False)
+        args: peg.Parser = peg.Tag(t.TOOL_ARGS, peg.json_value)
+        args = _seq(_lit(tl.args_start), args, _lit(tl.args_end))
+        peek = peg.Peek(peg.Literal(tl.args_start)) if tl.args_start else None
+        alternatives.append(_func(tl, str(fn["name"]), call_id, have_id, args, peek))
+    return peg.Choice(*alternatives)
+
+
+def _tag_tagged_choice(tl: Tools, functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
+    until_suffix = peg.Until(tl.arg_value_suffix) if tl.arg_value_suffix else peg.Until()
+    close = _atomic_tag(t.TOOL_ARG_CLOSE, _lit(tl.arg_value_suffix))
+    alternatives: list[peg.Parser] = []
+    for fn in functions:
+        required: list[peg.Parser] = []
+        optional: list[peg.Parser] = []
+        for pname, schema, is_required, root in parameters(fn):
+            opener = _atomic_tag(
+                t.TOOL_ARG_OPEN,
+                _seq(
+                    _lit(tl.arg_name_prefix),
+                    _atomic_tag(t.TOOL_ARG_NAME, peg.Literal(pname)),
+                    _lit(tl.arg_name_suffix),
+                ),
+            )
+            if "string" in value_types(schema, root):
+                value: peg.Parser = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, until_suffix), close)
+            else:
+                value = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
+            arg = peg.Tag(t.TOOL_ARG, _seq(opener, _lit(tl.arg_value_prefix), value))
+            (required if is_required else optional).append(arg)
+        parts: list[peg.Parser] = []
+        for i, p in enumerate(required):
+            if i > 0:
+                parts.append(peg.Space())
+            parts.append(p)
+        if optional:
+            parts.append(peg.Repeat(peg.Seq(peg.Space(), peg.Choice(*optional))))
+        args = _seq(_lit(tl.args_start), *parts, _lit(tl.args_end))
+        call_id, have_id = _call_id_section(tl, tagged=True)
+        peek = (
+            peg.Peek(peg.Literal(tl.arg_name_prefix))
+            if tl.arg_name_prefix and required
+            else None
+        )
+        alternatives.append(_func(tl, str(fn["name"]), call_id, have_id, args, peek))
+    return peg.Choice(*alternatives)
+
+
+def _calls(
+    a: Analysis,
+    functions: Sequence[Mapping[str, Any]],
+    parallel: bool,
+    required: bool,
+) -> tuple[CallSection, str]:
+    """The call section and the marker that ends the content before it."""
+    tl = a.tools
+    names = frozenset(str(fn["name"]) for fn in functions)
+    if tl.mode == T_JSON:
+        if not tl.section_start and tl.per_call_start:
+            unit = _json_section(tl, functions, tl.per_call_start, tl.per_call_end, parallel)
+            section = CallSection(
+                first=unit,
+                next=unit,
+                required=required,
+                commit=tl.per_call_end,
+                openers=(tl.per_call_start,),
+                tool_names=names,
+                space_after=True,
+                settle=True,
+            )
+        else:
+            unit = _json_section(tl, functions, tl.section_start, tl.section_end, parallel)
+            section = CallSection(
+                first=unit,
+                next=None,
+                required=required,
+                commit=tl.section_end,
+                openers=(tl.section_start,) if tl.section_start else (),
+                tool_names=names,
+                space_after=False,
+                settle=True,
+            )
+        return section, tl.section_start or tl.per_call_start or "{"
+    tagged = tl.mode != T_TAG_JSON
+    choice = _tag_tagged_choice(tl, functions) if tagged else _tag_json_choice(tl, functions)
+    trigger = tl.section_start or tl.per_call_start
+    if tl.per_call_start:
+        if tagged:
+            wrapped: peg.Parser = _seq(
+                peg.Literal(tl.per_call_start), peg.Space(), choice, peg.Space(), _lit(tl.per_call_end)
+            )
+        else:
+            wrapped = _seq(peg.Literal(tl.per_call_start), choice, _lit(tl.per_call_end))
+        if tl.section_start:
+            repeated: peg.Parser
+            if parallel:
+                repeated = peg.Seq(wrapped, peg.Repeat(peg.Seq(peg.Space(), wrapped)))
+            else:
+                repeated = wrapped
+            inner: peg.Parser = peg.Seq(repeated, peg.Space()) if tagged else repeated
+            if tl.section_end:
+                tail: peg.Parser = peg.Literal(tl.section_end)
+                if tagged:
+                    tail = peg.Seq(tail, peg.Space())
+            else:
+                tail = _End()
+            unit = peg.Seq(peg.Literal(tl.section_start), peg.Space(), inner, peg.Space(), tail)
+            section = CallSection(
+                first=unit,
+                next=None,
+                required=required,
+                commit=tl.section_end,
+                openers=(tl.section_start,),
+                tool_names=names,
+                space_after=False,
+                settle=True,
+            )
+        elif tagged:
+            section = CallSection(
+                first=wrapped,
+                next=wrapped if parallel else None,
+                required=required,
+                commit=tl.per_call_end or tl.close,
+                openers=(tl.per_call_start,),
+                tool_names=names,
+                space_after=True,
+                settle=True,
+            )
+        else:
+            section = CallSection(
+                first=wrapped,
+                next=peg.Seq(peg.Space(), wrapped) if parallel else None,
+                required=required,
+                commit=tl.per_call_end or tl.close,
+                openers=(tl.per_call_start,),
+                tool_names=names,
+                space_after=False,
+                settle=True,
+            )
+        return section, trigger
+    more: list[peg.Parser] = []
+    if parallel:
+        more.append(peg.Repeat(peg.Seq(peg.Literal(", "), choice)))
+    if tagged:
+        unit = _seq(
+            _lit(tl.section_start), peg.Space(), choice, *more, peg.Space(), _lit(tl.section_end)
+        )
+    else:
+        unit = _seq(_lit(tl.section_start), choice, *more, _lit(tl.section_end))
+    section = CallSection(
+        first=unit,
+        next=None,
+        required=required,
+        commit=tl.section_end or tl.close,
+        openers=(tl.section_start,) if tl.section_start else (),
+        tool_names=names,
+        space_after=False,
+        settle=True,
+    )
+    return section, trigger
+
+
+# ---------------------------------------------------------------------------------- format
+
+
+def build_format(
+    a: Analysis,
+    generation_prompt: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    rs = a.reasoning
+    extracting = reasoning_format != "none" and rs.mode != R_NONE
+    reasoning: ReasoningBlock | None = None
+    if extracting and rs.end:
+        _, start_core, start_trail = _split_space(rs.start)
+        start_lead = _split_space(rs.start)[0] if not start_core else ""
+        end_core = trim(rs.end)
+        end_trail = _split_space(rs.end)[2]
+        reasoning = ReasoningBlock(
+            start=start_core,
+            stops=(end_core,),
+            closers=((end_core, True),),
+            space_after_start=False,
+            start_optional=start_lead + start_trail,
+            end_optional=end_trail,
+        )
+    prefix = _prefix(generation_prompt, trim(rs.start))
+    functions = tool_functions(tools)
+    stops = tuple(s for s in a.additional_stops)
+    use_tools = bool(functions) and tool_choice != "none" and a.supports_tool_calls
+    if use_tools:
+        if a.tools.mode == T_NONE:
+            # llama.cpp's generator gives an empty parser: nothing after the prefix is read
+            return ReplyFormat(
+                HANDLER,
+                prefix,
+                reasoning,
+                None,
+                space_after_prefix=True,
+                space_before_content=False,
+                content_enabled=False,
+                stop=stops,
+            )
+        section, trigger = _calls(a, functions, parallel_tool_calls, tool_choice == "required")
+        return ReplyFormat(
+            HANDLER,
+            prefix,
+            reasoning,
+            (trigger,) if trigger else None,
+            section,
+            space_before_content=False,
+            space_before_calls=False,
+            end_anchor=True,
+            stop=stops,
+            space_after_prefix=True,
+            content_enabled=bool(trigger),
+        )
+    pure = rs.mode == R_NONE
+    return ReplyFormat(
+        HANDLER,
+        prefix,
+        reasoning,
+        None,
+        space_before_content=False,
+        end_anchor=True,
+        stop=stops,
+        space_after_prefix=not pure,
+    )
