@@ -232,11 +232,27 @@ def _with(probe: Probe, messages: Sequence[Any]) -> Probe:
 
 
 def _capabilities(r: Renderer) -> tuple[bool, bool]:
-    """(supports_tool_calls, supports_parallel_tool_calls), measured by rendering."""
-    tool_result = {"role": "tool", "tool_call_id": "call00001", "content": "Tool response"}
+    """(supports_tool_calls, supports_parallel_tool_calls), measured by rendering llama.cpp's
+    capability probes; "the template reads the calls" (llama.cpp tracks reads) is taken as
+    "the call's name shows in the render"."""
+    tools = [
+        {
+            "name": "tool",
+            "type": "function",
+            "function": {
+                "name": "tool1",
+                "description": "Tool description",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"arg": {"type": "string", "description": "Arg description"}},
+                    "required": ["arg"],
+                },
+            },
+        }
+    ]
 
-    def calls(args: Any, n: int) -> list[dict[str, Any]]:
-        return [
+    def render(args: Any, n: int) -> str | None:
+        calls = [
             {
                 "id": f"call0000{i + 1}",
                 "type": "function",
@@ -244,46 +260,38 @@ def _capabilities(r: Renderer) -> tuple[bool, bool]:
             }
             for i in range(n)
         ]
-
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "tool1",
-                "description": "Tool 1",
-                "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}},
-            },
-        }
-    ]
-
-    def render(args: Any, n: int) -> str | None:
         messages: list[dict[str, Any]] = [
             {"role": "user", "content": "User message"},
-            {"role": "assistant", "content": "", "tool_calls": calls(args, n)},
-            tool_result,
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
+            {"role": "assistant", "content": "The tool response was 'tool response'"},
             {"role": "user", "content": "User message"},
         ]
         try:
-            return r.template.render(messages, tools=tools)
-        except Exception:  # noqa: BLE001
+            return r.template.render(
+                messages, tools=tools, add_generation_prompt=True, bos_token="", eos_token=""
+            )
+        except Exception:  # noqa: BLE001 - a failing probe is information, not an error
             return None
 
-    supports = False
     object_args = True
     out = render({"arg": "value"}, 1)
-    if out is not None and "tool1" in out:
-        supports = True
-    else:
-        out = render('{"arg": "value"}', 1)
-        if out is not None and "tool1" in out:
-            supports = True
-            object_args = False
+    if out is None or "tool1" not in out:
+        object_args = False
+        string_out = render('{"arg": "value"}', 1)
+        if string_out is None:
+            return False, False
+        if out is None:
+            out = string_out
+    supports = "tool1" in out
     if not supports:
         return False, False
     args: Any = {"arg": "value"} if object_args else '{"arg": "value"}'
-    out = render(args, 2)
-    parallel = out is not None and out.count("tool1") >= 2
-    return True, parallel
+    two = render(args, 2)
+    if two is None:
+        return supports, False
+    parallel = two.count("tool1") >= 2
+    return supports, parallel
 
 
 # ---------------------------------------------------------------------------------- phases
