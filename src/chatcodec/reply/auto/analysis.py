@@ -234,7 +234,7 @@ def _with(probe: Probe, messages: Sequence[Any]) -> Probe:
 def _capabilities(r: Renderer) -> tuple[bool, bool]:
     """(supports_tool_calls, supports_parallel_tool_calls), measured by rendering llama.cpp's
     capability probes; "the template reads the calls" (llama.cpp tracks reads) is taken as
-    "the call's name shows in the render"."""
+    "the render changes with them"."""
     tools = [
         {
             "name": "tool",
@@ -260,9 +260,12 @@ def _capabilities(r: Renderer) -> tuple[bool, bool]:
             }
             for i in range(n)
         ]
+        assistant: dict[str, Any] = {"role": "assistant", "content": ""}
+        if calls:
+            assistant["tool_calls"] = calls
         messages: list[dict[str, Any]] = [
             {"role": "user", "content": "User message"},
-            {"role": "assistant", "content": "", "tool_calls": calls},
+            assistant,
             {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
             {"role": "assistant", "content": "The tool response was 'tool response'"},
             {"role": "user", "content": "User message"},
@@ -274,24 +277,19 @@ def _capabilities(r: Renderer) -> tuple[bool, bool]:
         except Exception:  # noqa: BLE001 - a failing probe is information, not an error
             return None
 
+    # a read of the calls is seen as a render that changes with them
+    without = render(None, 0)
     object_args = True
     out = render({"arg": "value"}, 1)
-    if out is None or "tool1" not in out:
+    if out is None or out == without:
         object_args = False
         string_out = render('{"arg": "value"}', 1)
-        if string_out is None:
+        if string_out is None or string_out == without:
             return False, False
-        if out is None:
-            out = string_out
-    supports = "tool1" in out
-    if not supports:
-        return False, False
+        out = string_out
     args: Any = {"arg": "value"} if object_args else '{"arg": "value"}'
     two = render(args, 2)
-    if two is None:
-        return supports, False
-    parallel = two.count("tool1") >= 2
-    return supports, parallel
+    return True, two is not None and two != out
 
 
 # ---------------------------------------------------------------------------------- phases
