@@ -11,9 +11,12 @@ filters is bounded, so a hostile template cannot hang or exhaust the caller.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,7 +28,13 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.runtime import Macro
+from jinja2.sandbox import (
+    ImmutableSandboxedEnvironment,
+    SandboxedEscapeFormatter,
+    SandboxedFormatter,
+)
+from markupsafe import Markup
 
 __all__ = ["Limits", "RenderState", "ChatSandbox", "new_environment", "render_state"]
 
@@ -74,7 +83,65 @@ def _check_size(value: Any) -> Any:
         size = 0
     if size > render_state.max_chars:
         raise _LimitExceeded(f"the template built a value of {size} items, over the output limit")
+    if size > _BIG:  # a big value costs real time: meet the deadline between such steps
+        _check_deadline()
     return value
+
+
+# --- refusing growth before it is allocated --------------------------------------------
+
+_BIG = 1 << 16
+_MAX_INT_BITS = 1 << 20  # ~315,000 decimal digits: far past anything a prompt prints
+_PRINTF_WIDE = re.compile(  # `%%`, or a spec whose width or precision is a star or 6+ digits
+    r"%(?:%|(?:\([^)]*\))?[-#0 +]*(\*|\d{6,})?(?:\.(\*|\d{6,}))?(?<=[*\d]))"
+)
+_DIGITS = re.compile(r"\d+")
+_WIDE_BYTES = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _refuse_growth(size: int, what: str) -> None:
+    # `size` is what the operation is about to allocate; refuse it before the allocation
+    if size > render_state.max_chars:
+        raise _LimitExceeded(f"the template {what} past the output limit")
+
+
+def _check_widths(numbers: Iterable[str | None], what: str) -> None:
+    limit = render_state.max_chars
+    for digits in numbers:
+        if digits and digits != "*" and (len(digits) > 18 or int(digits) > limit):
+            raise _LimitExceeded(f"the template {what} past the output limit")
+
+
+def _check_printf(fmt: str, args: Any) -> None:
+    # `'%0999999999d' % 1` pads in C before anything could look at the result, and
+    # `'%(a)s' * n % {'a': text}` repeats text n times: both are measured first
+    if "%" not in fmt:
+        return
+    if len(fmt) > _BIG:  # parsing megabytes of specs in Python would outlast the deadline
+        wide = fmt.encode("utf-8", "surrogatepass").translate(_WIDE_BYTES).find(b"000000")
+        if wide >= 0 or "*" in fmt:
+            raise _LimitExceeded(
+                "the template used a printf-style format over 65536 chars with a star or a "
+                "6-digit number in it, which could pad past the output limit"
+            )
+    star = False
+    for match in () if len(fmt) > _BIG else _PRINTF_WIDE.finditer(fmt):  # star or 6+ digits
+        _check_widths(match.groups(), "formatted a field")
+        star = star or "*" in match.groups()
+    values = args if isinstance(args, tuple) else (args,)
+    if star:  # `'%*d' % (width, value)`: the width comes from the arguments
+        _check_widths((str(v) for v in values if type(v) is int and v > 0), "formatted a field")
+    if len(fmt) > _BIG or len(values) > 64:
+        if isinstance(args, dict):
+            longest = max((len(v) for v in args.values() if isinstance(v, str)), default=0)
+            size = len(fmt) + fmt.count("%(") * longest
+        else:
+            size = len(fmt) + sum(len(v) for v in values if isinstance(v, str))
+        _refuse_growth(size, "formatted a string")
+
+
+def _int_bits(value: Any) -> int:
+    return value.bit_length() if isinstance(value, int) else 0
 
 
 # --- the functions transformers puts in the environment -------------------------------
@@ -166,19 +233,93 @@ class GenerationExtension(jinja2.ext.Extension):
 # --- the guarded sandbox ---------------------------------------------------------------
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
-_WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
+
+
+# Checks on string methods that can grow a string in C, before they run. Each gets the string,
+# the call's arguments, and returns the positional arguments to call with.
+def _check_pad(owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    width = args[0] if args else kwargs.get("width", 0)
+    if isinstance(width, int):
+        _refuse_growth(width, "padded a string")
+    return args
+
+
+def _check_expandtabs(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    size = args[0] if args else kwargs.get("tabsize", 8)
+    if isinstance(size, int) and size > 1 and len(owner) * size > render_state.max_chars:
+        tabs = owner.count("\t") if isinstance(owner, str) else owner.count(b"\t")
+        _refuse_growth(len(owner) + tabs * size, "expanded tabs")
+    return args
+
+
+def _check_replace(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    old = args[0] if args else kwargs.get("old")
+    new = args[1] if len(args) > 1 else kwargs.get("new")
+    count = args[2] if len(args) > 2 else kwargs.get("count", -1)
+    if isinstance(old, (str, bytes)) and isinstance(new, (str, bytes)):
+        _check_replacement(owner, old, new, count)
+    return args
+
+
+def _check_replacement(owner: Any, old: Any, new: Any, count: Any = -1) -> None:
+    grow = len(new) - len(old)
+    if grow <= 0:
+        return
+    most = len(owner) + (len(owner) // max(len(old), 1) + 1) * grow
+    if most > render_state.max_chars:
+        hits = len(owner) + 1 if not old else owner.count(old)
+        if isinstance(count, int) and count >= 0:
+            hits = min(hits, count)
+        _refuse_growth(len(owner) + hits * grow, "replaced text")
+
+
+def _check_join(owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    if len(args) != 1 or kwargs:
+        return args
+    items = list(args[0])  # str.join makes a list of its argument too; now it can be measured
+    size = len(owner) * max(len(items) - 1, 0)
+    for item in items:
+        size += len(item) if isinstance(item, (str, bytes)) else 0
+    _refuse_growth(size, "joined strings")
+    return (items,)
+
+
+def _check_translate(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    table = args[0] if args else None
+    if isinstance(table, dict):
+        longest = max((len(v) for v in table.values() if isinstance(v, str)), default=1)
+        if longest > 1:
+            _refuse_growth(len(owner) * longest, "translated a string")
+    return args
+
+
+_STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
+    "center": _check_pad,
+    "ljust": _check_pad,
+    "rjust": _check_pad,
+    "zfill": _check_pad,
+    "expandtabs": _check_expandtabs,
+    "replace": _check_replace,
+    "join": _check_join,
+    "translate": _check_translate,
+}
 _LOOP_GUARD = "__chatcodec_loop_guard"
-_CHECK_EVERY = 1024
 
 
 def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
-    # Wraps every {% for %} iterable: loops that call nothing still meet the time limit
-    count = 0
+    # Wraps every {% for %} iterable: loops that call nothing still meet the time limit. The
+    # clock is read on every pass, since one pass may compare or scan megabytes in C.
+    deadline = render_state.deadline
+    clock = time.monotonic
     for item in iterable:
-        count += 1
-        if count == _CHECK_EVERY:
-            count = 0
-            _check_deadline()
+        if clock() > deadline:
+            raise _LimitExceeded("the render ran past its time limit")
         yield item
 
 
@@ -191,6 +332,25 @@ class _GuardedCodeGenerator(CodeGenerator):
             self.write(", ")
         self.write("))")
 
+    def visit_AssignBlock(self, node: jinja2.nodes.AssignBlock, frame: Frame) -> None:
+        # `{% set x %}...{% endset %}` captures its output: bound it like any built string
+        if node.filter is not None:  # the filter's result is checked like any filter's
+            super().visit_AssignBlock(node, frame)
+            return
+        self.push_assign_tracking()
+        block_frame = frame.inner()
+        block_frame.require_output_check = False
+        block_frame.symbols.analyze_node(node)
+        self.enter_frame(block_frame)
+        self.buffer(block_frame)
+        self.blockvisit(node.body, block_frame)
+        self.newline(node)
+        self.visit(node.target, frame)
+        self.write(" = (Markup if context.eval_ctx.autoescape else identity)(")
+        self.write(f"environment.guarded_concat({block_frame.buffer}))")
+        self.pop_assign_tracking(frame)
+        self.leave_frame(block_frame)
+
 
 def _binop(op: str, left: Any, right: Any) -> Any:
     if op == "*":
@@ -199,14 +359,68 @@ def _binop(op: str, left: Any, right: Any) -> Any:
         if isinstance(left, (str, list, tuple)) and isinstance(right, int):
             if len(left) * max(right, 0) > render_state.max_chars:
                 raise _LimitExceeded("the template multiplied a sequence past the output limit")
+            return _check_size(left * right)
+        if isinstance(left, int) and _int_bits(left) + _int_bits(right) > _MAX_INT_BITS:
+            raise _LimitExceeded("the template multiplied a number past the size limit")
         return left * right
     if op == "**":
-        if isinstance(left, int) and isinstance(right, int) and abs(right) > 4096:
-            raise _LimitExceeded("the template raised a number to an unbounded power")
+        if isinstance(left, int) and isinstance(right, int) and left not in (0, 1, -1):
+            if right > 0 and _int_bits(left) * right > _MAX_INT_BITS:
+                raise _LimitExceeded("the template raised a number to an unbounded power")
         return left**right
     if op == "%":
+        if isinstance(left, str):
+            _check_printf(left, right)
         return _check_size(left % right)
+    if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+        _refuse_growth(len(left) + len(right), "concatenated values")
     return _check_size(left + right)
+
+
+class _GuardedFormatter(SandboxedFormatter):
+    # `'{:>9999999999}'.format(1)` pads in C: the width is checked before formatting, and the
+    # fields' running total and the clock are checked field by field
+    size = 0
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        if format_spec:
+            _check_widths(_DIGITS.findall(format_spec), "formatted a field")
+        _check_deadline()
+        field = super().format_field(value, format_spec)
+        self.size += len(field)
+        _refuse_growth(self.size, "formatted a string")
+        return field
+
+
+class _GuardedEscapeFormatter(_GuardedFormatter, SandboxedEscapeFormatter):
+    pass
+
+
+# --- fast paths ------------------------------------------------------------------------
+# Each shortcut below returns what the full sandbox path returns, raises what it raises and
+# refuses what it refuses; it only skips work whose outcome is already known.
+
+# Values of these exact types have a fixed set of attributes: an attribute always exists or
+# never does, always has the same kind of value (a method bound to the value, or a number),
+# and can never carry `unsafe_callable` / `alters_data` marks (builtin objects take no new
+# attributes). So the sandbox's verdicts on them depend on (type, name) alone.
+_PLAIN_TYPES = frozenset({str, int, float, bool, list, tuple, dict, type(None)})
+_BUILTIN_METHOD = type("".strip)
+_MACRO_TAKES_EVAL_CONTEXT = (
+    jinja2.utils._PassArg.from_obj(Macro.__call__) is jinja2.utils._PassArg.eval_context
+)
+
+
+def _call_plain(context: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # The tail of jinja's Context.call once the argument to pass first (if any) is known
+    kwargs.pop("_block_vars", None)
+    kwargs.pop("_loop_vars", None)
+    try:
+        return func(*args, **kwargs)
+    except StopIteration:
+        return context.environment.undefined(
+            "value was undefined because a callable raised a StopIteration exception"
+        )
 
 
 class ChatSandbox(ImmutableSandboxedEnvironment):
@@ -215,32 +429,146 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
     code_generator_class = _GuardedCodeGenerator
     intercepted_binops = frozenset({"*", "**", "%", "+"})
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # (type, name) of existing attributes of plain values, looked up in full once: True
+        # when not refused and not str.format (which is wrapped), so getattr(obj, name) is
+        # the answer; False when the full path must run every time
+        self._plain_attributes: dict[tuple[type, str], bool] = {}
+        # (type, name) of builtin methods of plain values that is_safe_callable accepted
+        self._plain_methods: set[tuple[type, str]] = set()
+        # The namespace and macro shortcuts restate jinja's own checks for those types; they
+        # switch themselves off if a subclass replaces a check or the namespace changes
+        cls = type(self)
+        self._stock_checks = (
+            cls.is_safe_attribute is ImmutableSandboxedEnvironment.is_safe_attribute
+            and cls.is_safe_callable is ImmutableSandboxedEnvironment.is_safe_callable
+            and _TemplateNamespace.__getattribute__ is jinja2.utils.Namespace.__getattribute__
+            and not hasattr(_TemplateNamespace, "__getitem__")
+        )
+
+    def _remember_plain_attribute(self, obj: Any, attribute: str) -> None:
+        # Called after the full lookup of `attribute` on a value of a _PLAIN_TYPES type
+        try:
+            value = getattr(obj, attribute)
+        except AttributeError:
+            return  # not cached: the names a template may try are unbounded
+        self._plain_attributes[(type(obj), attribute)] = (
+            not attribute.startswith("_")
+            and self.wrap_str_format(value) is None
+            and self.is_safe_attribute(obj, attribute, value)
+        )
+
     def getattr(self, obj: Any, attribute: str) -> Any:
         # `message.content` on a plain dict: same result as the sandbox's own lookup, which
         # tries the attribute first and the key second, without raising AttributeError
-        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+        kind = type(obj)
+        if type(attribute) is not str:  # `|attr(x)` may pass anything: the full path decides
+            return super().getattr(obj, attribute)
+        if kind is dict and attribute not in _DICT_ATTRIBUTES:
             try:
                 return obj[attribute]
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
             except TypeError:
                 pass
-        return super().getattr(obj, attribute)
+        shortcut = self._plain_attributes.get((kind, attribute))
+        if shortcut:
+            # `content.strip`, `message.get`: the full path (see _remember_plain_attribute)
+            # found this attribute, not str.format, and safe; all three hold for every value
+            # of this exact builtin type (see _PLAIN_TYPES)
+            return getattr(obj, attribute)
+        if kind is _TemplateNamespace and self._stock_checks and not attribute.startswith("_"):
+            # `ns.flag`: the full path reads the namespace's dict through getattr (a missing
+            # name is an AttributeError, then `ns[name]` a TypeError: undefined). jinja's
+            # is_safe_attribute on a namespace reduces to the underscore test above: it is no
+            # function, method, type, code or generator, nor a mutable ABC. The str.format
+            # wrapper is still applied to whatever value was stored.
+            attrs = object.__getattribute__(obj, "_Namespace__attrs")
+            if attribute not in attrs:
+                return self.undefined(obj=obj, name=attribute)
+            value = attrs[attribute]
+            wrapped = self.wrap_str_format(value)
+            return value if wrapped is None else wrapped
+        value = super().getattr(obj, attribute)
+        if shortcut is None and kind in _PLAIN_TYPES:
+            self._remember_plain_attribute(obj, attribute)
+        return value
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         _check_deadline()
-        name = getattr(__obj, "__name__", None)
-        if name in _WIDTH_METHODS and isinstance(getattr(__obj, "__self__", None), str):
-            width = args[0] if args else kwargs.get("tabsize", kwargs.get("width", 0))
-            if isinstance(width, int) and width > render_state.max_chars:
-                raise _LimitExceeded("the template padded a string past the output limit")
+        check = _STRING_METHOD_CHECKS.get(getattr(__obj, "__name__", None))  # type: ignore[arg-type]
+        if check is not None:
+            owner = getattr(__obj, "__self__", None)
+            if isinstance(owner, (str, bytes)):
+                args = check(owner, args, kwargs)
+        kind = type(__obj)
+        if kind is _BUILTIN_METHOD:
+            key = (type(__obj.__self__), __obj.__name__)
+            if key in __self._plain_methods:
+                # `content.strip()`: is_safe_callable accepted this method once and a builtin
+                # method can carry no mark to change that; jinja's Context.call finds no
+                # pass_context-style mark on it either, so it drops its private keywords and
+                # calls it as is (a StopIteration becoming undefined, as there)
+                return _check_size(_call_plain(__context, __obj, args, kwargs))
+            if key[0] in _PLAIN_TYPES and __self.is_safe_callable(__obj):
+                __self._plain_methods.add(key)
+        elif kind is Macro and __self._stock_checks and _MACRO_TAKES_EVAL_CONTEXT:
+            # `{{ render_tool(tool) }}`: a macro object has no unsafe mark (jinja's
+            # is_safe_callable passes it), and Context.call passes its eval context first, as
+            # Macro.__call__ is marked pass_eval_context
+            return _check_size(
+                _call_plain(__context, __obj.__call__, (__context.eval_ctx, *args), kwargs)
+            )
         return _check_size(super().call(__context, __obj, *args, **kwargs))
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+" and type(left) is str and type(right) is str:
+            # `'<|im_start|>' + role`: _binop's `+` refuses a result over max_chars and meets
+            # the deadline for one over _BIG; below both it simply concatenates
+            size = len(left) + len(right)
+            if size <= _BIG and size <= render_state.max_chars:
+                return left + right
         return _binop(operator, left, right)
 
     def guarded_concat(self, parts: Iterable[Any]) -> str:
-        return _check_size("".join(map(str, parts)))
+        strings = [part if type(part) is str else str(part) for part in parts]
+        size = sum(map(len, strings))
+        if size > _BIG:  # measured before the join allocates
+            _refuse_growth(size, "concatenated strings")
+            _check_deadline()
+        return "".join(strings)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        # jinja's own wrapper, with a formatter that checks field widths before padding.
+        # Whether to wrap is jinja 3.1.6's own test, restated so that its wrapper is not
+        # built (with functools.update_wrapper) only to be thrown away on every access
+        if (
+            not isinstance(value, (types.MethodType, types.BuiltinMethodType))
+            or value.__name__ not in ("format", "format_map")
+            or not isinstance(value.__self__, str)
+        ):
+            return None
+        f_self = value.__self__
+        str_type = type(f_self)
+        is_format_map = value.__name__ == "format_map"
+        formatter: _GuardedFormatter
+        if isinstance(f_self, Markup):
+            formatter = _GuardedEscapeFormatter(self, escape=f_self.escape)
+        else:
+            formatter = _GuardedFormatter(self)
+
+        def guarded(*args: Any, **kwargs: Any) -> str:
+            formatter.size = len(f_self)
+            if is_format_map:
+                if kwargs:
+                    raise TypeError("format_map() takes no keyword arguments")
+                if len(args) != 1:
+                    raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
+                kwargs, args = args[0], ()
+            return str_type(formatter.vformat(f_self, args, kwargs))
+
+        return functools.update_wrapper(guarded, value)
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> jinja2.nodes.Template:
         tree = super()._parse(source, name, filename)
@@ -251,11 +579,118 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         return tree
 
 
-def _guard_filter(func: Callable[..., Any]) -> Callable[..., Any]:
+def _filter_center(value: Any, width: Any = 80) -> None:
+    if isinstance(width, int):
+        _refuse_growth(width, "padded a string")
+
+
+def _filter_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> None:
+    step = width if isinstance(width, int) else len(width) if isinstance(width, str) else 0
+    lines = s.count("\n") + 1 if isinstance(s, str) else 1
+    _refuse_growth(step * lines + (len(s) if isinstance(s, str) else 0), "indented text")
+
+
+def _filter_wordwrap(
+    environment: Any, s: Any, width: Any = 79, break_long_words: Any = True, wrapstring: Any = None,
+    *args: Any, **kwargs: Any,
+) -> None:
+    if isinstance(s, str) and isinstance(wrapstring, str) and len(wrapstring) > 1:
+        _refuse_growth(len(s) * len(wrapstring), "wrapped text")  # at most a break per char
+
+
+def _filter_replace(eval_ctx: Any, s: Any, old: Any, new: Any, count: Any = None) -> None:
+    if isinstance(s, str) and isinstance(old, str) and isinstance(new, str):
+        _check_replacement(s, old, new, -1 if count is None else count)
+
+
+def _filter_join(
+    eval_ctx: Any, value: Any, d: Any = "", attribute: Any = None
+) -> tuple[Any, ...] | None:
+    if attribute is not None or not isinstance(d, str) or isinstance(value, (str, dict)):
+        return None
+    items = value if isinstance(value, (list, tuple)) else list(value)  # join lists them too
+    _check_join(d, (items,), {})
+    return (eval_ctx, items, d)
+
+
+def _filter_format(value: Any, *args: Any, **kwargs: Any) -> None:
+    if isinstance(value, str):
+        _check_printf(value, kwargs or args)
+
+
+def _filter_urlize(eval_ctx: Any, value: Any, *args: Any, **kwargs: Any) -> None:
+    extra = sum(len(v) for v in (*args, *kwargs.values()) if isinstance(v, str))
+    if isinstance(value, str):
+        _refuse_growth(len(value) * (16 + extra), "linked text")
+
+
+def _filter_tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+                   sort_keys: bool = False) -> None:
+    # json.dumps repeats `indent` once per nesting level on every line and a separator per
+    # item: when those are long, count the lines before dumping
+    step = indent if isinstance(indent, int) else len(indent) if isinstance(indent, str) else 0
+    if isinstance(separators, (tuple, list)):
+        step += sum(len(sep) for sep in separators if isinstance(sep, str))
+    if step > 64:
+        _refuse_growth(step, "indented JSON")
+        _refuse_growth(_json_lines(x, 1, render_state.max_chars // step + 1) * step, "indented JSON")
+
+
+def _json_lines(value: Any, depth: int, budget: int) -> int:
+    # lines x depth of json.dumps(value, indent=...), counted up to `budget`
+    total = depth
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return total
+    for item in value:
+        total += _json_lines(item, depth + 1, budget - total)
+        if total > budget:
+            break
+    return total
+
+
+def _filter_sum(environment: Any, iterable: Any, attribute: Any = None, start: Any = 0) -> None:
+    if isinstance(start, (list, tuple)) and isinstance(iterable, (list, tuple)):
+        size = len(start) + sum(len(x) for x in iterable if isinstance(x, (list, tuple)))
+        _refuse_growth(size, "summed sequences")
+
+
+_FILTER_CHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
+    "center": _filter_center,
+    "indent": _filter_indent,
+    "wordwrap": _filter_wordwrap,
+    "replace": _filter_replace,
+    "join": _filter_join,
+    "format": _filter_format,
+    "urlize": _filter_urlize,
+    "tojson": _filter_tojson,
+    "sum": _filter_sum,
+}
+
+
+def _guard_filter(func: Callable[..., Any], name: str = "") -> Callable[..., Any]:
+    check = _FILTER_CHECKS.get(name)
+    if check is not None:
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                args = check(*args, **kwargs) or args
+            except TypeError:
+                pass  # arguments the filter itself will refuse, with its own message
+            return _check_size(func(*args, **kwargs))
+
+        return _keep_marks(checked, func)
+
     def guarded(*args: Any, **kwargs: Any) -> Any:
         return _check_size(func(*args, **kwargs))
 
-    guarded.__dict__.update(getattr(func, "__dict__", {}))  # keeps jinja's pass_context/pass_eval_context marks
+    return _keep_marks(guarded, func)
+
+
+def _keep_marks(guarded: Callable[..., Any], func: Callable[..., Any]) -> Callable[..., Any]:
+    # keeps jinja's pass_context/pass_eval_context marks
+    guarded.__dict__.update(getattr(func, "__dict__", {}))
     guarded.__name__ = getattr(func, "__name__", "filter")
     guarded.__doc__ = func.__doc__
     return guarded
@@ -275,8 +710,8 @@ def new_environment() -> ChatSandbox:
         extensions=[GenerationExtension, jinja2.ext.loopcontrols],
     )
     for name, func in list(env.filters.items()):
-        env.filters[name] = _guard_filter(func)
-    env.filters["tojson"] = _guard_filter(_tojson)
+        env.filters[name] = _guard_filter(func, name)
+    env.filters["tojson"] = _guard_filter(_tojson, "tojson")
     env.filters[_LOOP_GUARD] = _loop_guard
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

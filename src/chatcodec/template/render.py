@@ -217,6 +217,12 @@ class ChatTemplate:
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise TemplateError(str(exc), stage="render", kind=type(exc).__name__) from None
+        except RecursionError:  # a self-referencing message, tool or keyword argument
+            raise TemplateError(
+                "the render arguments nest too deeply (or refer to themselves) to be copied",
+                stage="render",
+                kind="RecursionError",
+            ) from None
         pinned = None
         if now is not None:
             try:
