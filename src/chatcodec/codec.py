@@ -195,6 +195,7 @@ class Codec:
             tool_choice=tool_choice,
             parallel_tool_calls=True if parallel_tool_calls is None else parallel_tool_calls,
             reasoning_format=reasoning_format,
+            special_tokens=template.special_tokens,
         )
         stop = list(fmt.stop)
         eos = self.special_tokens.get("eos_token")

@@ -26,6 +26,9 @@ class ReasoningBlock:
     stops: tuple[str, ...]
     closers: tuple[tuple[str, bool], ...]
     space_after_start: bool = True
+    # characters that may each follow the start / the consumed closer (llama.cpp's optspace)
+    start_optional: str = ""
+    end_optional: str = ""
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class CallSection:
     name_marker_end: str = ""
     tool_names: frozenset[str] = field(default_factory=frozenset)
     space_after: bool = True
+    # a call parse that succeeds at the very end of the text so far is not final yet
+    settle: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,3 +67,6 @@ class ReplyFormat:
     space_before_calls: bool = True
     end_anchor: bool = False
     stop: tuple[str, ...] = ()
+    space_after_prefix: bool = False
+    # False: nothing is read as content (llama.cpp's auto parser without a call start marker)
+    content_enabled: bool = True

@@ -35,11 +35,14 @@ class ReplyEngine:
         self.fmt = fmt
         self.prompt_length = len(generation_prompt)
         steps: list[int] = [_PREFIX]
+        if fmt.space_after_prefix:
+            steps.append(_SPACE)
         if fmt.reasoning is not None:
             steps.append(_REASONING)
         if fmt.space_before_content:
             steps.append(_SPACE)
-        steps.append(_CONTENT)
+        if fmt.content_enabled:
+            steps.append(_CONTENT)
         if fmt.calls is not None:
             if fmt.space_before_calls:
                 steps.append(_SPACE)
@@ -250,7 +253,11 @@ class ReplyEngine:
             if status == NEED_MORE:
                 return _STOP if self._eof else _WAIT
             self._pos += len(block.start)
-            self._sub = 1 if block.space_after_start else 2
+            self._sub = 1 if block.space_after_start else 4
+        if self._sub == 4:
+            if self._optional_chars(block.start_optional) == _WAIT:
+                return _WAIT
+            self._sub = 2
         if self._sub == 1:
             outcome = self._space()
             if outcome == _WAIT:
@@ -265,12 +272,34 @@ class ReplyEngine:
             status = self._literal_status(marker)
             if status == SUCCESS:
                 if consumed:
-                    self._pos += len(marker)
+                    if block.end_optional:
+                        at = self._pos
+                        self._pos += len(marker)
+                        if self._optional_chars(block.end_optional) == _WAIT:
+                            self._pos = at
+                            return _WAIT
+                    else:
+                        self._pos += len(marker)
                 return _NEXT
             if status == NEED_MORE:
                 return _STOP if self._eof else _WAIT
         self._fail("the thought does not end with a closing marker")
         return _FAIL
+
+    def _optional_chars(self, chars: str) -> int:
+        """Each of ``chars`` in turn, if it is there (decided once enough text has arrived)."""
+        buf, n = self._buf, len(self._buf)
+        pos = self._pos
+        for ch in chars:
+            if pos >= n:
+                if not self._eof:
+                    return _WAIT
+                break
+            if buf[pos] != ch:
+                continue
+            pos += 1
+        self._pos = pos
+        return _NEXT
 
     def _content(self) -> int:
         until = self._content_until
@@ -323,6 +352,12 @@ class ReplyEngine:
             grammar = section.first if self._calls_done == 0 else section.next
             assert grammar is not None
             result = grammar.parse(self._buf, self._pos)
+            if section.settle and result.status == SUCCESS and result.end >= len(self._buf):
+                if not self._eof:
+                    self._tried_len = len(self._buf) - self._pos
+                    keep = len(section.commit) - 1
+                    self._commit_window = self._buf[len(self._buf) - keep :] if keep > 0 else ""
+                    return _WAIT
             if result.status == SUCCESS:
                 self.mapper.visit(result.nodes, self._buf)
                 self.committed_calls = list(self.mapper.calls)

@@ -51,11 +51,24 @@ def describe(
     tool_choice: str = "auto",
     parallel_tool_calls: bool = True,
     reasoning_format: str = "deepseek",
+    special_tokens: Mapping[str, str] | None = None,
 ) -> ReplyFormat:
     handler = handler_for(source)
     if handler == qwen3_coder.HANDLER:
         return qwen3_coder.describe(
             source, tools, tool_choice, parallel_tool_calls, reasoning_format
+        )
+    if handler == "autoparser":
+        from . import auto
+
+        return auto.describe(
+            source,
+            generation_prompt,
+            tools,
+            tool_choice,
+            parallel_tool_calls,
+            reasoning_format,
+            special_tokens,
         )
     # families of part 2 fall back to plain content and reasoning for now
     return plain.describe(
