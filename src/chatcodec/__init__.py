@@ -1,7 +1,14 @@
-"""chatcodec: speak an LLM checkpoint's own chat format exactly, in both directions."""
+"""chatcodec: speak an LLM checkpoint's own chat format exactly, in both directions.
 
-from .checkpoint import Checkpoint, find_checkpoint, load
-from .codec import Codec
+``import chatcodec`` loads only the render core (jinja2 and the sandbox); the loaders, the
+capability probes and the decode half are imported on first use of their names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     ChatCodecError,
     CheckpointError,
@@ -11,58 +18,91 @@ from .errors import (
     TemplateLimitError,
     TemplateSecurityError,
 )
-from .reply import (
-    AssistantMessage,
-    Delta,
-    Dropped,
-    ReplyStream,
-    ToolCall,
-    ToolCallDelta,
-    Turn,
-    fold,
-)
-from .template import (
-    Capabilities,
-    ChatTemplate,
-    Limits,
-    RenderedChat,
-    Span,
-    TemplateInput,
-    get_json_schema,
-    probe_capabilities,
-    to_template_messages,
-)
+from .template.environment import Limits
+from .template.render import ChatTemplate, RenderedChat, Span
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint, find_checkpoint, load
+    from .codec import Codec
+    from .reply import (
+        AssistantMessage,
+        Delta,
+        Dropped,
+        ReplyStream,
+        ToolCall,
+        ToolCallDelta,
+        Turn,
+        fold,
+    )
+    from .template.capabilities import Capabilities, probe_capabilities
+    from .template.schema import get_json_schema
+    from .template.wire import TemplateInput, to_template_messages
 
 __version__ = "0.1.0"
 
+# public name -> module that defines it, imported when the name is first used
+_LAZY = {
+    "Checkpoint": ".checkpoint",
+    "find_checkpoint": ".checkpoint",
+    "load": ".checkpoint",
+    "Codec": ".codec",
+    "AssistantMessage": ".reply",
+    "Delta": ".reply",
+    "Dropped": ".reply",
+    "ReplyStream": ".reply",
+    "ToolCall": ".reply",
+    "ToolCallDelta": ".reply",
+    "Turn": ".reply",
+    "fold": ".reply",
+    "Capabilities": ".template.capabilities",
+    "probe_capabilities": ".template.capabilities",
+    "get_json_schema": ".template.schema",
+    "TemplateInput": ".template.wire",
+    "to_template_messages": ".template.wire",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chatcodec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
 __all__ = [
     "AssistantMessage",
-    "Delta",
-    "Dropped",
-    "ReplyStream",
-    "ToolCall",
-    "ToolCallDelta",
-    "Turn",
-    "fold",
     "Capabilities",
-    "TemplateInput",
-    "get_json_schema",
-    "probe_capabilities",
-    "to_template_messages",
     "ChatCodecError",
     "ChatTemplate",
     "Checkpoint",
-    "Codec",
     "CheckpointError",
+    "Codec",
+    "Delta",
+    "Dropped",
     "Limits",
     "MissingExtraError",
     "RenderedChat",
     "ReplyError",
+    "ReplyStream",
     "Span",
     "TemplateError",
+    "TemplateInput",
     "TemplateLimitError",
     "TemplateSecurityError",
+    "ToolCall",
+    "ToolCallDelta",
+    "Turn",
     "__version__",
     "find_checkpoint",
+    "fold",
+    "get_json_schema",
     "load",
+    "probe_capabilities",
+    "to_template_messages",
 ]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import os
 import re
 import time
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -456,7 +456,7 @@ def _alias_reasoning_fields(chat: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _tool_schema(tool: Any) -> Any:
     if isinstance(tool, dict):
         return tool
-    if inspect.isfunction(tool) or inspect.ismethod(tool):
+    if isinstance(tool, (types.FunctionType, types.MethodType)):  # inspect's own test
         from .schema import get_json_schema
 
         return get_json_schema(tool)
