@@ -13,7 +13,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Step, Text
 from ..schema import parameters, value_types
 from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
 from .diff import trim
@@ -519,6 +519,24 @@ def build_format(
             content_enabled=bool(trigger),
         )
     pure = rs.mode == R_NONE
+    ct = a.content
+    if ct.always_wrapped():
+        # the content must be framed: R CS content CE, or (no thought read) the text before CS
+        # is content too and CS itself is dropped
+        lead: tuple[Step, ...] = () if extracting else (Text((ct.start,)), Marker(ct.start))
+        return ReplyFormat(
+            HANDLER,
+            prefix,
+            reasoning,
+            (ct.end,),
+            space_before_content=False,
+            end_anchor=True,
+            stop=stops,
+            space_after_prefix=not pure,
+            content_start=ct.start if extracting else "",
+            content_end=ct.end,
+            before_content=lead,
+        )
     return ReplyFormat(
         HANDLER,
         prefix,
