@@ -176,3 +176,41 @@ def _parse_command(args: argparse.Namespace) -> int:
         out["dropped"] = message.to_dict()["dropped"]
     print(json.dumps(out, ensure_ascii=False))
     return 0
+
+
+def describe(codec: Codec) -> dict[str, Any]:
+    """How replies to this checkpoint's default template are read: the llama.cpp handler and,
+    for the auto parser, the markers derived by diffing probe renders (``chatcodec inspect``)."""
+    import dataclasses
+
+    from .auto import analysis_for
+    from .select import handler_for
+
+    template = codec.template
+    handler = handler_for(template.source)
+    out: dict[str, Any] = {"handler": handler}
+    if handler != "autoparser":
+        return out
+    try:
+        analysis = analysis_for(template.source, template.special_tokens)
+    except ChatCodecError as exc:
+        out["error"] = str(exc)
+        return out
+
+    def kept(section: Any) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(section).items() if v not in ("", [], False)}
+
+    out.update(
+        {
+            "supports_tool_calls": analysis.supports_tool_calls,
+            "supports_parallel_tool_calls": analysis.supports_parallel_tool_calls,
+            "reasoning": kept(analysis.reasoning),
+            "content": kept(analysis.content),
+            "tools": kept(analysis.tools),
+            "assistant_start": analysis.assistant_start,
+            "user_start": analysis.user_start,
+            "preserved_tokens": list(analysis.preserved_tokens),
+            "additional_stops": list(analysis.additional_stops),
+        }
+    )
+    return out
