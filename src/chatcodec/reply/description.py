@@ -7,11 +7,21 @@ fills these fields in; it never parses anything itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .mapper import CallMapper
 from .peg import Parser
 
-__all__ = ["ReasoningBlock", "CallSection", "ReplyFormat"]
+__all__ = [
+    "ReasoningBlock",
+    "CallSection",
+    "ReplyFormat",
+    "TextMessage",
+    "CallMessage",
+    "FlowState",
+    "Flow",
+]
 
 
 @dataclass(frozen=True)
@@ -70,3 +80,65 @@ class ReplyFormat:
     space_after_prefix: bool = False
     # False: nothing is read as content (llama.cpp's auto parser without a call start marker)
     content_enabled: bool = True
+    # a reply made of several messages (harmony channels, Gemma 4 thoughts, Muse Glimmer's
+    # recipients): when set, the engine runs the prefix and then this flow (see Flow)
+    flow: Flow | None = None
+
+
+@dataclass(frozen=True)
+class TextMessage:
+    """One message of a flow: ``lead`` and ``header`` (bounded markers), then a body read up to the
+    first of ``stops`` into ``field``, then ``closer``.
+
+    ``stops`` None: no body; ``()``: the body is the rest of the reply. ``field`` is
+    ``"reasoning"``, ``"content"`` or ``""`` (read and reported as skipped). ``wrap`` names a field
+    that takes the header, body and closer verbatim, markers included, and whatever a cut-short
+    message reached (llama.cpp's ``content(header body closer)``, reasoning_format none). ``then``
+    names the state that follows (see FlowState.otherwise for the special names).
+    """
+
+    header: Parser
+    field: str = ""
+    stops: tuple[str, ...] | None = None
+    closer: Parser | None = None
+    lead: Parser | None = None
+    wrap: str = ""
+    then: str = ""
+
+
+@dataclass(frozen=True)
+class CallMessage:
+    """One tool call of a flow, parsed whole (when ``commit`` arrives, its text doubles, or the
+    reply ends); an option that fails has shown nothing, so the next option is tried in its place."""
+
+    call: Parser
+    commit: str = ""
+    then: str = ""
+
+
+@dataclass(frozen=True)
+class FlowState:
+    """Options tried in order where a message may begin; the first that does not fail is read.
+
+    ``otherwise`` is where the flow goes when none matches, and, for a ``loop`` state (llama.cpp's
+    repetition), when one matched without reading anything: a state name, ``""`` (the flow ends;
+    the rest is dropped), ``"$"`` (the reply must end here) or ``"!"`` (the parse fails).
+    """
+
+    options: tuple[TextMessage | CallMessage, ...]
+    otherwise: str = "!"
+    loop: bool = False
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A reply as a sequence of messages: named states from ``start``; calls are mapped by the
+    mapper ``make_mapper`` builds. ``openers`` and ``name_marker`` only explain dropped text."""
+
+    states: dict[str, FlowState]
+    start: str
+    make_mapper: Callable[[], CallMapper] = CallMapper
+    openers: tuple[str, ...] = ()
+    name_marker: str = ""
+    name_marker_end: str = ""
+    tool_names: frozenset[str] = field(default_factory=frozenset)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .description import CallSection, ReplyFormat
+from .flow import FlowRunner
 from .mapper import CallMapper, MappedCall
 from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Until, is_c_space
@@ -20,6 +21,7 @@ __all__ = ["ReplyEngine", "EngineFailure"]
 
 _WAIT, _NEXT, _STOP, _FAIL = range(4)
 _PREFIX, _REASONING, _SPACE, _CONTENT, _CALLS, _END = range(6)
+_FLOW = 6  # a reply made of several messages (ReplyFormat.flow, run by flow.FlowRunner)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class ReplyEngine:
         if fmt.end_anchor:
             steps.append(_END)
         self._steps = steps
+        if fmt.flow is not None:
+            self._steps = [_PREFIX, _FLOW]
         self._step = 0
         self._sub = 0
         self._buf = ""
@@ -73,6 +77,10 @@ class ReplyEngine:
         self._limit_reached = False
         self._segment_failed = False
         self.mapper = CallMapper()
+        self._flow: FlowRunner | None = None
+        if fmt.flow is not None:
+            self.mapper = fmt.flow.make_mapper()
+            self._flow = FlowRunner(self, fmt.flow)
         self.committed_calls: list[MappedCall] = []
         self.reasoning_pieces: list[str] = []
         self.content_pieces: list[str] = []
@@ -137,6 +145,9 @@ class ReplyEngine:
         if self._state == "tail":
             text = "".join(self._tail)
             if text:
+                # the tail may have begun at a chunk's end: its reason needs the whole of it
+                self._tail_reason = self._reason_for_tail(text)
+            if text:
                 self.dropped.append(Dropped(text, self._tail_reason, self._tail_start - self.prompt_length))
             self._state = "stopped"
 
@@ -170,6 +181,8 @@ class ReplyEngine:
             kind = self._steps[self._step]
             if kind == _CALLS:
                 outcome = self._calls()
+            elif kind == _FLOW and self._flow is not None:
+                outcome = self._flow.step()
             else:
                 self._materialize()
                 if kind == _PREFIX:
@@ -387,12 +400,23 @@ class ReplyEngine:
     # ------------------------------------------------------------------ dropped text
 
     def _tail_reason_for_end(self) -> str:
+        if self._flow is not None:
+            self._materialize()
+            return self._flow.tail_reason(self._buf[self._pos :].lstrip(" \t\n\v\f\r"))
         section = self.fmt.calls
         if section is None:
             return "trailing_text"
         self._materialize()
         rest = self._buf[self._pos :].lstrip(" \t\n\v\f\r")
         return _classify(section, rest, self._limit_reached, self._segment_failed)
+
+    def _reason_for_tail(self, text: str) -> str:
+        rest = text.lstrip(" \t\n\v\f\r")
+        if self._flow is not None:
+            return self._flow.tail_reason(rest)
+        if self.fmt.calls is None:
+            return self._tail_reason
+        return _classify(self.fmt.calls, rest, self._limit_reached, self._segment_failed)
 
     def _enter_tail(self, reason: str) -> None:
         self._materialize()

@@ -378,3 +378,21 @@ def permute(parsers: Sequence[Parser]) -> Parser:
         return memo[mask]
 
     return remaining((1 << len(parsers)) - 1)
+
+
+class CharsExcept(Parser):
+    """Any character but ``chars``, repeated lo..hi times (llama.cpp's ``[^...]`` class)."""
+
+    def __init__(self, chars: str, lo: int = 1, hi: int = -1) -> None:
+        self.chars = frozenset(chars)
+        self.lo, self.hi = lo, hi
+
+    def parse(self, text: str, pos: int) -> Result:
+        n = len(text)
+        count = 0
+        while (self.hi == -1 or count < self.hi) and pos < n and text[pos] not in self.chars:
+            pos += 1
+            count += 1
+        if count < self.lo:
+            return Result(NEED_MORE if pos >= n else FAIL, pos)
+        return Result(SUCCESS, pos)

@@ -6,7 +6,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .description import ReplyFormat
-from .families import plain, qwen3_coder
+from .families import (
+    functionary_v32,
+    gemma4,
+    gigachat_v3,
+    gpt_oss,
+    muse_glimmer,
+    plain,
+    qwen3_coder,
+)
 
 __all__ = ["handler_for", "describe"]
 
@@ -70,6 +78,16 @@ def describe(
             reasoning_format,
             special_tokens,
         )
+    if handler == gpt_oss.HANDLER:
+        return gpt_oss.describe(tools, tool_choice, reasoning_format)
+    if handler == gemma4.HANDLER:
+        return gemma4.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
+    if handler == muse_glimmer.HANDLER:
+        return muse_glimmer.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
+    if handler == functionary_v32.HANDLER:
+        return functionary_v32.describe(tools, tool_choice, parallel_tool_calls)
+    if handler == gigachat_v3.HANDLER:
+        return gigachat_v3.describe(tools, tool_choice)
     # families of part 2 fall back to plain content and reasoning for now
     return plain.describe(
         "auto" if handler == "autoparser" else handler, source, generation_prompt, reasoning_format

@@ -1,0 +1,80 @@
+"""Functionary v3.2 replies (llama.cpp's "Functionary v3.2" handler): ``>>>RECIPIENT\\n`` messages.
+
+The generation prompt ends with ``>>>``, so the reply opens with a recipient: ``all\\n`` then
+content, or a tool name and its JSON arguments (``get_weather\\n{"city": "Paris"}``), further
+calls written right after it (parallel only). llama.cpp's grammar reads content up to ``>>>`` and
+expects a tool name there, which never follows the ``>>>`` it stopped before, so content then a
+call reads as content, markup included (its fallback alternative); text after the calls fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "Functionary v3.2"
+PREFIX = "<|start_header_id|>assistant<|end_header_id|>\n\n>>>"
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+) -> ReplyFormat:
+    functions = tool_functions(tools)
+    all_header = peg.Literal("all\n")
+    rest = TextMessage(all_header, "content", (), then="$")
+    states: dict[str, FlowState]
+    if not functions or tool_choice == "none":
+        states = {"first": FlowState((rest,))}
+    else:
+        choice = peg.Choice(
+            *(
+                peg.Tag(
+                    t.TOOL,
+                    peg.Seq(
+                        peg.Atomic(
+                            peg.Tag(
+                                t.TOOL_OPEN,
+                                peg.Seq(
+                                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
+                                    peg.Literal("\n"),
+                                ),
+                            )
+                        ),
+                        peg.Tag(t.TOOL_ARGS, peg.json_value),
+                    ),
+                )
+                for fn in functions
+            )
+        )
+        more = "calls" if parallel_tool_calls else "$"
+        required = tool_choice == "required"
+        content_until_call = TextMessage(all_header, "content", (">>>",), then="content_calls")
+        states = {
+            "first": FlowState((content_until_call, CallMessage(choice, then=more))),
+            # the calls after the content: when they fail, the content reads on to the end
+            "content_calls": FlowState(
+                (CallMessage(choice, then=more),), otherwise="!" if required else "rest"
+            ),
+            "rest": FlowState((TextMessage(peg.Eps(), "content", (), then="$"),)),
+            "calls": FlowState((CallMessage(choice, then="calls"),), otherwise="$"),
+        }
+    flow = Flow(
+        states=states,
+        start="first",
+        openers=(">>>",),
+        name_marker=">>>",
+        name_marker_end="\n",
+        tool_names=frozenset(str(fn["name"]) for fn in functions),
+    )
+    return ReplyFormat(
+        HANDLER, PREFIX, None, None, space_before_content=False, flow=flow, stop=("<|eot_id|>",)
+    )

@@ -1,0 +1,171 @@
+"""Gemma 4 replies (llama.cpp's "Gemma4 (inferred from format)" handler, mapper PEG_GEMMA4).
+
+A reply is a run of messages, each an optional thought ``<|channel>thought ... <channel|>``
+(empty ``<|channel>`` tokens before it are skipped) and content up to the next channel marker.
+With tools, whatever follows the last message up to ``<|tool_call>`` is skipped and calls
+``<|tool_call>call:NAME{key:value,...}<tool_call|>`` follow: bare keys, ``<|"|>`` quoted strings,
+JSON numbers, booleans and null, nested dicts and arrays, rebuilt as compact JSON. Text after
+the calls is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+from ..mapper import Gemma4Mapper
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "Gemma4 (inferred from format)"
+TURN = "<|turn>model\n"
+CHANNEL = "<|channel>"
+CHANNEL_END = "<channel|>"
+CALL_OPEN = "<|tool_call>"
+CALL_CLOSE = "<tool_call|>"
+QUOTE = '<|"|>'
+
+
+def _value_grammar() -> peg.Parser:
+    """Gemma 4's argument dict (the gemma4-* rules), tagged for Gemma4Mapper."""
+    ws = peg.Space()
+    value = peg._Ref()
+    string = peg.Tag(
+        t.GEMMA4_STRING,
+        peg.Seq(
+            peg.Literal(QUOTE),
+            peg.Tag(t.GEMMA4_STRING_CONTENT, peg.Until(QUOTE)),
+            peg.Literal(QUOTE),
+        ),
+    )
+    key = peg.Tag(
+        t.GEMMA4_DICT_KEY,
+        peg.Seq(peg.Tag(t.GEMMA4_DICT_KEY_NAME, peg.CharsExcept(":}", 1, -1)), peg.Literal(":")),
+    )
+    member = peg.Tag(t.GEMMA4_DICT_KV, peg.Seq(key, ws, value))
+    members = peg.Seq(member, peg.Repeat(peg.Seq(peg.Literal(","), ws, member)))
+    mapping = peg.Tag(
+        t.GEMMA4_DICT,
+        peg.Seq(
+            peg.Literal("{"),
+            ws,
+            peg.Choice(peg.Literal("}"), peg.Seq(members, ws, peg.Literal("}"))),
+        ),
+    )
+    elements = peg.Seq(value, peg.Repeat(peg.Seq(peg.Literal(","), ws, value)))
+    array = peg.Tag(
+        t.GEMMA4_ARRAY,
+        peg.Seq(
+            peg.Literal("["),
+            ws,
+            peg.Choice(peg.Literal("]"), peg.Seq(elements, ws, peg.Literal("]"))),
+        ),
+    )
+    scalar = peg.Choice(peg.json_number, peg.json_bool, peg.json_null)
+    value.target = peg.Tag(
+        t.GEMMA4_VALUE,
+        peg.Choice(string, mapping, array, peg.Tag(t.GEMMA4_SCALAR, scalar)),
+    )
+    return mapping
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    functions = tool_functions(tools)
+    calls = bool(functions) and tool_choice != "none"
+    # empty channel tokens before a thought are skipped
+    empty_channels = peg.Repeat(
+        peg.Seq(peg.Literal(CHANNEL), peg.Not(peg.Literal("thought"))), 0, -1
+    )
+    header = peg.Seq(peg.Literal(CHANNEL + "thought"), peg.Space())
+    closer = peg.Literal(CHANNEL_END)
+    if reasoning_format != "none":
+        thought = TextMessage(header, "reasoning", (CHANNEL_END,), closer, lead=empty_channels)
+    else:
+        thought = TextMessage(
+            header, "content", (CHANNEL_END,), closer, lead=empty_channels, wrap="content"
+        )
+    stops = (CHANNEL, CHANNEL_END) + ((CALL_OPEN,) if calls else ())
+    content = TextMessage(peg.Not(peg.Literal(CHANNEL)), "content", stops)
+    begin = TextMessage(peg.Repeat(peg.Literal(TURN), 0, 1), then="first")
+    states: dict[str, FlowState] = {"begin": FlowState((begin,))}
+    if not calls:
+        # one message at least; an unmatched <channel|> ends the reply (the rest is dropped)
+        states["first"] = FlowState(
+            (_then(thought, "more"), _then(content, "more")), otherwise="!", loop=True
+        )
+        states["more"] = FlowState(
+            (_then(thought, "more"), _then(content, "more")), otherwise="", loop=True
+        )
+    else:
+        dict_grammar = _value_grammar()
+        choice = peg.Choice(
+            *(
+                peg.Tag(
+                    t.TOOL,
+                    peg.Seq(
+                        peg.Atomic(
+                            peg.Tag(
+                                t.TOOL_OPEN,
+                                peg.Seq(
+                                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
+                                    peg.Peek(peg.Literal("{")),
+                                ),
+                            )
+                        ),
+                        peg.Tag(t.TOOL_ARGS, dict_grammar),
+                    ),
+                )
+                for fn in functions
+            )
+        )
+        one = peg.Seq(peg.Literal(CALL_OPEN + "call:"), choice, peg.Literal(CALL_CLOSE))
+        more = "calls" if parallel_tool_calls else ""
+        required = tool_choice == "required"
+        states["calls0"] = FlowState(
+            (CallMessage(one, CALL_CLOSE, then=more),), otherwise="!" if required else ""
+        )
+        states["calls"] = FlowState((CallMessage(one, CALL_CLOSE, then="calls"),), otherwise="")
+        if required:
+            no_thought = TextMessage(peg.Not(peg.Literal(CHANNEL)), then="calls0")
+            states["first"] = FlowState((_then(thought, "calls0"), no_thought))
+        else:
+            states["first"] = FlowState(
+                (_then(thought, "first"), _then(content, "first")), otherwise="scan", loop=True
+            )
+            # what lies between the last message and the first call is skipped
+            states["scan"] = FlowState(
+                (TextMessage(peg.Eps(), "", (CALL_OPEN,), then="calls0"),)
+            )
+    flow = Flow(
+        states=states,
+        start="begin",
+        make_mapper=Gemma4Mapper,
+        openers=(CALL_OPEN,),
+        name_marker=CALL_OPEN + "call:",
+        name_marker_end="{",
+        tool_names=frozenset(str(fn["name"]) for fn in functions),
+    )
+    return ReplyFormat(
+        HANDLER, "", None, None, space_before_content=False, flow=flow, stop=("<turn|>",)
+    )
+
+
+def _then(message: TextMessage, state: str) -> TextMessage:
+    return TextMessage(
+        message.header,
+        message.field,
+        message.stops,
+        message.closer,
+        lead=message.lead,
+        wrap=message.wrap,
+        then=state,
+    )

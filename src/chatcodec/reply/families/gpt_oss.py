@@ -1,0 +1,115 @@
+"""gpt-oss harmony replies (llama.cpp's "GPT-OSS" handler): channel messages, one call at most.
+
+A reply is a run of messages ``<|start|>assistant<|channel|>CHANNEL<|message|>TEXT<|end|>``: the
+analysis channel is reasoning (inline, markers and all, with reasoning_format none), commentary
+without a recipient is content, and the last message is the final answer (its text is content
+up to ``<|end|>``; the rest is dropped) or one tool call, its recipient ``to=functions.NAME`` in
+the role header or in the channel header and its arguments JSON as the model wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "GPT-OSS"
+START = "<|start|>assistant"
+END = "<|end|>"
+
+
+def _optional(p: peg.Parser) -> peg.Parser:
+    return peg.Repeat(p, 0, 1)
+
+
+def _tool(name: str) -> peg.Parser:
+    channel = peg.Seq(
+        peg.Literal("<|channel|>"), peg.Choice(peg.Literal("commentary"), peg.Literal("analysis"))
+    )
+    recipient = peg.Seq(
+        peg.Literal(" to=functions."), peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name)))
+    )
+    constraint = _optional(
+        peg.Seq(
+            peg.Space(),
+            _optional(peg.Literal("<|constrain|>")),
+            peg.Chars("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", 1, -1),
+        )
+    )
+    args = peg.Tag(t.TOOL_ARGS, peg.json_value)
+    # the recipient in the role header, or in the channel header
+    in_role = peg.Seq(recipient, channel, constraint, peg.Literal("<|message|>"))
+    in_channel = peg.Seq(channel, recipient, constraint, peg.Literal("<|message|>"))
+    return peg.Choice(
+        peg.Tag(t.TOOL, peg.Seq(peg.Atomic(peg.Tag(t.TOOL_OPEN, in_role)), args)),
+        peg.Tag(t.TOOL, peg.Seq(peg.Atomic(peg.Tag(t.TOOL_OPEN, in_channel)), args)),
+    )
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    reasoning_format: str,
+) -> ReplyFormat:
+    start = peg.Literal(START)
+    end = peg.Literal(END)
+    # gpt-oss-20b sometimes opens a message with a stray commentary channel
+    stray = _optional(
+        peg.Seq(peg.Literal("<|channel|>commentary"), _optional(peg.Literal(" to=assistant")))
+    )
+    analysis_header = peg.Seq(stray, peg.Literal("<|channel|>analysis<|message|>"))
+    if reasoning_format != "none":
+        analysis = TextMessage(
+            analysis_header, "reasoning", (END,), end, lead=start, then="messages"
+        )
+    else:
+        analysis = TextMessage(
+            analysis_header, "content", (END,), end, lead=start, wrap="content", then="messages"
+        )
+    preamble = TextMessage(
+        peg.Literal("<|channel|>commentary<|message|>"),
+        "content",
+        (END,),
+        end,
+        lead=start,
+        then="messages",
+    )
+    final = TextMessage(
+        peg.Seq(stray, peg.Literal("<|channel|>final<|message|>")), "content", (END,), lead=start
+    )
+    channel = peg.Seq(
+        peg.Literal("<|channel|>"), peg.Choice(peg.Literal("commentary"), peg.Literal("analysis"))
+    )
+    # a call to a builtin tool (to=python, to=container.exec): read, kept nowhere
+    unsolicited = TextMessage(
+        peg.Seq(_optional(channel), peg.Literal(" to=")), "", (END,), end, lead=start
+    )
+    functions = tool_functions(tools)
+    last: tuple[TextMessage | CallMessage, ...]
+    if functions and tool_choice != "none":
+        call = CallMessage(
+            peg.Seq(start, peg.Choice(*(_tool(str(fn["name"])) for fn in functions)))
+        )
+        last = (call,) if tool_choice == "required" else (call, final)
+    else:
+        last = (final, unsolicited)
+    flow = Flow(
+        states={
+            "messages": FlowState((preamble, analysis), otherwise="last", loop=True),
+            "last": FlowState(last),
+        },
+        start="messages",
+        openers=(START + " to=functions.", " to=functions.", "<|channel|>"),
+        name_marker=" to=functions.",
+        name_marker_end="<|channel|>",
+        tool_names=frozenset(str(fn["name"]) for fn in functions),
+    )
+    return ReplyFormat(
+        HANDLER, "", None, None, space_before_content=False, flow=flow, stop=("<|return|>", "<|call|>")
+    )

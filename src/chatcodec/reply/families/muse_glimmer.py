@@ -1,0 +1,135 @@
+"""Muse Glimmer replies (llama.cpp's "Muse Glimmer" handler): recipient-addressed messages.
+
+A reply is a run of messages ``<|start|>assistant to=RECIPIENT<|message|>TEXT END``: ``to=self``
+messages (ended by ``<|eom|>``) are reasoning, the answer (``to=user`` or no recipient) is
+content up to ``<|eot|>`` or ``<|eom|>``, and a message to any other recipient carries one call
+as ATEM XML (``<atem:function_calls><atem:invoke name="NAME"><atem:parameter name="P">V
+</atem:parameter>...``), typed per the tool's schema. More calls, or calls after the answer,
+follow ``<|eom|>``; the generation prompt is always ``<|start|>assistant``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+from ..schema import ALL_TYPES, parameters, value_types
+
+__all__ = ["HANDLER", "GENERATION_PROMPT", "describe"]
+
+HANDLER = "Muse Glimmer"
+GENERATION_PROMPT = "<|start|>assistant"
+EOM = "<|eom|>"
+EOT = "<|eot|>"
+CALLS_CLOSE = "</atem:function_calls>"
+PARAM_CLOSE = "</atem:parameter>"
+
+
+def _may_be_string(schema: Any, root: Mapping[str, Any]) -> bool:
+    # a schema that says nothing about its type is not taken for a string
+    types = value_types(schema, root)
+    return "string" in types and types != ALL_TYPES
+
+
+def _call(fn: Mapping[str, Any]) -> peg.Parser:
+    name = str(fn["name"])
+    close = peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_CLOSE)))
+    args: list[peg.Parser] = []
+    for pname, schema, _required, root in parameters(fn):
+        if _may_be_string(schema, root):
+            value = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_CLOSE)), close)
+        else:
+            value = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
+        opener = peg.Atomic(
+            peg.Tag(
+                t.TOOL_ARG_OPEN,
+                peg.Seq(
+                    peg.Literal('<atem:parameter name="'),
+                    peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(pname))),
+                    peg.Literal('">'),
+                ),
+            )
+        )
+        args.append(peg.Tag(t.TOOL_ARG, peg.Seq(opener, value)))
+    body: peg.Parser = peg.Eps()
+    if args:
+        body = peg.Repeat(peg.Seq(peg.Choice(*args), peg.Space()), 0, -1)
+    ws = peg.Space()
+    opener = peg.Atomic(
+        peg.Tag(
+            t.TOOL_OPEN,
+            peg.Seq(
+                peg.Literal(" to="),
+                peg.Until("<|message|>"),
+                peg.Literal("<|message|><atem:function_calls>"),
+                ws,
+                peg.Literal('<atem:invoke name="'),
+                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name))),
+                peg.Literal('">'),
+                ws,
+            ),
+        )
+    )
+    closer = peg.Atomic(
+        peg.Tag(t.TOOL_CLOSE, peg.Seq(peg.Literal("</atem:invoke>"), ws, peg.Literal(CALLS_CLOSE)))
+    )
+    return peg.Tag(t.TOOL, peg.Seq(opener, ws, peg.Tag(t.TOOL_ARGS, body), ws, closer))
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    functions = tool_functions(tools)
+    calls = bool(functions) and tool_choice != "none"
+    extract = reasoning_format != "none"
+    if not extract and not calls:
+        # everything after the generation prompt is content, verbatim
+        return ReplyFormat(HANDLER, GENERATION_PROMPT, None, None, space_before_content=False)
+    start = peg.Literal(GENERATION_PROMPT)
+    analysis = TextMessage(
+        peg.Literal(" to=self<|message|>"),
+        "reasoning" if extract else "content",
+        (EOM,),
+        peg.Literal(EOM),
+        lead=start,
+        then="messages",
+    )
+    answer_header = peg.Seq(peg.Repeat(peg.Literal(" to=user"), 0, 1), peg.Literal("<|message|>"))
+    states: dict[str, FlowState] = {
+        "messages": FlowState((analysis,), otherwise="last", loop=True),
+    }
+    if not calls:
+        states["last"] = FlowState((TextMessage(answer_header, "content", (EOT, EOM), lead=start),))
+    else:
+        choice = peg.Choice(*(_call(fn) for fn in functions))
+        more = "calls" if parallel_tool_calls else ""
+        first = CallMessage(peg.Seq(start, choice), CALLS_CLOSE, then=more)
+        following = CallMessage(
+            peg.Seq(peg.Literal(EOM), start, choice), CALLS_CLOSE, then=more
+        )
+        answer = TextMessage(answer_header, "content", (EOT, EOM), lead=start, then="after")
+        if tool_choice == "required":
+            states["last"] = FlowState((first,))
+        else:
+            states["last"] = FlowState((first, answer))
+        # calls may follow the answer after <|eom|>
+        states["after"] = FlowState((following,), otherwise="")
+        states["calls"] = FlowState((following,), otherwise="")
+    flow = Flow(
+        states=states,
+        start="messages",
+        openers=(EOM + GENERATION_PROMPT + " to=", GENERATION_PROMPT + " to=", " to="),
+        name_marker='<atem:invoke name="',
+        name_marker_end='"',
+        tool_names=frozenset(str(fn["name"]) for fn in functions),
+    )
+    return ReplyFormat(
+        HANDLER, "", None, None, space_before_content=False, flow=flow, stop=(EOT,)
+    )
