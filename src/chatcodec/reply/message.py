@@ -34,7 +34,9 @@ class Dropped:
     scope that does not parse, and everything after it), ``"unknown_tool"`` (a call to a tool
     that was not offered, and everything after it), ``"parallel_limit"`` (calls beyond the one
     allowed when ``parallel_tool_calls`` is false, and everything after them),
-    ``"marker_prefix"`` (the start of a marker cut off by the end of the reply).
+    ``"marker_prefix"`` (the start of a marker cut off by the end of the reply),
+    ``"skipped_text"`` (text the format reads and keeps nowhere: a gpt-oss message to a builtin
+    tool, what Gemma 4 skips before its first call).
     ``offset`` counts characters of the reply (the generation prompt excluded; negative when
     the dropped text began inside the generation prompt).
     """
