@@ -39,6 +39,9 @@ class ReasoningBlock:
     # characters that may each follow the start / the consumed closer (llama.cpp's optspace)
     start_optional: str = ""
     end_optional: str = ""
+    # the block, its markers included, is content rather than reasoning (Cohere2 with
+    # reasoning_format none keeps its thinking block inline)
+    as_content: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,10 @@ class CallSection:
     space_after: bool = True
     # a call parse that succeeds at the very end of the text so far is not final yet
     settle: bool = False
+    # (open, close, quotes): a call may only complete where ``close`` brings the count of
+    # open/close characters outside quoted strings back to zero; replaces ``commit`` as the
+    # hint of when to parse (JSON arguments whose last ``}`` ends the call)
+    commit_balance: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,14 @@ class ReplyFormat:
     space_after_prefix: bool = False
     # False: nothing is read as content (llama.cpp's auto parser without a call start marker)
     content_enabled: bool = True
+    # the content is framed: ``content_start`` must open it, ``content_end`` may close it
+    content_start: str = ""
+    content_end: str = ""
+    # a reply holds either the calls or the content: the calls are tried first where the
+    # content would begin (Cohere2: an action list or a text block)
+    calls_or_content: bool = False
+    # a marker the reply may end with, consumed before the end anchor
+    end_marker: str = ""
     # a reply made of several messages (harmony channels, Gemma 4 thoughts, Muse Glimmer's
     # recipients): when set, the engine runs the prefix and then this flow (see Flow)
     flow: Flow | None = None

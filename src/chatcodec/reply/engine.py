@@ -43,9 +43,11 @@ class ReplyEngine:
             steps.append(_REASONING)
         if fmt.space_before_content:
             steps.append(_SPACE)
+        if fmt.calls is not None and fmt.calls_or_content:
+            steps.append(_CALLS)  # tried first where the content would begin
         if fmt.content_enabled:
             steps.append(_CONTENT)
-        if fmt.calls is not None:
+        if fmt.calls is not None and not fmt.calls_or_content:
             if fmt.space_before_calls:
                 steps.append(_SPACE)
             steps.append(_CALLS)
@@ -69,6 +71,16 @@ class ReplyEngine:
             frozenset(m[0] for m in fmt.content_stops) if fmt.content_stops is not None else None
         )
         self._reasoning_firsts = frozenset(m[0] for m in fmt.reasoning.stops) if fmt.reasoning else None
+        # where a thought's text goes (a block kept inline is content, markers included)
+        inline = fmt.reasoning is not None and fmt.reasoning.as_content
+        self._thought_pieces: list[str] = []
+        # the content step's sub-state while it reads text (1 once a framing start was read)
+        self._content_text_sub = 1 if fmt.content_start else 0
+        self._skip_content = False
+        # the brace balance of the call in progress (CallSection.commit_balance)
+        self._depth = 0
+        self._quote = ""
+        self._escaped = False
         # the call in progress
         self._calls_done = 0
         self._tried_len = -1
@@ -84,6 +96,10 @@ class ReplyEngine:
         self.committed_calls: list[MappedCall] = []
         self.reasoning_pieces: list[str] = []
         self.content_pieces: list[str] = []
+        if inline:
+            self._thought_pieces = self.content_pieces
+        else:
+            self._thought_pieces = self.reasoning_pieces
         self.dropped: list[Dropped] = []
         self.failure: EngineFailure | None = None
         self._state = "running"  # running | tail | stopped | failed
@@ -109,7 +125,7 @@ class ReplyEngine:
         kind = self._steps[self._step] if self._step < len(self._steps) else -1
         if not self._pending and self._pos == len(self._buf):
             # fast path: text that cannot begin a marker is committed as it comes
-            if kind == _CONTENT:
+            if kind == _CONTENT and self._sub == self._content_text_sub:
                 firsts = self._content_firsts
                 if firsts is None or firsts.isdisjoint(chunk):
                     self.content_pieces.append(chunk)
@@ -120,13 +136,15 @@ class ReplyEngine:
             elif kind == _REASONING and self._sub == 2:
                 assert self._reasoning_firsts is not None
                 if self._reasoning_firsts.isdisjoint(chunk):
-                    self.reasoning_pieces.append(chunk)
+                    self._thought_pieces.append(chunk)
                     self._base += len(self._buf) + len(chunk)
                     self._buf = ""
                     self._pos = 0
                     return
         calls = self.fmt.calls
-        if kind == _CALLS and calls is not None and calls.commit:
+        if kind == _CALLS and calls is not None and calls.commit_balance is not None:
+            self._balance(chunk, calls.commit_balance)
+        elif kind == _CALLS and calls is not None and calls.commit:
             keep = len(calls.commit) - 1
             window = self._commit_window + chunk
             if calls.commit in window:
@@ -192,7 +210,7 @@ class ReplyEngine:
                 elif kind == _SPACE:
                     outcome = self._space()
                 elif kind == _CONTENT:
-                    outcome = self._content()
+                    outcome = _NEXT if self._skip_content else self._content()
                 else:
                     outcome = self._end()
             if outcome == _WAIT:
@@ -266,25 +284,32 @@ class ReplyEngine:
             if status == NEED_MORE:
                 return _STOP if self._eof else _WAIT
             self._pos += len(block.start)
+            self._inline(self._pos - len(block.start))
             self._sub = 1 if block.space_after_start else 4
         if self._sub == 4:
+            at = self._pos
             if self._optional_chars(block.start_optional) == _WAIT:
                 return _WAIT
+            self._inline(at)
             self._sub = 2
         if self._sub == 1:
+            at = self._pos
             outcome = self._space()
+            self._inline(at)
             if outcome == _WAIT:
                 return _WAIT
             self._sub = 2
         if self._sub == 2:
-            _, complete, at_end = self._scan(self._reasoning_until, self.reasoning_pieces)
-            if at_end or not complete:
+            _, complete, at_end = self._scan(self._reasoning_until, self._thought_pieces)
+            # (a closer cut by the end still counts for an inline block: see below)
+            if at_end or not (complete or (self._eof and block.as_content)):
                 return _STOP if self._eof else _WAIT
             self._sub = 3
         for marker, consumed in block.closers:
             status = self._literal_status(marker)
             if status == SUCCESS:
                 if consumed:
+                    closer_at = self._pos
                     if block.end_optional:
                         at = self._pos
                         self._pos += len(marker)
@@ -293,11 +318,22 @@ class ReplyEngine:
                             return _WAIT
                     else:
                         self._pos += len(marker)
+                    self._inline(closer_at)
                 return _NEXT
             if status == NEED_MORE:
+                if self._eof and consumed and block.as_content:
+                    # llama.cpp's inline block spans the cut-short closer up to the end
+                    self._pos, at = len(self._buf), self._pos
+                    self._inline(at)
                 return _STOP if self._eof else _WAIT
         self._fail("the thought does not end with a closing marker")
         return _FAIL
+
+    def _inline(self, start: int) -> None:
+        """Markup of a thought kept inline (``as_content``) is content too."""
+        block = self.fmt.reasoning
+        if block is not None and block.as_content and self._pos > start:
+            self.content_pieces.append(self._buf[start : self._pos])
 
     def _optional_chars(self, chars: str) -> int:
         """Each of ``chars`` in turn, if it is there (decided once enough text has arrived)."""
@@ -315,6 +351,18 @@ class ReplyEngine:
         return _NEXT
 
     def _content(self) -> int:
+        fmt = self.fmt
+        if fmt.content_start and self._sub == 0:
+            status = self._literal_status(fmt.content_start)
+            if status == NEED_MORE:
+                return _STOP if self._eof else _WAIT
+            if status == FAIL:
+                self._fail(f"the reply does not go on with {fmt.content_start}")
+                return _FAIL
+            self._pos += len(fmt.content_start)
+            self._sub = 1
+        if self._sub == 2:
+            return self._content_end()
         until = self._content_until
         if until is None:
             if self._pos < len(self._buf):
@@ -323,14 +371,36 @@ class ReplyEngine:
             return _STOP if self._eof else _WAIT
         _, complete, at_end = self._scan(until, self.content_pieces)
         if complete:
+            if fmt.content_end:
+                self._sub = 2
+                return self._content_end()
             return _NEXT
         if at_end:
             return _STOP if self._eof else _WAIT
         # a marker prefix cut by the end: llama.cpp's `until` ends before it and parsing goes on
+        if self._eof and fmt.content_end:
+            self._sub = 2
+            return self._content_end()
         return _NEXT if self._eof else _WAIT
+
+    def _content_end(self) -> int:
+        """The optional marker that closes framed content."""
+        status = self._literal_status(self.fmt.content_end)
+        if status == NEED_MORE:
+            return _STOP if self._eof else _WAIT
+        if status == SUCCESS:
+            self._pos += len(self.fmt.content_end)
+        return _NEXT
 
     def _end(self) -> int:
         self._materialize()
+        marker = self.fmt.end_marker
+        if marker and self._pos < len(self._buf):
+            status = self._literal_status(marker)
+            if status == NEED_MORE:
+                return _STOP if self._eof else _WAIT
+            if status == SUCCESS:
+                self._pos += len(marker)
         if self._pos < len(self._buf):
             self._fail("text after the end of the reply format")
             return _FAIL
@@ -348,6 +418,7 @@ class ReplyEngine:
             if self._sub == 0:
                 if section.next is None and self._calls_done >= 1:
                     self._limit_reached = True
+                    self._skip_content = self.fmt.calls_or_content
                     return _NEXT
                 self._materialize()
                 if self._pos >= len(self._buf):
@@ -390,12 +461,43 @@ class ReplyEngine:
                 self._tried_len = len(self._buf) - self._pos
                 keep = len(section.commit) - 1
                 self._commit_window = self._buf[len(self._buf) - keep :] if keep > 0 else ""
+                if section.commit_balance is not None:
+                    self._depth, self._quote, self._escaped = 0, "", False
+                    self._balance(self._buf[self._pos :], section.commit_balance)
+                    self._commit_hit = False
                 return _WAIT
             if self._calls_done == 0 and section.required:
                 self._fail("no valid tool call although tool_choice is required")
                 return _FAIL
+            if self.fmt.calls_or_content:
+                # no calls: the content alternative; after calls: no content
+                self._skip_content = self._calls_done > 0
+                return _NEXT
             self._segment_failed = True
             return _NEXT
+
+    def _balance(self, text: str, balance: tuple[str, str, str]) -> None:
+        """Track open/close characters outside quoted strings; a return to zero may end a call."""
+        opener, closer, quotes = balance
+        depth, quote, escaped = self._depth, self._quote, self._escaped
+        for ch in text:
+            if quote:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == quote:
+                    quote = ""
+            elif ch in quotes:
+                quote = ch
+            elif ch == opener:
+                depth += 1
+            elif ch == closer:
+                depth -= 1
+                if depth <= 0:
+                    depth = 0
+                    self._commit_hit = True
+        self._depth, self._quote, self._escaped = depth, quote, escaped
 
     # ------------------------------------------------------------------ dropped text
 

@@ -38,6 +38,9 @@ __all__ = [
     "json_bool",
     "json_null",
     "json_string",
+    "python_string",
+    "python_value",
+    "python_or_json_value",
     "is_c_space",
 ]
 
@@ -378,6 +381,43 @@ def permute(parsers: Sequence[Parser]) -> Parser:
         return memo[mask]
 
     return remaining((1 << len(parsers)) - 1)
+
+
+def _build_python(json_literals: bool) -> Parser:
+    """llama.cpp's python-value (or python-or-json-value with ``json_literals``): dicts and
+    lists (which swallow the space after them), single- or double-quoted strings, JSON
+    numbers, True/False/None (and true/false/null)."""
+    ws = Space()
+    value = _Ref()
+    string = Choice(
+        Seq(Literal('"'), StringBody('"'), Literal('"')),
+        Seq(Literal("'"), StringBody("'"), Literal("'")),
+    )
+    member = Seq(string, ws, Literal(":"), ws, value)
+    members = Seq(member, Repeat(Seq(ws, Literal(","), ws, member)))
+    mapping = Seq(Literal("{"), ws, Choice(Literal("}"), Seq(members, ws, Literal("}"))), ws)
+    elements = Seq(value, Repeat(Seq(Literal(","), ws, value)))
+    sequence = Seq(Literal("["), ws, Choice(Literal("]"), Seq(elements, ws, Literal("]"))), ws)
+    leaves: list[Parser] = [
+        mapping,
+        sequence,
+        string,
+        json_number,
+        Choice(Literal("True"), Literal("False")),
+        Literal("None"),
+    ]
+    if json_literals:
+        leaves += [json_bool, json_null]
+    value.target = Choice(*leaves)
+    return value
+
+
+python_string = Choice(
+    Seq(Literal('"'), StringBody('"'), Literal('"')),
+    Seq(Literal("'"), StringBody("'"), Literal("'")),
+)
+python_value = _build_python(json_literals=False)
+python_or_json_value = _build_python(json_literals=True)
 
 
 class CharsExcept(Parser):

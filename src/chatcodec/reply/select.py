@@ -7,10 +7,13 @@ from typing import Any
 
 from .description import ReplyFormat
 from .families import (
+    cohere2_moe,
     functionary_v32,
     gemma4,
     gigachat_v3,
     gpt_oss,
+    lfm2,
+    ministral,
     muse_glimmer,
     plain,
     qwen3_coder,
@@ -88,6 +91,14 @@ def describe(
         return functionary_v32.describe(tools, tool_choice, parallel_tool_calls)
     if handler == gigachat_v3.HANDLER:
         return gigachat_v3.describe(tools, tool_choice)
+    if handler == ministral.HANDLER:
+        return ministral.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
+    if handler in (lfm2.HANDLER_LFM2, lfm2.HANDLER_LFM25):
+        return lfm2.describe(
+            handler, source, tools, tool_choice, parallel_tool_calls, reasoning_format
+        )
+    if handler == cohere2_moe.HANDLER:
+        return cohere2_moe.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
     # families of part 2 fall back to plain content and reasoning for now
     return plain.describe(
         "auto" if handler == "autoparser" else handler, source, generation_prompt, reasoning_format

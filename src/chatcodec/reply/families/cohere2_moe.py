@@ -1,0 +1,150 @@
+"""Cohere2 MoE (North Code): a thought, then EITHER a text block OR a JSON action list.
+
+llama.cpp's "Cohere2 MoE" handler. The reply is read from
+``<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>`` (the generation prompt goes on with
+``<|START_THINKING|>``, so a reply starts inside the thought). The thought runs to
+``<|END_THINKING|>`` (consumed) or to ``<|START_TEXT|>`` / ``<|START_ACTION|>``; with
+``reasoning_format`` none the whole block, markers included, is content. Then either
+``<|START_TEXT|>`` content ``[<|END_TEXT|>]`` or
+``<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "f", "parameters": {...}}, ...]<|END_ACTION|>``
+(tried first; with ``tool_choice`` required the only choice), an optional
+``<|END_OF_TURN_TOKEN|>`` and the end of the reply. ``tool_call_id`` (a string or a number)
+becomes the call's id and cannot be left out; the parameters are the model's JSON text.
+Anything else — plain text, trailing text, an unknown tool, a second call when
+``parallel_tool_calls`` is false — makes the parse fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, ReasoningBlock, ReplyFormat
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "Cohere2 MoE"
+PREFIX = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+THINK_START = "<|START_THINKING|>"
+THINK_END = "<|END_THINKING|>"
+TEXT_START = "<|START_TEXT|>"
+TEXT_END = "<|END_TEXT|>"
+ACTION_START = "<|START_ACTION|>"
+ACTION_END = "<|END_ACTION|>"
+TURN_END = "<|END_OF_TURN_TOKEN|>"
+
+
+def _thought(inline: bool) -> ReasoningBlock:
+    return ReasoningBlock(
+        start=THINK_START,
+        stops=(THINK_END, TEXT_START, ACTION_START),
+        # the end marker is optional: the text or the action may follow the thought directly
+        closers=((THINK_END, True), (TEXT_START, False), (ACTION_START, False)),
+        space_after_start=False,
+        as_content=inline,
+    )
+
+
+def _member(key: str, value: peg.Parser) -> peg.Parser:
+    return peg.Seq(peg.Literal(f'"{key}"'), peg.Space(), peg.Literal(":"), peg.Space(), value)
+
+
+def _call(fn: Mapping[str, Any]) -> peg.Parser:
+    """``{"tool_call_id": ID, "tool_name": "NAME", "parameters": JSON}`` in this order."""
+    ws = peg.Space()
+    call_id = peg.Atomic(
+        _member(
+            "tool_call_id",
+            peg.Choice(
+                peg.Seq(
+                    peg.Literal('"'),
+                    peg.Atomic(peg.Tag(t.TOOL_ID, peg.StringBody('"'))),
+                    peg.Literal('"'),
+                ),
+                peg.Atomic(peg.Tag(t.TOOL_ID, peg.json_number)),
+            ),
+        )
+    )
+    name = _member(
+        "tool_name",
+        peg.Atomic(
+            peg.Seq(
+                peg.Literal('"'),
+                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
+                peg.Literal('"'),
+            )
+        ),
+    )
+    arguments = _member("parameters", peg.Tag(t.TOOL_ARGS, peg.json_value))
+    comma = peg.Seq(ws, peg.Literal(","), ws)
+    return peg.Tag(
+        t.TOOL,
+        peg.Seq(
+            peg.Atomic(peg.Tag(t.TOOL_OPEN, peg.Literal("{"))),
+            ws,
+            peg.Repeat(call_id, 0, 1),
+            comma,
+            name,
+            comma,
+            arguments,
+            ws,
+            peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal("}"))),
+        ),
+    )
+
+
+def _actions(functions: Sequence[Mapping[str, Any]], parallel: bool) -> peg.Parser:
+    ws = peg.Space()
+    call = peg.Choice(*(_call(fn) for fn in functions))
+    calls: peg.Parser = call
+    if parallel:
+        calls = peg.Seq(call, peg.Repeat(peg.Seq(ws, peg.Literal(","), ws, call)))
+    return peg.Seq(
+        peg.Literal(ACTION_START),
+        ws,
+        peg.Literal("["),
+        ws,
+        calls,
+        ws,
+        peg.Literal("]"),
+        ws,
+        peg.Literal(ACTION_END),
+    )
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    reasoning = _thought(inline=reasoning_format == "none")
+    functions = tool_functions(tools)
+    section = None
+    if functions and tool_choice != "none":
+        section = CallSection(
+            first=_actions(functions, parallel_tool_calls),
+            next=None,
+            required=tool_choice == "required",
+            commit=ACTION_END,
+            openers=(ACTION_START,),
+            space_after=False,
+        )
+    return ReplyFormat(
+        HANDLER,
+        PREFIX,
+        reasoning,
+        (TEXT_END,),
+        section,
+        space_before_content=False,
+        space_before_calls=False,
+        end_anchor=True,
+        stop=(TURN_END,),
+        content_start=TEXT_START,
+        content_end=TEXT_END,
+        calls_or_content=True,
+        end_marker=TURN_END,
+    )

@@ -1,0 +1,137 @@
+"""LFM2 / LFM2.5: Python-style calls ``[name(arg="v", n=1)]`` between tool-call markers.
+
+llama.cpp's "LFM2" and "LFM2.5" handlers (one parser; they differ only in dispatch). The
+reply is ``<|im_start|>assistant\\n`` (the generation prompt), an optional ``<think>`` block
+(read only with reasoning extraction on and a template that has ``<think>``), the content up
+to ``<|tool_call_start|>``, then exactly one ``<|tool_call_start|>[...]<|tool_call_end|>``
+section and the end of the reply. Arguments are ``name=value`` in the model's order: a
+``string`` parameter takes a quoted string, any other a Python or JSON value; each value is
+turned into JSON (single quotes to double, ``True``/``False``/``None`` to JSON literals) and
+the call's arguments are compact JSON built around them. Text after the section, a second
+call when ``parallel_tool_calls`` is false, or an unknown tool make the parse fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, ReasoningBlock, ReplyFormat
+
+__all__ = ["HANDLER_LFM2", "HANDLER_LFM25", "handler", "describe"]
+
+HANDLER_LFM2 = "LFM2"
+HANDLER_LFM25 = "LFM2.5"
+PREFIX = "<|im_start|>assistant\n"
+CALL_START = "<|tool_call_start|>"
+CALL_END = "<|tool_call_end|>"
+THOUGHT = ReasoningBlock(
+    start="<think>",
+    stops=("</think>",),
+    closers=(("</think>", True),),
+    space_after_start=False,
+)
+
+
+def handler(source: str) -> str | None:
+    """llama.cpp's dispatch between the two (None: neither)."""
+    if "<|tool_list_start|>" in source and "<|tool_list_end|>" in source:
+        return HANDLER_LFM2
+    if "List of tools: [" in source and "<|tool_list_start|>" not in source:
+        return HANDLER_LFM25
+    return None
+
+
+def _properties(fn: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    params = fn.get("parameters")
+    props = params.get("properties") if isinstance(params, Mapping) else None
+    return list(props.items()) if isinstance(props, Mapping) else []
+
+
+def _call(fn: Mapping[str, Any]) -> peg.Parser:
+    """``name(`` arguments ``)``: every argument ``name=value``, separated by ``,`` + space."""
+    arguments: list[peg.Parser] = []
+    for name, schema in _properties(fn):
+        is_string = isinstance(schema, Mapping) and schema.get("type") == "string"
+        value = peg.python_string if is_string else peg.python_or_json_value
+        arguments.append(
+            peg.Tag(
+                t.TOOL_ARG,
+                peg.Seq(
+                    peg.Atomic(
+                        peg.Tag(
+                            t.TOOL_ARG_OPEN,
+                            peg.Seq(peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(name))), peg.Literal("=")),
+                        )
+                    ),
+                    peg.Tag(t.TOOL_ARG_VALUE, value),
+                    peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Eps())),
+                ),
+            )
+        )
+    args: peg.Parser = peg.Eps()
+    if arguments:
+        one = peg.Choice(*arguments)
+        args = peg.Seq(one, peg.Repeat(peg.Seq(peg.Literal(","), peg.Space(), one)))
+    opener = peg.Atomic(
+        peg.Tag(t.TOOL_OPEN, peg.Seq(peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))), peg.Literal("(")))
+    )
+    closer = peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal(")")))
+    return peg.Tag(t.TOOL, peg.Seq(opener, peg.Space(), peg.Tag(t.TOOL_ARGS, args), peg.Space(), closer))
+
+
+def _section(functions: Sequence[Mapping[str, Any]], parallel: bool) -> peg.Parser:
+    """The one call section: ``<|tool_call_start|>[call, ...]<|tool_call_end|>``."""
+    call = peg.Choice(*(_call(fn) for fn in functions))
+    calls: peg.Parser = call
+    if parallel:
+        calls = peg.Seq(call, peg.Repeat(peg.Seq(peg.Literal(","), peg.Space(), call)))
+    return peg.Seq(
+        peg.Literal(CALL_START),
+        peg.Literal("["),
+        peg.Space(),
+        calls,
+        peg.Space(),
+        peg.Literal("]"),
+        peg.Literal(CALL_END),
+    )
+
+
+def describe(
+    name: str,
+    source: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    thinking = reasoning_format != "none" and "<think>" in source
+    reasoning = THOUGHT if thinking else None
+    functions = tool_functions(tools)
+    stop = ("<|im_end|>",)
+    if not functions or tool_choice == "none":
+        return ReplyFormat(
+            name, PREFIX, reasoning, None, space_before_content=False, end_anchor=True, stop=stop
+        )
+    section = CallSection(
+        first=_section(functions, parallel_tool_calls),
+        next=None,
+        required=False,  # the section is not optional anyway: a failed one fails the parse
+        commit=CALL_END,
+        openers=(CALL_START,),
+        space_after=False,
+    )
+    return ReplyFormat(
+        name,
+        PREFIX,
+        reasoning,
+        (CALL_START,),
+        section,
+        space_before_content=False,
+        space_before_calls=False,
+        end_anchor=True,
+        stop=stop,
+    )

@@ -1,0 +1,81 @@
+"""Ministral 3 / Magistral / Devstral: ``[THINK]...[/THINK]`` then ``[TOOL_CALLS]name[ARGS]{json}``.
+
+llama.cpp's "Ministral/Magistral Large 3" handler. The generation prompt is empty. A thought
+is read only with reasoning extraction on (otherwise ``[THINK]`` stays in the content); the
+content runs up to the first ``[TOOL_CALLS]`` after optional whitespace; each call is
+``[TOOL_CALLS]`` + a declared tool name + ``[ARGS]`` + one JSON value, handed out as the
+model wrote it. There is no end anchor: text after the calls, a call to an unknown tool and
+calls beyond the first when ``parallel_tool_calls`` is false are dropped, not errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, ReasoningBlock, ReplyFormat
+
+__all__ = ["HANDLER", "matches", "describe"]
+
+HANDLER = "Ministral/Magistral Large 3"
+CALLS = "[TOOL_CALLS]"
+ARGS = "[ARGS]"
+THOUGHT = ReasoningBlock(
+    start="[THINK]",
+    stops=("[/THINK]",),
+    closers=(("[/THINK]", True),),
+    space_after_start=False,
+)
+
+
+def matches(source: str) -> bool:
+    """llama.cpp's dispatch rule (the first specialized handler it tries)."""
+    return (
+        "[SYSTEM_PROMPT]" in source
+        and CALLS in source
+        and ARGS in source
+        and "[CALL_ID]" not in source
+    )
+
+
+def _call(functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
+    """``[TOOL_CALLS]`` and one call: a declared name, ``[ARGS]``, a JSON value (raw)."""
+    choices: list[peg.Parser] = []
+    for fn in functions:
+        opener = peg.Atomic(
+            peg.Tag(
+                t.TOOL_OPEN,
+                peg.Seq(peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))), peg.Literal(ARGS)),
+            )
+        )
+        choices.append(peg.Seq(opener, peg.Tag(t.TOOL_ARGS, peg.json_value)))
+    return peg.Seq(peg.Literal(CALLS), peg.Choice(*choices))
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    reasoning = THOUGHT if reasoning_format != "none" else None
+    functions = tool_functions(tools)
+    if not functions or tool_choice == "none":
+        return ReplyFormat(HANDLER, "", reasoning, None)
+    call = _call(functions)
+    section = CallSection(
+        first=call,
+        next=call if parallel_tool_calls else None,
+        required=tool_choice == "required",
+        commit="}",
+        openers=(CALLS,),
+        name_marker=CALLS,
+        name_marker_end=ARGS,
+        tool_names=frozenset(str(fn["name"]) for fn in functions),
+        space_after=False,
+        commit_balance=("{", "}", '"'),
+    )
+    return ReplyFormat(HANDLER, "", reasoning, (CALLS,), section)
