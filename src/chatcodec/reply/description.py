@@ -17,11 +17,46 @@ __all__ = [
     "ReasoningBlock",
     "CallSection",
     "ReplyFormat",
+    "Marker",
+    "NotMarker",
+    "Whitespace",
+    "Text",
+    "Step",
     "TextMessage",
     "CallMessage",
     "FlowState",
     "Flow",
 ]
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A marker consumed where it stands, if it is there (llama.cpp's ``optional(literal)``)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class NotMarker:
+    """The reply must not go on with this marker here (llama.cpp's ``negate``): it fails."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Whitespace:
+    """Any run of whitespace (llama.cpp's ``space()``)."""
+
+
+@dataclass(frozen=True)
+class Text:
+    """Content up to the first of ``stops`` (the stop is left for what follows)."""
+
+    stops: tuple[str, ...]
+
+
+# one step of a format's frame around its content and calls
+Step = Marker | NotMarker | Whitespace | Text
 
 
 @dataclass(frozen=True)
@@ -42,6 +77,18 @@ class ReasoningBlock:
     # the block, its markers included, is content rather than reasoning (Cohere2 with
     # reasoning_format none keeps its thinking block inline)
     as_content: bool = False
+    # where the body goes: "reasoning", "content" (markers consumed, body kept inline: Ling 3
+    # and Kimi K3 with reasoning_format none) or "" (read and dropped: thinking disabled)
+    body_target: str = "reasoning"
+    # the reply must open with ``start`` (MiniCPM5): otherwise the parse fails
+    required: bool = False
+    # the body is read even without ``start`` (the generation prompt opened it)
+    start_may_be_absent: bool = False
+    # a lone marker that stands for an empty thought (MiniMax-M3's bare ``</mm:think>``)
+    bare: str = ""
+    # stops where the tool calls may begin inside the thought (DeepSeek DSML): the calls are
+    # tried there and, if they do not parse, the stop is thought text and the body reads on
+    call_stops: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +116,8 @@ class CallSection:
     # open/close characters outside quoted strings back to zero; replaces ``commit`` as the
     # hint of when to parse (JSON arguments whose last ``}`` ends the call)
     commit_balance: tuple[str, str, str] | None = None
+    # builds the mapper of AST nodes to calls (MiniMax-M3 rebuilds nested XML values)
+    make_mapper: Callable[[], CallMapper] = CallMapper
 
 
 @dataclass(frozen=True)
@@ -95,6 +144,12 @@ class ReplyFormat:
     calls_or_content: bool = False
     # a marker the reply may end with, consumed before the end anchor
     end_marker: str = ""
+    # steps of the frame: right before the content, right after it, after the calls (only
+    # when a call was read) and before the end (always)
+    before_content: tuple[Step, ...] = ()
+    after_content: tuple[Step, ...] = ()
+    after_calls: tuple[Step, ...] = ()
+    tail: tuple[Step, ...] = ()
     # a reply made of several messages (harmony channels, Gemma 4 thoughts, Muse Glimmer's
     # recipients): when set, the engine runs the prefix and then this flow (see Flow)
     flow: Flow | None = None

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .description import CallSection, ReplyFormat
+from .description import (
+    CallSection,
+    Marker,
+    NotMarker,
+    ReasoningBlock,
+    ReplyFormat,
+    Step,
+    Text,
+    Whitespace,
+)
 from .flow import FlowRunner
 from .mapper import CallMapper, MappedCall
 from .message import Dropped
@@ -20,6 +29,7 @@ from .peg import FAIL, NEED_MORE, SUCCESS, Until, is_c_space
 __all__ = ["ReplyEngine", "EngineFailure"]
 
 _WAIT, _NEXT, _STOP, _FAIL = range(4)
+_GOTO = 4  # the step index was set directly (a thought that turns into tool calls and back)
 _PREFIX, _REASONING, _SPACE, _CONTENT, _CALLS, _END = range(6)
 _FLOW = 6  # a reply made of several messages (ReplyFormat.flow, run by flow.FlowRunner)
 
@@ -36,7 +46,7 @@ class ReplyEngine:
     def __init__(self, fmt: ReplyFormat, generation_prompt: str = "") -> None:
         self.fmt = fmt
         self.prompt_length = len(generation_prompt)
-        steps: list[int] = [_PREFIX]
+        steps: list[int | Step] = [_PREFIX]
         if fmt.space_after_prefix:
             steps.append(_SPACE)
         if fmt.reasoning is not None:
@@ -45,17 +55,24 @@ class ReplyEngine:
             steps.append(_SPACE)
         if fmt.calls is not None and fmt.calls_or_content:
             steps.append(_CALLS)  # tried first where the content would begin
+        steps.extend(fmt.before_content)
         if fmt.content_enabled:
             steps.append(_CONTENT)
+        steps.extend(fmt.after_content)
         if fmt.calls is not None and not fmt.calls_or_content:
             if fmt.space_before_calls:
                 steps.append(_SPACE)
             steps.append(_CALLS)
+        # the steps run only when a tool call was read
+        self._after_calls = frozenset(range(len(steps), len(steps) + len(fmt.after_calls)))
+        steps.extend(fmt.after_calls)
+        steps.extend(fmt.tail)
         if fmt.end_anchor:
             steps.append(_END)
         self._steps = steps
         if fmt.flow is not None:
             self._steps = [_PREFIX, _FLOW]
+        self._text_until = {id(s): Until(*s.stops) for s in steps if isinstance(s, Text)}
         self._step = 0
         self._sub = 0
         self._buf = ""
@@ -88,11 +105,12 @@ class ReplyEngine:
         self._commit_hit = False
         self._limit_reached = False
         self._segment_failed = False
-        self.mapper = CallMapper()
+        self.mapper = fmt.calls.make_mapper() if fmt.calls is not None else CallMapper()
         self._flow: FlowRunner | None = None
         if fmt.flow is not None:
             self.mapper = fmt.flow.make_mapper()
             self._flow = FlowRunner(self, fmt.flow)
+        self._thought_call = False
         self.committed_calls: list[MappedCall] = []
         self.reasoning_pieces: list[str] = []
         self.content_pieces: list[str] = []
@@ -100,6 +118,10 @@ class ReplyEngine:
             self._thought_pieces = self.content_pieces
         else:
             self._thought_pieces = self.reasoning_pieces
+        if fmt.reasoning is not None and fmt.reasoning.body_target != "reasoning":
+            # the body inline (markers consumed), or read and dropped
+            inline_body = fmt.reasoning.body_target == "content"
+            self._thought_pieces = self.content_pieces if inline_body else []
         self.dropped: list[Dropped] = []
         self.failure: EngineFailure | None = None
         self._state = "running"  # running | tail | stopped | failed
@@ -201,6 +223,9 @@ class ReplyEngine:
                 outcome = self._calls()
             elif kind == _FLOW and self._flow is not None:
                 outcome = self._flow.step()
+            elif not isinstance(kind, int):
+                self._materialize()
+                outcome = self._frame_step(kind)
             else:
                 self._materialize()
                 if kind == _PREFIX:
@@ -223,8 +248,35 @@ class ReplyEngine:
             if outcome == _STOP:
                 self._stop()
                 return
+            if outcome == _GOTO:
+                continue
             self._state = "failed"
             return
+
+    def _frame_step(self, step: Step) -> int:
+        if self._step in self._after_calls and self._calls_done == 0:
+            return _NEXT
+        if isinstance(step, Whitespace):
+            return self._space()
+        if isinstance(step, Text):
+            _, complete, at_end = self._scan(self._text_until[id(step)], self.content_pieces)
+            if complete:
+                return _NEXT
+            if at_end:
+                return _STOP if self._eof else _WAIT
+            return _NEXT if self._eof else _WAIT  # a cut marker: `until` ends before it
+        status = self._literal_status(step.text)
+        if status == NEED_MORE:
+            return _STOP if self._eof else _WAIT
+        if isinstance(step, Marker):
+            if status == SUCCESS:
+                self._pos += len(step.text)
+            return _NEXT
+        assert isinstance(step, NotMarker)
+        if status == SUCCESS:
+            self._fail(f"{step.text!r} is not allowed here")
+            return _FAIL
+        return _NEXT
 
     def _stop(self) -> None:
         """The parse ended at the end of input (NEED_MORE): what is left was cut short."""
@@ -280,10 +332,12 @@ class ReplyEngine:
         if self._sub == 0:
             status = self._literal_status(block.start)
             if status == FAIL:
-                return _NEXT
+                return self._no_thought_start(block)
             if status == NEED_MORE:
                 return _STOP if self._eof else _WAIT
             self._pos += len(block.start)
+            if not block.stops:
+                return _NEXT  # a lone marker (DeepSeek V4's pre-closed thought)
             self._inline(self._pos - len(block.start))
             self._sub = 1 if block.space_after_start else 4
         if self._sub == 4:
@@ -305,6 +359,12 @@ class ReplyEngine:
             if at_end or not (complete or (self._eof and block.as_content)):
                 return _STOP if self._eof else _WAIT
             self._sub = 3
+            if block.call_stops and any(self._buf.startswith(m, self._pos) for m in block.call_stops):
+                # the calls may begin here; if they do not parse the thought reads on
+                self._thought_call = True
+                self._step = self._steps.index(_CALLS)
+                self._sub = 0
+                return _GOTO
         for marker, consumed in block.closers:
             status = self._literal_status(marker)
             if status == SUCCESS:
@@ -328,6 +388,23 @@ class ReplyEngine:
                 return _STOP if self._eof else _WAIT
         self._fail("the thought does not end with a closing marker")
         return _FAIL
+
+    def _no_thought_start(self, block: ReasoningBlock) -> int:
+        """The text does not open the thought: a bare marker, a failure, or no thought."""
+        if block.bare:
+            status = self._literal_status(block.bare)
+            if status == SUCCESS:
+                self._pos += len(block.bare)
+                return _NEXT
+            if status == NEED_MORE:
+                return _STOP if self._eof else _WAIT
+        if block.required:
+            self._fail(f"the reply does not open its thought with {block.start}")
+            return _FAIL
+        if not block.start_may_be_absent:
+            return _NEXT
+        self._sub = 2
+        return self._reasoning()
 
     def _inline(self, start: int) -> None:
         """Markup of a thought kept inline (``as_content``) is content too."""
@@ -443,6 +520,7 @@ class ReplyEngine:
                     self._commit_window = self._buf[len(self._buf) - keep :] if keep > 0 else ""
                     return _WAIT
             if result.status == SUCCESS:
+                self._thought_call = False
                 self.mapper.visit(result.nodes, self._buf)
                 self.committed_calls = list(self.mapper.calls)
                 self._calls_done += 1
@@ -466,6 +544,17 @@ class ReplyEngine:
                     self._balance(self._buf[self._pos :], section.commit_balance)
                     self._commit_hit = False
                 return _WAIT
+            if self._thought_call:
+                # not calls after all: the stop is thought text, the thought ends at its closer
+                self._thought_call = False
+                block = self.fmt.reasoning
+                assert block is not None
+                stops = [m for m in block.stops if m not in block.call_stops]
+                self._reasoning_until = Until(*stops)
+                self._reasoning_firsts = frozenset(m[0] for m in stops)
+                self._step = self._steps.index(_REASONING)
+                self._sub = 2
+                return _GOTO
             if self._calls_done == 0 and section.required:
                 self._fail("no valid tool call although tool_choice is required")
                 return _FAIL
