@@ -195,6 +195,7 @@ class Codec:
             tool_choice=tool_choice,
             parallel_tool_calls=True if parallel_tool_calls is None else parallel_tool_calls,
             reasoning_format=reasoning_format,
+            enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
             special_tokens=template.special_tokens,
         )
         stop = list(fmt.stop)

@@ -8,11 +8,17 @@ from typing import Any
 from .description import ReplyFormat
 from .families import (
     cohere2_moe,
+    deepseek_dsml,
     functionary_v32,
     gemma4,
     gigachat_v3,
     gpt_oss,
+    kimi_k2,
+    kimi_k3,
     lfm2,
+    ling3,
+    minicpm5,
+    minimax_m3,
     ministral,
     muse_glimmer,
     plain,
@@ -62,13 +68,45 @@ def describe(
     tool_choice: str = "auto",
     parallel_tool_calls: bool = True,
     reasoning_format: str = "deepseek",
+    enable_thinking: bool = True,
     special_tokens: Mapping[str, str] | None = None,
 ) -> ReplyFormat:
     handler = handler_for(source)
+    if handler == kimi_k2.HANDLER:
+        return kimi_k2.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
+    if handler == kimi_k3.HANDLER:
+        return kimi_k3.describe(tools, tool_choice, reasoning_format)
+    if handler == ling3.HANDLER:
+        return ling3.describe(
+            generation_prompt, tools, tool_choice, parallel_tool_calls, reasoning_format
+        )
+    if handler == minimax_m3.HANDLER:
+        return minimax_m3.describe(
+            generation_prompt,
+            tools,
+            tool_choice,
+            parallel_tool_calls,
+            reasoning_format,
+            enable_thinking,
+        )
+    if handler == deepseek_dsml.HANDLER:
+        return deepseek_dsml.describe(
+            source, tools, tool_choice, parallel_tool_calls, reasoning_format, enable_thinking
+        )
+    if handler == minicpm5.HANDLER:
+        return minicpm5.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
     if handler == qwen3_coder.HANDLER:
         return qwen3_coder.describe(
             source, tools, tool_choice, parallel_tool_calls, reasoning_format
         )
+    if handler == ministral.HANDLER:
+        return ministral.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
+    if handler in (lfm2.HANDLER_LFM2, lfm2.HANDLER_LFM25):
+        return lfm2.describe(
+            handler, source, tools, tool_choice, parallel_tool_calls, reasoning_format
+        )
+    if handler == cohere2_moe.HANDLER:
+        return cohere2_moe.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
     if handler == "autoparser":
         from . import auto
 
@@ -91,14 +129,6 @@ def describe(
         return functionary_v32.describe(tools, tool_choice, parallel_tool_calls)
     if handler == gigachat_v3.HANDLER:
         return gigachat_v3.describe(tools, tool_choice)
-    if handler == ministral.HANDLER:
-        return ministral.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
-    if handler in (lfm2.HANDLER_LFM2, lfm2.HANDLER_LFM25):
-        return lfm2.describe(
-            handler, source, tools, tool_choice, parallel_tool_calls, reasoning_format
-        )
-    if handler == cohere2_moe.HANDLER:
-        return cohere2_moe.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
     # families of part 2 fall back to plain content and reasoning for now
     return plain.describe(
         "auto" if handler == "autoparser" else handler, source, generation_prompt, reasoning_format

@@ -1,0 +1,145 @@
+"""DeepSeek V3.2 / V4: DSML calls (``<｜DSML｜invoke name="f">`` with typed parameters).
+
+llama.cpp's handler "DeepSeek V3.2/V4". V4 names the call block ``tool_calls`` where V3.2
+says ``function_calls``. Parameters carry a ``string="true|false"`` attribute that must be the
+schema's verdict (a string parameter is raw text, others JSON), required ones in schema order.
+With thinking on, the calls may begin inside the thought (at ``\\n\\n`` + block or the block);
+if they do not parse there the thought reads on to ``</think>``. With thinking off the
+generation prompt's pre-closed thought is consumed. Content may not open a ``<think>``; nothing
+may follow the block (the parse fails). With tools and ``reasoning_format`` none every reply
+fails, as in llama.cpp (the prompt's ``<think>`` meets the content's guard).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, NotMarker, ReasoningBlock, ReplyFormat
+from ..schema import parameters
+from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "DeepSeek V3.2/V4"
+PREFIX = "<｜Assistant｜>"
+DSML = "｜DSML｜"
+THINK_START = "<think>"
+THINK_END = "</think>"
+PARAM_END = f"</{DSML}parameter>"
+INVOKE_END = f"</{DSML}invoke>"
+
+
+def _invoke(function: Mapping[str, Any]) -> peg.Parser:
+    name = str(function["name"])
+    required: list[peg.Parser] = []
+    optional: list[peg.Parser] = []
+    for pname, schema, is_required, root in parameters(function):
+        is_string = may_be_string(schema, root)
+        opener = peg.Seq(
+            peg.Literal(f'<{DSML}parameter name="'),
+            arg_name(pname),
+            peg.Literal(f'" string="{"true" if is_string else "false"}">'),
+        )
+        value = (
+            tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END))
+            if is_string
+            else tag(t.TOOL_ARG_VALUE, peg.json_value)
+        )
+        arg = tag(
+            t.TOOL_ARG,
+            peg.Seq(
+                atomic_tag(t.TOOL_ARG_OPEN, opener),
+                value,
+                atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END)),
+            ),
+        )
+        (required if is_required else optional).append(arg)
+    parts: list[peg.Parser] = []
+    for i, arg in enumerate(required):
+        parts += [peg.Space(), arg] if i else [arg]
+    if optional:
+        parts.append(peg.Repeat(peg.Seq(peg.Space(), peg.Choice(*optional))))
+    opener = peg.Seq(peg.Literal(f'<{DSML}invoke name="'), tool_name(name), peg.Literal('">\n'))
+    return tag(
+        t.TOOL,
+        peg.Seq(
+            atomic_tag(t.TOOL_OPEN, opener),
+            *parts,
+            peg.Space(),
+            atomic_tag(t.TOOL_CLOSE, peg.Literal(INVOKE_END)),
+        ),
+    )
+
+
+def describe(
+    source: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+    enable_thinking: bool,
+) -> ReplyFormat:
+    is_v4 = "function_calls" not in source
+    block_name = "tool_calls" if is_v4 else "function_calls"
+    fc_start = f"<{DSML}{block_name}>"
+    fc_end = f"</{DSML}{block_name}>"
+    functions = tool_functions(tools)
+    has_calls = bool(functions) and tool_choice != "none"
+    reasoning: ReasoningBlock | None = None
+    if reasoning_format != "none" and enable_thinking:
+        call_stops = ("\n\n" + fc_start, fc_start) if has_calls else ()
+        reasoning = ReasoningBlock(
+            start=THINK_START,
+            stops=(*call_stops, THINK_END),
+            closers=((THINK_END, True),),
+            space_after_start=False,
+            call_stops=call_stops,
+        )
+    elif reasoning_format != "none":
+        # the prompt's pre-closed thought: a bare </think> (V4) or an empty pair (V3.2)
+        reasoning = ReasoningBlock(
+            start=THINK_END if is_v4 else THINK_START,
+            stops=() if is_v4 else (THINK_END,),
+            closers=((THINK_END, True),),
+            space_after_start=False,
+            body_target="",
+        )
+    if not has_calls:
+        return ReplyFormat(
+            HANDLER, PREFIX, reasoning, None, space_before_content=False, end_anchor=True
+        )
+    invoke = peg.Choice(*(_invoke(f) for f in functions))
+    more: list[peg.Parser] = [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+    # the leading space: calls that begin inside a thought follow its `\n\n`
+    block = peg.Seq(
+        peg.Space(),
+        peg.Literal(fc_start),
+        peg.Space(),
+        invoke,
+        *more,
+        peg.Space(),
+        peg.Literal(fc_end),
+    )
+    section = CallSection(
+        first=block,
+        next=None,
+        required=tool_choice == "required",
+        commit=fc_end,
+        openers=(fc_start,),
+        tool_names=frozenset(str(f["name"]) for f in functions),
+        space_after=False,
+    )
+    return ReplyFormat(
+        HANDLER,
+        PREFIX,
+        reasoning,
+        ("\n\n" + fc_start, fc_start),
+        section,
+        space_before_content=False,
+        end_anchor=True,
+        before_content=(NotMarker(THINK_START),),
+    )

@@ -1,0 +1,91 @@
+"""Kimi K2 (Instruct / Thinking): ``functions.NAME:N`` calls with raw JSON arguments.
+
+llama.cpp's handler "Kimi K2 Thinking": a leading ``<think>`` (which calls may interrupt),
+content up to the call section, then ``<|tool_call_begin|>functions.NAME:N
+<|tool_call_argument_begin|>{json}<|tool_call_end|>`` calls whose section and end markers are
+optional, and nothing after them (the parse fails). The call id is ``functions.NAME:N``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
+from ._tagged import atomic_tag, optional, tag, tool_name
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "Kimi K2 Thinking"
+PREFIX = "<|im_assistant|>assistant<|im_middle|>"
+SECTION_BEGIN = "<|tool_calls_section_begin|>"
+SECTION_END = "<|tool_calls_section_end|>"
+CALL_BEGIN = "<|tool_call_begin|>"
+ARGS_BEGIN = "<|tool_call_argument_begin|>"
+CALL_END = "<|tool_call_end|>"
+THOUGHT = ReasoningBlock(
+    start="<think>",
+    stops=("</think>", SECTION_BEGIN, CALL_BEGIN),
+    # an unclosed thought ends where the calls begin
+    closers=(("</think>", True), (SECTION_BEGIN, False), (CALL_BEGIN, False)),
+    space_after_start=False,
+)
+
+
+def _call(name: str) -> peg.Parser:
+    call_id = atomic_tag(
+        t.TOOL_ID,
+        peg.Seq(
+            peg.Literal("functions."), tool_name(name), peg.Literal(":"), peg.Chars("0123456789")
+        ),
+    )
+    return tag(
+        t.TOOL,
+        peg.Seq(
+            atomic_tag(t.TOOL_OPEN, peg.Seq(call_id, peg.Literal(ARGS_BEGIN))),
+            tag(t.TOOL_ARGS, peg.json_value),
+            atomic_tag(t.TOOL_CLOSE, optional(peg.Literal(CALL_END))),
+        ),
+    )
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    reasoning = THOUGHT if reasoning_format != "none" else None
+    functions = tool_functions(tools)
+    if not functions or tool_choice == "none":
+        return ReplyFormat(
+            HANDLER, PREFIX, reasoning, None, space_before_content=False, end_anchor=True
+        )
+    call = peg.Seq(peg.Literal(CALL_BEGIN), peg.Choice(*(_call(str(f["name"])) for f in functions)))
+    section = CallSection(
+        first=call,
+        next=call if parallel_tool_calls else None,
+        required=tool_choice == "required",
+        commit=CALL_END,
+        openers=(CALL_BEGIN,),
+        tool_names=frozenset(str(f["name"]) for f in functions),
+        space_after=False,
+        # the call's end marker is optional: a call that parses to the end of the text so far
+        # may still take it
+        settle=True,
+    )
+    return ReplyFormat(
+        HANDLER,
+        PREFIX,
+        reasoning,
+        (SECTION_BEGIN, CALL_BEGIN),
+        section,
+        space_before_content=False,
+        space_before_calls=False,
+        end_anchor=True,
+        after_content=(Marker(SECTION_BEGIN),),
+        tail=(Marker(SECTION_END),),
+    )

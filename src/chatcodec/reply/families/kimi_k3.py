@@ -1,0 +1,119 @@
+"""Kimi K3: ``<|open|>tag<|sep|> ... <|close|>tag<|sep|>`` sections (llama.cpp's "Kimi K3").
+
+The generation prompt opens the message and its ``think`` section; the think section is
+consumed even with reasoning extraction off (its body is then content). The response runs to
+its closer or to the tools section; calls are ``<|open|>call tool="NAME" ...<|sep|>`` with one
+``<|open|>argument key="K" ...<|sep|>VALUE<|close|>argument<|sep|>`` per argument, typed by the
+schema's top-level ``type`` (missing: string; other values are inserted raw). Any number of
+calls (``parallel_tool_calls`` is ignored); nothing may follow the message (the parse fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
+from ._tagged import arg_name, atomic_tag, function_parameters, optional, tag, tool_name
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "Kimi K3"
+SEP = "<|sep|>"
+MSG_START = '<|open|>message role="assistant"<|sep|>'
+THINK_START = "<|open|>think<|sep|>"
+THINK_END = "<|close|>think<|sep|>"
+RESP_START = "<|open|>response<|sep|>"
+RESP_END = "<|close|>response<|sep|>"
+TOOLS_START = "<|open|>tools<|sep|>"
+TOOLS_END = "<|close|>tools<|sep|>"
+CALL_START = '<|open|>call tool="'
+CALL_END = "<|close|>call<|sep|>"
+ARG_START = '<|open|>argument key="'
+ARG_END = "<|close|>argument<|sep|>"
+MSG_END = "<|close|>message<|sep|>"
+EOM = "<|end_of_msg|>"
+
+
+def _call(function: Mapping[str, Any]) -> peg.Parser:
+    name = str(function["name"])
+    props = function_parameters(function).get("properties")
+    args: peg.Parser = peg.Eps()
+    if isinstance(props, Mapping) and props:
+        choices: list[peg.Parser] = []
+        for key, schema in props.items():
+            kind = schema.get("type") if isinstance(schema, Mapping) else None
+            kind = kind if isinstance(kind, str) else "string"
+            value_tag = t.TOOL_ARG_STRING_VALUE if kind == "string" else t.TOOL_ARG_VALUE
+            choices.append(
+                tag(
+                    t.TOOL_ARG,
+                    peg.Seq(
+                        atomic_tag(t.TOOL_ARG_OPEN, peg.Literal(ARG_START)),
+                        arg_name(str(key)),
+                        peg.Literal('"'),
+                        peg.Until(SEP),  # the type="..." attribute: the schema decides
+                        peg.Literal(SEP),
+                        tag(value_tag, peg.Until(ARG_END)),
+                        atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(ARG_END)),
+                    ),
+                )
+            )
+        args = peg.Repeat(peg.Choice(*choices))
+    opener = peg.Seq(
+        peg.Literal(CALL_START), tool_name(name), peg.Literal('"'), peg.Until(SEP), peg.Literal(SEP)
+    )
+    return tag(
+        t.TOOL,
+        peg.Seq(
+            atomic_tag(t.TOOL_OPEN, opener),
+            tag(t.TOOL_ARGS, args),
+            atomic_tag(t.TOOL_CLOSE, peg.Literal(CALL_END)),
+        ),
+    )
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None, tool_choice: str, reasoning_format: str
+) -> ReplyFormat:
+    thought = ReasoningBlock(
+        start=THINK_START,
+        stops=(THINK_END, RESP_START),
+        closers=((THINK_END, True), (RESP_START, False)),
+        space_after_start=False,
+        start_may_be_absent=True,
+        body_target="reasoning" if reasoning_format != "none" else "content",
+    )
+    frame: dict[str, Any] = dict(
+        space_before_content=False,
+        space_before_calls=False,
+        end_anchor=True,
+        before_content=(Marker(RESP_START),),
+        after_content=(Marker(RESP_END),),
+        tail=(Marker(MSG_END), Marker(EOM)),
+    )
+    stops = (RESP_END, TOOLS_START, MSG_END)
+    functions = tool_functions(tools)
+    if not functions or tool_choice == "none":
+        return ReplyFormat(HANDLER, MSG_START, thought, stops, **frame)
+    block = peg.Seq(
+        peg.Literal(TOOLS_START),
+        peg.Repeat(peg.Choice(*(_call(f) for f in functions)), 1, -1),
+        peg.Literal(TOOLS_END),
+        optional(peg.Literal(MSG_END)),
+        optional(peg.Literal(EOM)),
+    )
+    section = CallSection(
+        first=block,
+        next=None,
+        required=tool_choice == "required",
+        commit=TOOLS_END,
+        openers=(TOOLS_START,),
+        tool_names=frozenset(str(f["name"]) for f in functions),
+        space_after=False,
+        settle=True,
+    )
+    return ReplyFormat(HANDLER, MSG_START, thought, stops, section, **frame)

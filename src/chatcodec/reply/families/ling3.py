@@ -1,0 +1,126 @@
+"""Ling 3.0 / Bailing V3: ``<tool_call>NAME <arg_key>k</arg_key><arg_value>v</arg_value>``.
+
+llama.cpp's handler "Ling 3.0 (Bailing V3)": the think tags are consumed even with reasoning
+extraction off (the body is then content); a thought the generation prompt opened also ends at
+``<tool_call>``. Content runs to the first ``<tool_call>``; calls (one unless
+``parallel_tool_calls``) are followed by content up to ``<|role_end|>``, and a call that does not
+parse is content too. Values are typed by the schema (unions with string try JSON first);
+required arguments in any order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Text
+from ..schema import parameters, value_types
+from ._tagged import arg_name, atomic_tag, optional, tag, tool_name
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "Ling 3.0 (Bailing V3)"
+ROLE = "<role>ASSISTANT</role>"
+THINK_START = "<think>"
+THINK_END = "</think>"
+CALL_START = "<tool_call>"
+CALL_END = "</tool_call>"
+ROLE_END = "<|role_end|>"
+VALUE_END = "</arg_value>"
+
+
+def _value(types: frozenset[str]) -> peg.Parser:
+    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(VALUE_END))
+    raw = peg.Seq(tag(t.TOOL_ARG_STRING_VALUE, peg.Until(VALUE_END)), close)
+    typed = peg.Seq(tag(t.TOOL_ARG_VALUE, peg.json_value), close)
+    if "string" not in types:
+        return typed
+    if types == {"string"}:
+        return raw
+    return peg.Choice(peg.Atomic(typed), raw)
+
+
+def _call(function: Mapping[str, Any]) -> peg.Parser:
+    name = str(function["name"])
+    required: list[peg.Parser] = []
+    optionals: list[peg.Parser] = []
+    for pname, schema, is_required, root in parameters(function):
+        opener = peg.Seq(peg.Literal("<arg_key>"), arg_name(pname), peg.Literal("</arg_key>"))
+        arg = peg.Seq(
+            optional(peg.Space()),
+            tag(
+                t.TOOL_ARG,
+                peg.Seq(
+                    atomic_tag(t.TOOL_ARG_OPEN, opener),
+                    optional(peg.Space()),
+                    peg.Literal("<arg_value>"),
+                    _value(value_types(schema, root)),
+                ),
+            ),
+        )
+        (required if is_required else optionals).append(arg)
+    args = peg.permute(required)
+    if optionals:
+        args = peg.Seq(args, peg.Repeat(peg.Choice(*optionals)))
+    opener = peg.Seq(peg.Literal(CALL_START), tool_name(name), optional(peg.Space()))
+    return tag(
+        t.TOOL,
+        peg.Seq(
+            atomic_tag(t.TOOL_OPEN, opener),
+            tag(t.TOOL_ARGS, args),
+            atomic_tag(t.TOOL_CLOSE, peg.Seq(optional(peg.Space()), peg.Literal(CALL_END))),
+        ),
+    )
+
+
+def describe(
+    generation_prompt: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    # the prompt left a thought open: it also ends where a call begins
+    last_open = generation_prompt.rfind(THINK_START)
+    think_open = last_open >= 0 and last_open > generation_prompt.rfind(THINK_END)
+    thought = ReasoningBlock(
+        start=THINK_START,
+        stops=(THINK_END, CALL_START) if think_open else (THINK_END,),
+        closers=((THINK_END, True), (CALL_START, False)),
+        space_after_start=False,
+        start_may_be_absent=True,
+        body_target="reasoning" if reasoning_format != "none" else "content",
+    )
+    frame: dict[str, Any] = dict(
+        space_after_prefix=True,
+        space_before_content=False,
+        space_before_calls=False,
+        end_anchor=True,
+    )
+    functions = tool_functions(tools)
+    if not functions or tool_choice == "none":
+        return ReplyFormat(
+            HANDLER, ROLE, thought, (ROLE_END,), after_content=(Marker(ROLE_END),), **frame
+        )
+    call = peg.Choice(*(_call(f) for f in functions))
+    section = CallSection(
+        first=call,
+        next=call if parallel_tool_calls else None,
+        required=tool_choice == "required",
+        commit=CALL_END,
+        openers=(CALL_START,),
+        tool_names=frozenset(str(f["name"]) for f in functions),
+    )
+    return ReplyFormat(
+        HANDLER,
+        ROLE,
+        thought,
+        (CALL_START,),
+        section,
+        after_calls=(Text((ROLE_END,)), Marker(ROLE_END)),
+        tail=(Text((ROLE_END,)), Marker(ROLE_END)),
+        **frame,
+    )

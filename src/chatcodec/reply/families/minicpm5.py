@@ -1,0 +1,106 @@
+"""MiniCPM5: ``<function name="f"><param name="p">value</param></function>`` calls.
+
+llama.cpp's handler "MiniCPM5": with reasoning extraction the reply must open a thought (the
+generation prompt does), then content up to ``<function``, then one call (any number with
+``parallel_tool_calls``), each followed by whitespace, and nothing after them (the parse
+fails). String parameters are raw text, or CDATA; other parameters are JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..schema import parameters
+from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
+
+__all__ = ["HANDLER", "describe"]
+
+HANDLER = "MiniCPM5"
+PREFIX = "<|im_start|>assistant\n"
+PARAM_END = "</param>"
+THOUGHT = ReasoningBlock(
+    start="<think>", stops=("</think>",), closers=(("</think>", True),), required=True
+)
+
+
+def _string_value() -> peg.Parser:
+    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
+    cdata = peg.Seq(
+        peg.Literal("<![CDATA["),
+        tag(t.TOOL_ARG_STRING_VALUE, peg.Until("]]>")),
+        peg.Literal("]]>"),
+        close,
+    )
+    raw = peg.Seq(
+        peg.Not(peg.Literal("<![CDATA[")), tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END)), close
+    )
+    return peg.Choice(cdata, raw)
+
+
+def _call(function: Mapping[str, Any]) -> peg.Parser:
+    name = str(function["name"])
+    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
+    args: list[peg.Parser] = []
+    for pname, schema, _required, root in parameters(function):
+        if may_be_string(schema, root):
+            value = _string_value()
+        else:
+            value = peg.Seq(tag(t.TOOL_ARG_VALUE, peg.json_value), close)
+        opener = peg.Seq(peg.Literal('<param name="'), arg_name(pname), peg.Literal('">'))
+        args.append(tag(t.TOOL_ARG, peg.Seq(atomic_tag(t.TOOL_ARG_OPEN, opener), value)))
+    body: peg.Parser = peg.Repeat(peg.Seq(peg.Choice(*args), peg.Space())) if args else peg.Eps()
+    opener = peg.Seq(peg.Literal('<function name="'), tool_name(name), peg.Literal('">'))
+    return tag(
+        t.TOOL,
+        peg.Seq(
+            atomic_tag(t.TOOL_OPEN, opener),
+            peg.Space(),
+            tag(t.TOOL_ARGS, body),
+            peg.Space(),
+            atomic_tag(t.TOOL_CLOSE, peg.Literal("</function>")),
+        ),
+    )
+
+
+def describe(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+) -> ReplyFormat:
+    reasoning = THOUGHT if reasoning_format != "none" else None
+    functions = tool_functions(tools)
+    if not functions or tool_choice == "none":
+        return ReplyFormat(
+            HANDLER,
+            PREFIX,
+            reasoning,
+            None,
+            space_before_content=reasoning is not None,
+            end_anchor=True,
+        )
+    call = peg.Choice(*(_call(f) for f in functions))
+    section = CallSection(
+        first=call,
+        next=call if parallel_tool_calls else None,
+        # at least one call once the content stops at `<function` (tool_choice aside)
+        required=True,
+        commit="</function>",
+        openers=("<function",),
+        tool_names=frozenset(str(f["name"]) for f in functions),
+    )
+    return ReplyFormat(
+        HANDLER,
+        PREFIX,
+        reasoning,
+        ("<function",),
+        section,
+        space_before_content=reasoning is not None,
+        space_before_calls=False,
+        end_anchor=True,
+    )

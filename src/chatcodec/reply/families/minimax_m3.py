@@ -1,0 +1,266 @@
+"""MiniMax-M3: namespaced XML calls whose nested values are XML elements too.
+
+llama.cpp's handler "MiniMax-M3" (format ``peg-minimax-m3``): every tool tag carries the
+namespace token ``]<]minimax[>[``; one ``<tool_call>`` block holds the ``<invoke name="f">``
+calls (one unless ``parallel_tool_calls``), each parameter is an element named after it,
+objects expand to member elements and arrays to ``<item>`` elements, and the arguments are
+rebuilt as compact JSON from that tree. The thought is ``<mm:think>``, or a bare
+``</mm:think>`` for none; with thinking disabled its body is read and dropped. Nothing may
+follow the block (the parse fails).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .. import mapper as t
+from .. import peg
+from ..arguments import tool_functions
+from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..mapper import CallMapper, MappedCall, json_escape_inner
+from ..peg import Node
+from ._tagged import arg_name, atomic_tag, function_parameters, may_be_string, tag, tool_name
+
+__all__ = ["HANDLER", "describe", "MiniMaxM3Mapper"]
+
+HANDLER = "MiniMax-M3"
+NS = "]<]minimax[>["
+THINK_START = "<mm:think>"
+THINK_END = "</mm:think>"
+FC_START = NS + "<tool_call>"
+FC_END = NS + "</tool_call>"
+INVOKE_END = NS + "</invoke>"
+ARG_OBJECT = "tool-arg-object"
+ARG_ARRAY = "tool-arg-array"
+ARG_ITEM = "tool-arg-item"
+_VALUE_TAGS = (t.TOOL_ARG_VALUE, t.TOOL_ARG_STRING_VALUE, ARG_OBJECT, ARG_ARRAY)
+
+
+# ---------------------------------------------------------------------------- the grammar
+
+
+def _has_properties(schema: Mapping[str, Any]) -> bool:
+    return "properties" in schema or (
+        "additionalProperties" in schema and schema["additionalProperties"] is not True
+    )
+
+
+def _alternatives(schema: Mapping[str, Any]) -> list[Any] | None:
+    """The branches of a oneOf/anyOf or of a type array (None when the schema has none)."""
+    if "$ref" in schema:
+        return None
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            alts = schema[key]
+            return list(alts) if isinstance(alts, list) else []
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return [{**schema, "type": k} for k in kind]
+    return None
+
+
+def _value(schema: Any, root: Mapping[str, Any], close: str) -> peg.Parser:
+    close_tag = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(close))
+    if may_be_string(schema, root):
+        # a string accepts anything, so a union with a string is a string
+        return peg.Seq(tag(t.TOOL_ARG_STRING_VALUE, peg.Until(close)), close_tag)
+    json_value = peg.Seq(tag(t.TOOL_ARG_VALUE, peg.json_value), close_tag)
+    if not isinstance(schema, Mapping):
+        return json_value
+    alts = _alternatives(schema)
+    if alts is not None:
+        return peg.Choice(*(_value(a, root, close) for a in alts))
+    if "$ref" in schema or "const" in schema or "enum" in schema:
+        return json_value
+    kind = schema.get("type")
+    if kind == "object" or (kind is None and _has_properties(schema)):
+        props = schema.get("properties")
+        if isinstance(props, Mapping) and props:
+            return peg.Seq(tag(ARG_OBJECT, _members(schema, root)), peg.Space(), close_tag)
+        return json_value
+    is_array = kind == "array" or (
+        kind is None and "allOf" not in schema and ("items" in schema or "prefixItems" in schema)
+    )
+    if is_array and "prefixItems" not in schema:
+        item_close = NS + "</item>"
+        item = tag(
+            ARG_ITEM,
+            peg.Seq(peg.Literal(NS + "<item>"), _value(schema.get("items", {}), root, item_close)),
+        )
+        return peg.Seq(tag(ARG_ARRAY, peg.Repeat(peg.Seq(peg.Space(), item))), peg.Space(), close_tag)
+    return json_value
+
+
+def _members(schema: Mapping[str, Any], root: Mapping[str, Any]) -> peg.Parser:
+    """Required elements in schema order, then any number of optional ones in any order."""
+    props = schema.get("properties")
+    required_names = schema.get("required")
+    required_set = set(required_names) if isinstance(required_names, list) else set()
+    required: list[peg.Parser] = []
+    optional: list[peg.Parser] = []
+    for name, prop in (props.items() if isinstance(props, Mapping) else ()):
+        opener = peg.Seq(peg.Literal(NS + "<"), arg_name(str(name)), peg.Literal(">"))
+        element = tag(
+            t.TOOL_ARG,
+            peg.Seq(atomic_tag(t.TOOL_ARG_OPEN, opener), _value(prop, root, f"{NS}</{name}>")),
+        )
+        (required if name in required_set else optional).append(element)
+    parts: list[peg.Parser] = []
+    for i, element in enumerate(required):
+        parts += [peg.Space(), element] if i else [element]
+    if optional:
+        parts.append(peg.Repeat(peg.Seq(peg.Space(), peg.Choice(*optional))))
+    return peg.Seq(*parts) if parts else peg.Eps()
+
+
+def _invoke(function: Mapping[str, Any]) -> peg.Parser:
+    name = str(function["name"])
+    params = function_parameters(function)
+    body: peg.Parser = peg.Eps()
+    if params.get("type", "object") == "object" or _has_properties(params):
+        body = _members(params, params)
+    opener = peg.Seq(peg.Literal(NS + '<invoke name="'), tool_name(name), peg.Literal('">'))
+    return tag(
+        t.TOOL,
+        peg.Seq(
+            atomic_tag(t.TOOL_OPEN, opener),
+            peg.Space(),
+            body,
+            peg.Space(),
+            atomic_tag(t.TOOL_CLOSE, peg.Literal(INVOKE_END)),
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------- the mapper
+
+
+def _find(node: Node, name: str, depth: int = 3) -> Node | None:
+    for child in node.children:
+        if child.tag == name:
+            return child
+        if depth > 1:
+            found = _find(child, name, depth - 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _collect(node: Node, name: str, out: list[Node]) -> None:
+    for child in node.children:
+        if child.tag == name:
+            out.append(child)
+        else:
+            _collect(child, name, out)
+
+
+def _value_of(node: Node) -> Node | None:
+    for child in node.children:
+        if child.tag in _VALUE_TAGS:
+            return child
+    return None
+
+
+class MiniMaxM3Mapper(CallMapper):
+    """Calls rebuilt from the element tree: a call once its name is known, containers closed
+    only when their element is complete, members without a value element skipped."""
+
+    def visit(self, nodes: Iterable[Node], text: str) -> None:
+        for node in nodes:
+            if node.tag == t.TOOL:
+                name = _find(node, t.TOOL_NAME)
+                if name is not None:
+                    arguments = self._container(node, text, True, not node.partial)
+                    self.calls.append(MappedCall(text[name.start : name.end], arguments))
+            elif node.children:
+                self.visit(node.children, text)
+
+    def flush(self) -> None:
+        pass
+
+    def _container(self, node: Node, text: str, is_object: bool, closed: bool) -> str:
+        entries: list[Node] = []
+        _collect(node, t.TOOL_ARG if is_object else ARG_ITEM, entries)
+        parts: list[str] = []
+        for entry in entries:
+            if is_object:
+                name = _find(entry, t.TOOL_ARG_NAME)
+                if name is None:
+                    continue
+                key = json.dumps(text[name.start : name.end], ensure_ascii=False)
+                part = key + ":" + self._value(_value_of(entry), text, not entry.partial)
+            else:
+                part = self._value(_value_of(entry), text, not entry.partial)
+            if part:
+                parts.append(part)
+        body = ",".join(parts)
+        if is_object:
+            return "{" + body + ("}" if closed else "")
+        return "[" + body + ("]" if closed else "")
+
+    def _value(self, node: Node | None, text: str, closed: bool) -> str:
+        if node is None:
+            return ""
+        if node.tag in (ARG_OBJECT, ARG_ARRAY):
+            return self._container(node, text, node.tag == ARG_OBJECT, closed)
+        value = text[node.start : node.end]
+        if node.tag == t.TOOL_ARG_STRING_VALUE:
+            return '"' + json_escape_inner(value) + ('"' if closed else "")
+        return value
+
+
+# ---------------------------------------------------------------------------- the format
+
+
+def describe(
+    generation_prompt: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    parallel_tool_calls: bool,
+    reasoning_format: str,
+    enable_thinking: bool,
+) -> ReplyFormat:
+    at = generation_prompt.find(THINK_START)
+    prefix = generation_prompt[:at] if at >= 0 else generation_prompt
+    reasoning = None
+    if reasoning_format != "none":
+        reasoning = ReasoningBlock(
+            start=THINK_START,
+            stops=(THINK_END,),
+            closers=((THINK_END, True),),
+            space_after_start=enable_thinking,
+            body_target="reasoning" if enable_thinking else "",
+            bare=THINK_END,
+        )
+    functions = tool_functions(tools)
+    if not functions or tool_choice == "none":
+        return ReplyFormat(
+            HANDLER, prefix, reasoning, None, space_before_content=False, end_anchor=True
+        )
+    invoke = peg.Choice(*(_invoke(f) for f in functions))
+    more: list[peg.Parser] = [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+    block = peg.Seq(
+        peg.Literal(FC_START), peg.Space(), invoke, *more, peg.Space(), peg.Literal(FC_END)
+    )
+    section = CallSection(
+        first=block,
+        next=None,
+        required=tool_choice == "required",
+        commit=FC_END,
+        openers=(FC_START,),
+        tool_names=frozenset(str(f["name"]) for f in functions),
+        space_after=False,
+        make_mapper=MiniMaxM3Mapper,
+    )
+    return ReplyFormat(
+        HANDLER,
+        prefix,
+        reasoning,
+        (FC_START,),
+        section,
+        space_before_content=False,
+        space_before_calls=False,
+        end_anchor=True,
+    )
