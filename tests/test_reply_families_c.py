@@ -163,7 +163,10 @@ def _stream(turn: Turn, pieces: list[str], expected: AssistantMessage) -> list[D
             assert expected.reasoning_content.startswith(reasoning)
             if delta.tool_call is not None:
                 sent = expected.tool_calls[delta.tool_call.index]
-                assert (delta.tool_call.name, delta.tool_call.arguments) == (sent.name, sent.arguments)
+                assert (delta.tool_call.name, delta.tool_call.arguments) == (
+                    sent.name,
+                    sent.arguments,
+                )
     deltas += stream.flush()
     assert stream.finish() == expected
     return deltas

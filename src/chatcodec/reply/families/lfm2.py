@@ -21,7 +21,7 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 
-__all__ = ["HANDLER_LFM2", "HANDLER_LFM25", "handler", "describe"]
+__all__ = ["HANDLER_LFM2", "HANDLER_LFM25", "describe"]
 
 HANDLER_LFM2 = "LFM2"
 HANDLER_LFM25 = "LFM2.5"
@@ -34,15 +34,6 @@ THOUGHT = ReasoningBlock(
     closers=(("</think>", True),),
     space_after_start=False,
 )
-
-
-def handler(source: str) -> str | None:
-    """llama.cpp's dispatch between the two (None: neither)."""
-    if "<|tool_list_start|>" in source and "<|tool_list_end|>" in source:
-        return HANDLER_LFM2
-    if "List of tools: [" in source and "<|tool_list_start|>" not in source:
-        return HANDLER_LFM25
-    return None
 
 
 def _properties(fn: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -64,7 +55,10 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
                     peg.Atomic(
                         peg.Tag(
                             t.TOOL_ARG_OPEN,
-                            peg.Seq(peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(name))), peg.Literal("=")),
+                            peg.Seq(
+                                peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(name))),
+                                peg.Literal("="),
+                            ),
                         )
                     ),
                     peg.Tag(t.TOOL_ARG_VALUE, value),
@@ -77,10 +71,17 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
         one = peg.Choice(*arguments)
         args = peg.Seq(one, peg.Repeat(peg.Seq(peg.Literal(","), peg.Space(), one)))
     opener = peg.Atomic(
-        peg.Tag(t.TOOL_OPEN, peg.Seq(peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))), peg.Literal("(")))
+        peg.Tag(
+            t.TOOL_OPEN,
+            peg.Seq(
+                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))), peg.Literal("(")
+            ),
+        )
     )
     closer = peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal(")")))
-    return peg.Tag(t.TOOL, peg.Seq(opener, peg.Space(), peg.Tag(t.TOOL_ARGS, args), peg.Space(), closer))
+    return peg.Tag(
+        t.TOOL, peg.Seq(opener, peg.Space(), peg.Tag(t.TOOL_ARGS, args), peg.Space(), closer)
+    )
 
 
 def _section(functions: Sequence[Mapping[str, Any]], parallel: bool) -> peg.Parser:

@@ -18,7 +18,7 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 
-__all__ = ["HANDLER", "matches", "describe"]
+__all__ = ["HANDLER", "describe"]
 
 HANDLER = "Ministral/Magistral Large 3"
 CALLS = "[TOOL_CALLS]"
@@ -31,16 +31,6 @@ THOUGHT = ReasoningBlock(
 )
 
 
-def matches(source: str) -> bool:
-    """llama.cpp's dispatch rule (the first specialized handler it tries)."""
-    return (
-        "[SYSTEM_PROMPT]" in source
-        and CALLS in source
-        and ARGS in source
-        and "[CALL_ID]" not in source
-    )
-
-
 def _call(functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     """``[TOOL_CALLS]`` and one call: a declared name, ``[ARGS]``, a JSON value (raw)."""
     choices: list[peg.Parser] = []
@@ -48,7 +38,10 @@ def _call(functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
         opener = peg.Atomic(
             peg.Tag(
                 t.TOOL_OPEN,
-                peg.Seq(peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))), peg.Literal(ARGS)),
+                peg.Seq(
+                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
+                    peg.Literal(ARGS),
+                ),
             )
         )
         choices.append(peg.Seq(opener, peg.Tag(t.TOOL_ARGS, peg.json_value)))
