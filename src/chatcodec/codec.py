@@ -181,19 +181,20 @@ class Codec:
         template = self.template_for(tools)
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
-        prompt = template.render(messages, tools=tools, add_generation_prompt=True, **context)
-        without = template.render(messages, tools=tools, add_generation_prompt=False, **context)
-        common = 0
-        limit = min(len(prompt), len(without))
-        while common < limit and prompt[common] == without[common]:
-            common += 1
-        generation_prompt = prompt[common:]
+        generation_prompt, llama_prompt = _llama_generation_prompt(template, messages, tools, context)
+        try:
+            prompt = template.render(messages, tools=tools, add_generation_prompt=True, **context)
+        except TemplateError:
+            # transformers cannot render this request, llama.cpp's renderer can: its prompt
+            prompt = llama_prompt
+        if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
+            parallel_tool_calls = _supports_parallel_tool_calls(template)
         fmt = describe(
             template.source,
             generation_prompt,
             tools=tools,
             tool_choice=tool_choice,
-            parallel_tool_calls=True if parallel_tool_calls is None else parallel_tool_calls,
+            parallel_tool_calls=parallel_tool_calls,
             reasoning_format=reasoning_format,
             enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
             special_tokens=template.special_tokens,
@@ -210,3 +211,46 @@ class Codec:
             format=fmt,
             id_prefix=f"call_{secrets.token_hex(6)}_",
         )
+
+
+def _llama_generation_prompt(
+    template: ChatTemplate,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    context: dict[str, Any],
+) -> tuple[str, str]:
+    """(generation prompt, prompt) of a request as llama.cpp computes them.
+
+    llama.cpp renders with its own Jinja engine and conventions (tools and a false
+    ``add_generation_prompt`` left undefined, ``datetime``/``date_string`` set): the
+    generation prompt is the render with ``add_generation_prompt`` past its longest common
+    prefix with the render without. A request it cannot render cannot be set up.
+    """
+    from .template.compat import llama_compatible, llama_extra_context
+
+    compat = llama_compatible(template)
+    variables = {**llama_extra_context(), **context}
+    try:
+        with_prompt = compat.render(messages, tools=tools, add_generation_prompt=True, **variables)
+        without = compat.render(messages, tools=tools, add_generation_prompt=False, **variables)
+    except TemplateError as exc:
+        raise TemplateError(
+            f"llama.cpp cannot set up this request: the template fails to render ({exc})",
+            stage="render",
+            kind=exc.kind,
+            lineno=exc.lineno,
+        ) from None
+    common = 0
+    limit = min(len(with_prompt), len(without))
+    while common < limit and with_prompt[common] == without[common]:
+        common += 1
+    return with_prompt[common:], with_prompt
+
+
+def _supports_parallel_tool_calls(template: ChatTemplate) -> bool:
+    """llama.cpp's ``supports_parallel_tool_calls`` capability: its probe conversation, with
+    two calls, rendered by llama.cpp's conventions, reads the second call."""
+    from .reply.auto.analysis import Renderer, _capabilities
+    from .template.compat import llama_compatible
+
+    return _capabilities(Renderer(llama_compatible(template)))[1]

@@ -702,9 +702,13 @@ def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100
     return jinja2.utils.generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
 
-def new_environment() -> ChatSandbox:
-    """A fresh environment configured as transformers configures its own."""
-    env = ChatSandbox(
+def new_environment(
+    cls: type[ChatSandbox] = ChatSandbox, **options: Any
+) -> ChatSandbox:
+    """A fresh environment configured as transformers configures its own (``cls`` and
+    ``options`` let the llama.cpp-compatible environment of ``compat.py`` share it)."""
+    env = cls(
+        **options,
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[GenerationExtension, jinja2.ext.loopcontrols],

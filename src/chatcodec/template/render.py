@@ -103,7 +103,7 @@ class ChatTemplate:
         self.name = name
         self.special_tokens: dict[str, str] = dict(special_tokens or {})
         self.limits = limits or Limits()
-        env = _shared_environment()
+        env = self._environment()
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateSyntaxError as exc:
@@ -139,11 +139,16 @@ class ChatTemplate:
         label = f" {self.name!r}" if self.name else ""
         return f"<ChatTemplate{label} {len(self.source)} chars>"
 
+    @staticmethod
+    def _environment() -> ChatSandbox:
+        """The environment templates of this class compile in (transformers' sandbox)."""
+        return _shared_environment()
+
     @property
     def variables(self) -> frozenset[str]:
         """Names the template reads from its context (messages, tools, custom flags, ...)."""
         if self._variables is None:
-            env = _shared_environment()
+            env = self._environment()
             self._variables = frozenset(
                 jinja2.meta.find_undeclared_variables(env.parse(self.source))
             )

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from ...errors import ReplyError
-from ...template.render import ChatTemplate
+from ...template.compat import LlamaCompatTemplate
 from ..description import ReplyFormat
 from .analysis import Analysis, AnalysisFailed, analyze
 from .build import HANDLER, build_format
@@ -22,7 +22,10 @@ __all__ = ["HANDLER", "Analysis", "analysis_for", "describe"]
 
 @lru_cache(maxsize=128)
 def _analysis(source: str, bos_token: str, eos_token: str) -> Analysis | AnalysisFailed:
-    template = ChatTemplate(source, special_tokens={"bos_token": bos_token, "eos_token": eos_token})
+    # probes are rendered as llama.cpp renders them (its conventions, its Jinja semantics)
+    template = LlamaCompatTemplate(
+        source, special_tokens={"bos_token": bos_token, "eos_token": eos_token}
+    )
     try:
         return analyze(template)
     except AnalysisFailed as exc:

@@ -1,0 +1,240 @@
+"""Rendering with llama.cpp's conventions, for setting up a request as llama.cpp does.
+
+chatcodec renders prompts exactly as transformers does (``ChatTemplate``). llama.cpp renders
+the same templates with its own Jinja engine and its own context, and the reply half must
+see what llama.cpp sees: the generation prompt it parses against, and whether it can set
+up the request at all. :func:`llama_compatible` gives a template compiled in a second
+environment that behaves as llama.cpp does where the two engines differ on real templates:
+
+Context (``common_chat_template_direct_apply``):
+
+- ``tools`` is left undefined when there are none (never ``None``), ``documents`` too;
+- ``add_generation_prompt`` is left undefined when false (a template's
+  ``{% if add_generation_prompt is not defined %}`` default then applies);
+- ``datetime`` (``"%b %d %Y"``) and ``date_string`` (``"%d %b %Y"``) are set, under
+  whatever the caller passes.
+
+Engine (``common/jinja``):
+
+- an attribute or item of an undefined value is undefined (no error), and undefined or
+  ``none`` next to a string in ``+`` / ``~`` counts as the empty string;
+- a list or a dict used as a key raises (``Type: Array is not allowed as object key``)
+  where Python's Jinja gives undefined;
+- ``tojson`` serialises what ``map``/``select`` give (llama.cpp's are lists) and undefined
+  as ``null``;
+- lists have ``append`` and ``pop``.
+
+Everything else — the sandbox, its limits, the filters — is the transformers environment:
+the template is as confined as in ``ChatTemplate``. The values it may mutate are the
+render's own copies, and a list grows only within the output limit.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import jinja2
+from jinja2.compiler import Frame
+from jinja2.sandbox import SandboxedEnvironment
+
+from .environment import (
+    ChatSandbox,
+    _guard_filter,
+    _GuardedCodeGenerator,
+    _LimitExceeded,
+    _tojson,
+    new_environment,
+    render_state,
+)
+from .render import ChatTemplate
+
+__all__ = ["LlamaCompatTemplate", "llama_compatible", "llama_extra_context"]
+
+
+class LlamaUndefined(jinja2.ChainableUndefined):
+    """llama.cpp's undefined: reading from it gives undefined, next to a string it is ''."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return other
+        return self._fail_with_undefined_error()
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return other
+        return self._fail_with_undefined_error()
+
+
+_MUTATORS = frozenset({"append", "pop"})
+
+
+def _is_none_or_undefined(value: Any) -> bool:
+    return value is None or isinstance(value, jinja2.Undefined)
+
+
+class _LlamaCodeGenerator(_GuardedCodeGenerator):
+    # `a in b` / `a not in b` go through the environment, which applies llama.cpp's rules
+    def visit_Compare(self, node: jinja2.nodes.Compare, frame: Frame) -> None:
+        if len(node.ops) != 1 or node.ops[0].op not in ("in", "notin"):
+            super().visit_Compare(node, frame)
+            return
+        self.write("(not " if node.ops[0].op == "notin" else "(")
+        self.write("environment.contains(")
+        self.visit(node.expr, frame)
+        self.write(", ")
+        self.visit(node.ops[0].expr, frame)
+        self.write("))")
+
+
+class LlamaSandbox(ChatSandbox):
+    """The transformers sandbox with llama.cpp's Jinja semantics where templates meet them."""
+
+    code_generator_class = _LlamaCodeGenerator
+
+    def contains(self, needle: Any, haystack: Any) -> bool:
+        """``needle in haystack`` as llama.cpp's engine evaluates it (it raises more often)."""
+        if isinstance(haystack, jinja2.Undefined):
+            return False
+        if isinstance(needle, jinja2.Undefined):
+            raise TypeError("Cannot perform operation in on undefined values")
+        if haystack is None:
+            raise TypeError("Cannot perform operation on null values")
+        if isinstance(haystack, (list, tuple)):
+            if isinstance(needle, (list, tuple)):
+                raise TypeError('Unknown operator "in" between Array and Array')
+            return needle in haystack
+        if isinstance(haystack, str) and not isinstance(needle, str):
+            raise TypeError("'in' test expects a string when the haystack is a string")
+        if isinstance(haystack, dict) and isinstance(needle, (list, dict)):
+            raise TypeError(f"Object key of unhashable type: {type(needle).__name__}")
+        return needle in haystack
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(argument, (list, dict)) and not isinstance(obj, jinja2.Undefined):
+            kind = "Array" if isinstance(argument, list) else "Object"
+            raise TypeError(f"Type: {kind} is not allowed as object key")
+        return super().getitem(obj, argument)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if type(obj) is list and attr in _MUTATORS:
+            return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
+        return super().is_safe_attribute(obj, attr, value)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        if getattr(__obj, "__name__", None) == "append" and type(
+            getattr(__obj, "__self__", None)
+        ) is list:
+            if len(__obj.__self__) >= render_state.max_chars:
+                raise _LimitExceeded("the template grew a list past the output limit")
+        return ChatSandbox.call(__self, __context, __obj, *args, **kwargs)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+":
+            if left is None and isinstance(right, str):
+                return right
+            if right is None and isinstance(left, str):
+                return left
+        return super().call_binop(context, operator, left, right)
+
+    def guarded_concat(self, parts: Any) -> str:
+        parts = list(parts)
+        if any(type(p) is str for p in parts):
+            parts = ["" if _is_none_or_undefined(p) else p for p in parts]
+        return super().guarded_concat(parts)
+
+
+def _plain_json(value: Any) -> Any:
+    if isinstance(value, jinja2.Undefined):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, Iterator)):
+        return [_plain_json(v) for v in value]
+    return value
+
+
+def _llama_tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return _tojson(_plain_json(x), ensure_ascii, indent, separators, sort_keys)
+
+
+_environment: LlamaSandbox | None = None
+
+
+def _llama_environment() -> ChatSandbox:
+    global _environment
+    if _environment is None:
+        env = new_environment(LlamaSandbox, undefined=LlamaUndefined)
+        env.filters["tojson"] = _guard_filter(_llama_tojson, "tojson")
+        assert isinstance(env, LlamaSandbox)
+        _environment = env
+    return _environment
+
+
+def llama_extra_context(now: datetime | None = None) -> dict[str, str]:
+    """The variables llama.cpp adds to every render (``common_chat_extra_context``)."""
+    when = now or datetime.now()
+    return {"datetime": when.strftime("%b %d %Y"), "date_string": when.strftime("%d %b %Y")}
+
+
+class LlamaCompatTemplate(ChatTemplate):
+    """A template rendered with llama.cpp's context conventions and Jinja semantics.
+
+    ``render`` takes the same arguments as ``ChatTemplate.render``; what it gives is what
+    llama.cpp's renderer gives where the differences above matter, and otherwise the
+    transformers render. It is not part of the render-parity contract.
+    """
+
+    @staticmethod
+    def _environment() -> ChatSandbox:
+        return _llama_environment()
+
+    def _prepare(
+        self,
+        messages: Any,
+        tools: Any,
+        documents: Any,
+        add_generation_prompt: bool,
+        continue_final_message: bool | str,
+        context: dict[str, Any],
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], str | None, str]:
+        chat, variables, continue_field, final_text = super()._prepare(
+            messages, tools, documents, add_generation_prompt, continue_final_message, context
+        )
+        if not variables.get("tools"):
+            del variables["tools"]
+        if variables.get("documents") is None:
+            del variables["documents"]
+        if not add_generation_prompt:
+            del variables["add_generation_prompt"]
+        return chat, variables, continue_field, final_text
+
+
+_compiled: weakref.WeakKeyDictionary[ChatTemplate, LlamaCompatTemplate]
+_compiled = weakref.WeakKeyDictionary()
+
+
+def llama_compatible(template: ChatTemplate) -> LlamaCompatTemplate:
+    """``template`` compiled for llama.cpp-compatible rendering (cached per template)."""
+    if isinstance(template, LlamaCompatTemplate):
+        return template
+    found = _compiled.get(template)
+    if found is None:
+        found = LlamaCompatTemplate(
+            template.source,
+            special_tokens=template.special_tokens,
+            limits=template.limits,
+            name=template.name,
+        )
+        _compiled[template] = found
+    return found
