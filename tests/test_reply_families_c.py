@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from chatcodec import Codec, ReplyError
 from chatcodec.reply import AssistantMessage, Delta, ReplyStream, fold
 from chatcodec.reply.cli import batch_result, prepare_request
+from chatcodec.reply.select import describe
 from chatcodec.reply.turn import Turn
 
 from ._reply_oracle import load_compare
@@ -133,6 +135,51 @@ def test_llama_cpp_vectors() -> None:
         if why is not None:
             failures.append(f"{v['id']}: {why}")
     assert not failures, "\n".join(failures)
+
+
+def test_response_format_vectors() -> None:
+    """The vectors that set a response format (``json_schema``), read through ``describe``
+    (``Codec.prepare`` takes no response format yet)."""
+    vectors = [v for v in _vectors() if v["json_schema"] is not None]
+    assert len(vectors) == 2
+    for v in vectors:
+        turn = _turn(v)
+        fmt = describe(
+            template_source(v["template"].rsplit("/", 1)[-1]),
+            turn.generation_prompt,
+            tools=_openai_tools(v["tools"]),
+            tool_choice=v["tool_choice"],
+            parallel_tool_calls=v["parallel_tool_calls"],
+            reasoning_format=v["reasoning_format"],
+            json_schema=v["json_schema"],
+        )
+        assert _run_vector(v, replace(turn, format=fmt)) is None, v["id"]
+
+
+def test_response_format_content_is_one_json_value() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+    def turn(template: str, tools: Any = None) -> Turn:
+        codec = Codec(template_source(template), bos_token="", eos_token="")
+        base = codec.prepare([{"role": "user", "content": "JSON?"}], tools=tools)
+        fmt = describe(codec.template.source, base.generation_prompt, tools, json_schema=schema)
+        return replace(base, format=fmt)
+
+    mistral = turn("mistralai-Ministral-3-14B-Reasoning-2512.jinja", WEATHER)
+    message = mistral.parse('[THINK]t[/THINK]\n```json\n{"a": 1}\n```\nDone.')
+    assert (message.reasoning_content, message.content) == ("t", '{"a": 1}')
+    assert [d.reason for d in message.dropped] == ["trailing_text"]
+    assert mistral.parse('```json\n{"a": ', partial=True).content == '{"a": '
+    with pytest.raises(ReplyError):
+        mistral.parse("Sure: {}")
+    lfm = turn("LFM2-8B-A1B.jinja")
+    text = '{"a": [1, 2], "b": "x"}'
+    assert lfm.parse(text).content == text
+    _check(lfm, text, [text[i : i + 2] for i in range(0, len(text), 2)])
+    with pytest.raises(ReplyError):
+        lfm.parse(text + " trailing")
+    cohere = turn("Cohere2MoE.jinja", WEATHER)
+    assert cohere.parse("t<|END_THINKING|><|START_TEXT|>[1]<|END_TEXT|>").content == "[1]"
 
 
 # ------------------------------------------------------------------ stream = parse

@@ -144,6 +144,9 @@ class ReplyFormat:
     calls_or_content: bool = False
     # a marker the reply may end with, consumed before the end anchor
     end_marker: str = ""
+    # the content is one structured value read by this parser (a response format's JSON):
+    # the text of its ``content`` nodes is the content; it replaces the content's stops
+    content_value: Parser | None = None
     # steps of the frame: right before the content, right after it, after the calls (only
     # when a call was read) and before the end (always)
     before_content: tuple[Step, ...] = ()

@@ -93,6 +93,8 @@ class ReplyEngine:
         self._thought_pieces: list[str] = []
         # the content step's sub-state while it reads text (1 once a framing start was read)
         self._content_text_sub = 1 if fmt.content_start else 0
+        if fmt.content_value is not None:
+            self._content_text_sub = -1  # read as one value: no plain-text fast path
         self._skip_content = False
         # the brace balance of the call in progress (CallSection.commit_balance)
         self._depth = 0
@@ -221,6 +223,8 @@ class ReplyEngine:
             kind = self._steps[self._step]
             if kind == _CALLS:
                 outcome = self._calls()
+            elif kind == _CONTENT and self.fmt.content_value is not None:
+                outcome = _NEXT if self._skip_content else self._content_value()
             elif kind == _FLOW and self._flow is not None:
                 outcome = self._flow.step()
             elif not isinstance(kind, int):
@@ -426,6 +430,35 @@ class ReplyEngine:
             pos += 1
         self._pos = pos
         return _NEXT
+
+    def _content_value(self) -> int:
+        """Content read as one value (ReplyFormat.content_value), parsed whole like a call: when
+        its text has doubled since the last try or the reply ends."""
+        parser = self.fmt.content_value
+        assert parser is not None
+        if self._sub == 0:
+            self._sub = 1
+            self._tried_len = -1
+        length = len(self._buf) - self._pos + self._pending_len
+        if not (self._eof or self._tried_len < 0 or length >= 2 * self._tried_len):
+            return _WAIT
+        self._materialize()
+        result = parser.parse(self._buf, self._pos)
+        if result.status == FAIL:
+            self._fail("the content is not the value the response format asks for")
+            return _FAIL
+        if result.status == NEED_MORE and not self._eof:
+            self._tried_len = len(self._buf) - self._pos
+            return _WAIT
+        stack = list(reversed(result.nodes))
+        while stack:
+            node = stack.pop()
+            if node.tag == "content":
+                self.content_pieces.append(self._buf[node.start : node.end])
+            else:
+                stack.extend(reversed(node.children))
+        self._pos = result.end
+        return _NEXT if result.status == SUCCESS else _STOP
 
     def _content(self) -> int:
         fmt = self.fmt

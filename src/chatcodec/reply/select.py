@@ -70,7 +70,10 @@ def describe(
     reasoning_format: str = "deepseek",
     enable_thinking: bool = True,
     special_tokens: Mapping[str, str] | None = None,
+    json_schema: Mapping[str, Any] | None = None,
 ) -> ReplyFormat:
+    """``json_schema``: the request's response format (read by the families that support it:
+    Ministral, LFM2/LFM2.5, Cohere2 MoE)."""
     handler = handler_for(source)
     if handler == kimi_k2.HANDLER:
         return kimi_k2.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
@@ -100,13 +103,17 @@ def describe(
             source, tools, tool_choice, parallel_tool_calls, reasoning_format
         )
     if handler == ministral.HANDLER:
-        return ministral.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
+        return ministral.describe(
+            tools, tool_choice, parallel_tool_calls, reasoning_format, json_schema
+        )
     if handler in (lfm2.HANDLER_LFM2, lfm2.HANDLER_LFM25):
         return lfm2.describe(
-            handler, source, tools, tool_choice, parallel_tool_calls, reasoning_format
+            handler, source, tools, tool_choice, parallel_tool_calls, reasoning_format, json_schema
         )
     if handler == cohere2_moe.HANDLER:
-        return cohere2_moe.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
+        return cohere2_moe.describe(
+            tools, tool_choice, parallel_tool_calls, reasoning_format, json_schema
+        )
     if handler == "autoparser":
         from . import auto
 

@@ -120,8 +120,17 @@ def describe(
     tool_choice: str,
     parallel_tool_calls: bool,
     reasoning_format: str,
+    json_schema: Mapping[str, Any] | None = None,
 ) -> ReplyFormat:
     reasoning = _thought(inline=reasoning_format == "none")
+    value = None
+    if json_schema:
+        # a response format makes the text block one JSON value
+        value = peg.Seq(
+            peg.Literal(TEXT_START),
+            peg.Tag("content", peg.json_value),
+            peg.Repeat(peg.Literal(TEXT_END), 0, 1),
+        )
     functions = tool_functions(tools)
     section = None
     if functions and tool_choice != "none":
@@ -147,4 +156,5 @@ def describe(
         content_end=TEXT_END,
         calls_or_content=True,
         end_marker=TURN_END,
+        content_value=value,
     )

@@ -108,14 +108,24 @@ def describe(
     tool_choice: str,
     parallel_tool_calls: bool,
     reasoning_format: str,
+    json_schema: Mapping[str, Any] | None = None,
 ) -> ReplyFormat:
     thinking = reasoning_format != "none" and "<think>" in source
     reasoning = THOUGHT if thinking else None
     functions = tool_functions(tools)
     stop = ("<|im_end|>",)
     if not functions or tool_choice == "none":
+        # a response format makes the content one JSON value
+        value = peg.Tag("content", peg.json_value) if json_schema else None
         return ReplyFormat(
-            name, PREFIX, reasoning, None, space_before_content=False, end_anchor=True, stop=stop
+            name,
+            PREFIX,
+            reasoning,
+            None,
+            space_before_content=False,
+            end_anchor=True,
+            stop=stop,
+            content_value=value,
         )
     section = CallSection(
         first=_section(functions, parallel_tool_calls),

@@ -53,8 +53,16 @@ def describe(
     tool_choice: str,
     parallel_tool_calls: bool,
     reasoning_format: str,
+    json_schema: Mapping[str, Any] | None = None,
 ) -> ReplyFormat:
     reasoning = THOUGHT if reasoning_format != "none" else None
+    if json_schema:
+        # a response format wins over tools: the JSON fenced in ```json ... ```
+        ws = peg.Space()
+        fenced = peg.Seq(
+            peg.Literal("```json"), ws, peg.Tag("content", peg.json_value), ws, peg.Literal("```")
+        )
+        return ReplyFormat(HANDLER, "", reasoning, None, content_value=fenced)
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
         return ReplyFormat(HANDLER, "", reasoning, None)
