@@ -6,7 +6,8 @@ llama.cpp's "Cohere2 MoE" handler. The reply is read from
 ``<|END_THINKING|>`` (consumed) or to ``<|START_TEXT|>`` / ``<|START_ACTION|>``; with
 ``reasoning_format`` none the whole block, markers included, is content. Then either
 ``<|START_TEXT|>`` content ``[<|END_TEXT|>]`` or
-``<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "f", "parameters": {...}}, ...]<|END_ACTION|>``
+``<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "f", "parameters": {...}}, ...]``
+``<|END_ACTION|>``
 (tried first; with ``tool_choice`` required the only choice), an optional
 ``<|END_OF_TURN_TOKEN|>`` and the end of the reply. ``tool_call_id`` (a string or a number)
 becomes the call's id and cannot be left out; the parameters are the model's JSON text.
