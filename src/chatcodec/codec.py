@@ -181,7 +181,9 @@ class Codec:
         template = self.template_for(tools)
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
-        generation_prompt, llama_prompt = _llama_generation_prompt(template, messages, tools, context)
+        generation_prompt, llama_prompt = _llama_generation_prompt(
+            template, messages, tools, context
+        )
         try:
             prompt = template.render(messages, tools=tools, add_generation_prompt=True, **context)
         except TemplateError:

@@ -126,9 +126,10 @@ class LlamaSandbox(ChatSandbox):
         return super().is_safe_attribute(obj, attr, value)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        if getattr(__obj, "__name__", None) == "append" and type(
-            getattr(__obj, "__self__", None)
-        ) is list:
+        if (
+            getattr(__obj, "__name__", None) == "append"
+            and type(getattr(__obj, "__self__", None)) is list
+        ):
             if len(__obj.__self__) >= render_state.max_chars:
                 raise _LimitExceeded("the template grew a list past the output limit")
         return ChatSandbox.call(__self, __context, __obj, *args, **kwargs)
