@@ -1,60 +1,147 @@
 """Decode benchmark: finished-parse throughput, streaming cost, and re-parse-per-chunk cost.
 
-    python benchmarks/stream.py [--full]
+    python benchmarks/stream.py [--quick] [--full] [--only NAME]
 
-Measures, in one run, on the Qwen3-Coder template (shared/chat_templates):
-  1. finished-parse throughput (MB/s) on long replies (prose, a thought, a long tool call);
-  2. a 128 KB reply streamed in 4-character chunks vs its finished parse (goal <= 2x);
-  3. the same stream parsed the way llama.cpp's server and vLLM do it: the whole text again
-     for every chunk (goal: chatcodec >= 100x faster). Without --full, that loop is timed on
-     an evenly spread sample of the prefixes and scaled up (its cost is linear in the prefix
-     length, so the sample estimates the total); --full times every prefix.
+One table, one template per reply family (and three auto-parser templates), two replies each:
+  text  the corpus reply with its thought and content made long (prose full of '<', '[', '{'),
+  call  the corpus reply with one string argument of a tool call made long (the same prose).
+Both are built from the parse corpus' request for that template (`reasoning_content_tool`,
+or the closest case that parses), so they are replies the template's format really reads.
+
+Columns, per reply:
+  parse MB/s   finished-parse throughput (`turn.parse`) on a 1 MB reply (--quick: 128 KB);
+  stream       the 128 KB reply fed in 4-character chunks (`feed` x N, `flush`, `finish`),
+               and that time per chunk;
+  x parse      stream time / finished parse time of the same 128 KB (goal <= 2);
+  128K/64K     stream time of the 128 KB reply / of its 64 KB version: 2.0 is linear;
+  re-parse     the same stream the way llama.cpp's server and vLLM decode it: the finished
+               parse of the whole text so far after every chunk; speed-up = re-parse / stream
+               (goal >= 100x). Its cost is linear in the prefix, so without --full it is
+               timed on evenly spread prefixes and scaled to all of them (marked *); --full
+               times every prefix (slow: minutes per family).
+Every stream is first checked: its deltas fold to the finished parse.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from chatcodec import Codec
-from chatcodec.reply import Turn
+from chatcodec.reply import AssistantMessage, Turn, fold
+from chatcodec.reply.cli import prepare_request
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                "required": ["path", "content"],
-            },
-        },
-    }
-]
-CODE = 'def f(x):\n    return {"x": x, "s": "<b>a < b</b>"}  # naïve 🚀\n\n'
+CASES = ROOT.parent / "shared" / "oracle" / "parse" / "cases.jsonl"
+
+# (family, template): one template per llama.cpp handler, and three auto-parser templates
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("Qwen3-Coder", "Qwen3-Coder.jinja"),
+    ("DeepSeek DSML", "deepseek-ai-DeepSeek-V3.2.jinja"),
+    ("gpt-oss", "openai-gpt-oss-120b.jinja"),
+    ("Gemma 4", "google-gemma-4-31B-it.jinja"),
+    ("Kimi K2", "Kimi-K2-Thinking.jinja"),
+    ("Kimi K3", "Kimi-K3.jinja"),
+    ("Ministral", "mistralai-Ministral-3-14B-Reasoning-2512.jinja"),
+    ("LFM2", "LFM2-8B-A1B.jinja"),
+    ("LFM2.5", "LFM2.5-8B-A1B.jinja"),
+    ("Cohere2 MoE", "Cohere2MoE.jinja"),
+    ("MiniMax-M3", "MiniMax-M3.jinja"),
+    ("Ling 3.0", "inclusionai-ling-3.0-flash.jinja"),
+    ("MiniCPM5", "openbmb-MiniCPM5-1B.jinja"),
+    ("Muse Glimmer", "muse-glimmer.jinja"),
+    ("Functionary 3.2", "meetkai-functionary-medium-v3.2.jinja"),
+    ("GigaChat V3", "GigaChat3-10B-A1.8B.jinja"),
+    ("auto: Hermes 3", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja"),
+    ("auto: Qwen3", "Qwen-Qwen3-0.6B.jinja"),
+    ("auto: Llama 3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja"),
+)
+# the corpus requests tried in turn: the first whose reply parses and has what is stretched
+REQUESTS = (
+    "auto-par1__reasoning_content_tool",
+    "auto-par0__reasoning_tool",
+    "auto-par1__content_tool",
+    "required-par0__content_tool",
+    "auto-par0__tool_single",
+    "auto-par0__reasoning",
+)
+# the corpus replies' thought and content phrases (stretched in the text reply)
+PHRASES = (
+    "Need the weather first.",
+    "Checking now.",
+    "Let me check the weather for you.",
+    "The user asks about the weather in Paris.",
+    "I know it is sunny there today.",
+)
+ARGUMENT = "Paris"  # the string argument stretched in the call reply
+# no quote, backslash or newline: a valid string in every family's argument syntax
+PROSE = "The answer is < 42 and <b>bold</b>; see x[1] = {y} & <tool_ca... no, naïve 🚀. "
+CHUNK = 4
+SIZE = 128 << 10
 
 
-def _turn(template: str) -> Turn:
-    source = (ROOT.parent / "shared" / "chat_templates" / template).read_text("utf-8")
-    return Codec(source).prepare(
-        [{"role": "user", "content": "write it"}], tools=TOOLS, parallel_tool_calls=True
-    )
+def _fill(size: int) -> str:
+    return (PROSE * (size // len(PROSE) + 1))[:size]
 
 
-def _replies(size: int) -> dict[str, str]:
-    prose = ("The answer is < 42 and <b>bold</b>; see <tool_ca... no. " * (size // 50 + 1))[:size]
-    code = (CODE * (size // len(CODE) + 1))[:size]
-    call = (
-        "Writing it.\n<tool_call>\n<function=write_file>\n<parameter=path>\nf.py\n</parameter>\n"
-        f"<parameter=content>\n{code}\n</parameter>\n</function>\n</tool_call>"
-    )
-    return {"prose": prose, "long tool call": call}
+def _stretch(text: str, words: tuple[str, ...], size: int) -> str:
+    """``text`` with each of ``words`` in it replaced by prose, ``size`` characters in all."""
+    found = [w for w in words if w in text]
+    if not found:
+        return ""
+    rest = len(text) - sum(text.count(w) * len(w) for w in found)
+    each = max(1, (size - rest) // sum(text.count(w) for w in found))
+    for w in found:
+        text = text.replace(w, _fill(each))
+    return text
 
 
-def _best(fn, repeat: int = 3) -> float:  # type: ignore[no-untyped-def]
+def _stretched_len(message: AssistantMessage, kind: str) -> int:
+    if kind == "text":
+        return len(message.content) + len(message.reasoning_content)
+    return sum(len(c.arguments) for c in message.tool_calls)
+
+
+def _replies(template: str) -> dict[str, tuple[Turn, Callable[[int], str]]]:
+    """Per reply kind: the turn of its corpus request and a builder of the reply at a size."""
+    stem = template.removesuffix(".jinja")
+    wanted = {f"{stem}__{r}": r for r in REQUESTS}
+    requests: dict[str, dict] = {}  # type: ignore[type-arg]
+    with CASES.open(encoding="utf-8") as f:
+        for line in f:
+            if f'"{stem}__' in line[:300]:
+                case = json.loads(line)
+                if case["id"] in wanted:
+                    requests[wanted[case["id"]]] = case
+    found: dict[str, tuple[Turn, Callable[[int], str]]] = {}
+    for name in REQUESTS:
+        case = requests.get(name)
+        if case is None:
+            continue
+        reply = next(o["text"] for o in case["outputs"] if o["kind"] == "final")
+        turn = prepare_request(case)
+        for kind, words in (("text", PHRASES), ("call", (ARGUMENT,))):
+            if kind in found:
+                continue
+            probe = _stretch(reply, words, 4096)
+            # most of the stretched text must land in the field (a part may be dropped text)
+            need = (4096 - len(reply)) // max(1, sum(reply.count(w) for w in words))
+            try:
+                ok = bool(probe) and _stretched_len(turn.parse(probe), kind) >= need
+            except Exception:  # noqa: BLE001 - a reply this request's format does not read
+                ok = False
+            if ok:
+                found[kind] = (
+                    turn,
+                    lambda size, reply=reply, words=words: _stretch(reply, words, size),
+                )
+    return found
+
+
+def _best(fn: Callable[[], object], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         t = time.perf_counter()
@@ -63,46 +150,115 @@ def _best(fn, repeat: int = 3) -> float:  # type: ignore[no-untyped-def]
     return best
 
 
+def _stream(turn: Turn, chunks: list[str]) -> None:
+    s = turn.stream()
+    feed = s.feed
+    for c in chunks:
+        feed(c)
+    s.flush()
+    s.finish()
+
+
+def _chunks(text: str) -> list[str]:
+    return [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
+
+
+def _check(turn: Turn, text: str) -> bool:
+    """The stream's deltas fold to the finished parse (the benchmark times nothing wrong)."""
+    s = turn.stream()
+    deltas = [d for c in _chunks(text) for d in s.feed(c)] + s.flush()
+    whole = turn.parse(text)
+    folded = fold(deltas)
+    return (folded.content, folded.reasoning_content, folded.tool_calls) == (
+        whole.content,
+        whole.reasoning_content,
+        whole.tool_calls,
+    )
+
+
+def _measure(
+    turn: Turn, text: str, half: str, large: str, repeat: int, samples: int
+) -> tuple[float, float, float, float, float, int]:
+    """(finished parse of ``large``, of ``text``, stream of ``text``, of ``half``, re-parse
+    loop, its sampling step): the re-parse loop is timed on ``samples`` prefixes (0: all)."""
+    parse_big = _best(partial(turn.parse, large), repeat)
+    finished = _best(partial(turn.parse, text), max(repeat, 3))
+    chunks = _chunks(text)
+    stream_time = _best(partial(_stream, turn, chunks), repeat)
+    half_time = _best(partial(_stream, turn, _chunks(half)), repeat)
+    ends = [min(len(text), CHUNK * (i + 1)) for i in range(len(chunks))]
+    step = 1 if samples <= 0 else max(1, len(ends) // samples)
+    sample = ends[step - 1 :: step]
+    t = time.perf_counter()
+    for end in sample:
+        turn.parse(text[:end], partial=True)
+    reparse = (time.perf_counter() - t) * len(ends) / len(sample)
+    return parse_big, finished, stream_time, half_time, reparse, step
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller samples")
     ap.add_argument("--full", action="store_true", help="time every prefix of the re-parse loop")
+    ap.add_argument("--only", help="only the families whose name contains this")
     args = ap.parse_args()
-    turn = _turn("Qwen3-Coder.jinja")
+    repeat = 1 if args.quick else 3
+    big = SIZE if args.quick else 1 << 20
+    samples = 16 if args.quick else 64
 
-    print("1. finished parse throughput")
-    for name, text in _replies(4 << 20).items():
-        seconds = _best(lambda text=text: turn.parse(text))
-        print(f"   {name:16s} {len(text) / 1e6:6.1f} MB  {len(text) / seconds / 1e6:8.1f} MB/s")
-
-    print("\n2./3. a 128 KB reply in 4-character chunks")
-    print(f"   {'reply':16s} {'finished':>10s} {'streamed':>10s} {'ratio':>7s} "
-          f"{'re-parse':>11s} {'speed-up':>9s}")
-    for name, text in _replies(128 << 10).items():
-        chunks = [text[i : i + 4] for i in range(0, len(text), 4)]
-
-        def streamed(chunks: list[str] = chunks) -> None:
-            s = turn.stream()
-            for c in chunks:
-                s.feed(c)
-            s.flush()
-            s.finish()
-
-        finished = _best(lambda text=text: turn.parse(text))
-        stream_time = _best(streamed)
-        ends = [min(len(text), 4 * (i + 1)) for i in range(len(chunks))]
-        step = 1 if args.full else max(1, len(ends) // 256)
-        sample = ends[step - 1 :: step]
-        t = time.perf_counter()
-        for end in sample:
-            turn.parse(text[:end], partial=True)
-        reparse = (time.perf_counter() - t) * len(ends) / len(sample)
-        how = "" if step == 1 else "*"
+    head = (
+        f"{'family':16s} {'reply':5s} {'parse':>8s} {'stream':>8s} {'/chunk':>7s} "
+        f"{'x parse':>8s} {'128K/64K':>8s} {'re-parse':>9s} {'speed-up':>8s}"
+    )
+    units = (
+        f"{'':16s} {'':5s} {'MB/s':>8s} {'ms':>8s} {'us':>7s} {'':>8s} {'':>8s} {'s':>9s} {'':>8s}"
+    )
+    print(
+        f"decode: {SIZE >> 10} KB replies in {CHUNK}-character chunks "
+        f"(finished parse on {big >> 10} KB)\n"
+    )
+    print(head)
+    print(units)
+    ratios: list[float] = []
+    speedups: list[float] = []
+    for family, template in FAMILIES:
+        if args.only and args.only.lower() not in family.lower():
+            continue
+        replies = _replies(template)
+        for kind in ("text", "call"):
+            if kind not in replies:
+                print(f"{family:16s} {kind:5s} (no corpus reply of this kind)")
+                continue
+            turn, build = replies[kind]
+            text, half, large = build(SIZE), build(SIZE // 2), build(big)
+            if not _check(turn, text):
+                print(f"{family:16s} {kind:5s} STREAM != PARSE")
+                continue
+            parse_big, finished, stream_time, half_time, reparse, step = _measure(
+                turn, text, half, large, repeat, 0 if args.full else samples
+            )
+            chunks = len(text) // CHUNK
+            ratios.append(stream_time / finished)
+            speedups.append(reparse / stream_time)
+            print(
+                f"{family:16s} {kind:5s} {len(large) / parse_big / 1e6:8.1f} "
+                f"{stream_time * 1e3:8.1f} {stream_time / chunks * 1e6:7.2f} "
+                f"{stream_time / finished:8.1f} {stream_time / half_time:8.2f} "
+                f"{reparse:8.2f}{'' if step == 1 else '*'} {reparse / stream_time:7.0f}x"
+            )
+    if ratios:
+        ratios.sort()
+        speedups.sort()
         print(
-            f"   {name:16s} {finished * 1e3:8.1f}ms {stream_time * 1e3:8.1f}ms "
-            f"{stream_time / finished:6.2f}x {reparse:9.2f}s{how:1s} {reparse / stream_time:8.0f}x"
+            f"\nmedian: stream / finished parse {ratios[len(ratios) // 2]:.1f}x, "
+            f"speed-up over re-parse {speedups[len(speedups) // 2]:.0f}x "
+            f"(lowest {speedups[0]:.0f}x)"
         )
     if not args.full:
-        print("   * re-parse loop timed on 256 evenly spread prefixes and scaled (--full: all)")
+        print(
+            f"* re-parse loop timed on {samples} evenly spread prefixes and scaled to all "
+            f"{SIZE // CHUNK} (--full: every prefix)"
+        )
 
 
 if __name__ == "__main__":
