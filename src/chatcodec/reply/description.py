@@ -139,6 +139,10 @@ class ReplyFormat:
     # the content is framed: ``content_start`` must open it, ``content_end`` may close it
     content_start: str = ""
     content_end: str = ""
+    # the framed content may be absent altogether: without ``content_start`` there is no
+    # content and the calls are read where it would have begun (llama.cpp's optional
+    # ``CS content(until(CE)) CE`` before JSON calls)
+    content_optional: bool = False
     # a reply holds either the calls or the content: the calls are tried first where the
     # content would begin (Cohere2: an action list or a text block)
     calls_or_content: bool = False

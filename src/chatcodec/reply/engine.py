@@ -467,6 +467,8 @@ class ReplyEngine:
             if status == NEED_MORE:
                 return _STOP if self._eof else _WAIT
             if status == FAIL:
+                if fmt.content_optional:
+                    return _NEXT  # no content: what follows is read here
                 self._fail(f"the reply does not go on with {fmt.content_start}")
                 return _FAIL
             self._pos += len(fmt.content_start)

@@ -505,6 +505,25 @@ def build_format(
                 stop=stops,
             )
         section, trigger = _calls(a, functions, parallel_tool_calls, tool_choice == "required")
+        ct = a.content
+        if a.tools.mode == T_JSON and ct.always_wrapped():
+            # JSON calls after an optional wrapped content block: R (CS content CE)? calls EOF;
+            # content outside the wrapper is not read
+            return ReplyFormat(
+                HANDLER,
+                prefix,
+                reasoning,
+                (ct.end,),
+                section,
+                space_before_content=False,
+                space_before_calls=False,
+                end_anchor=True,
+                stop=stops,
+                space_after_prefix=True,
+                content_start=ct.start,
+                content_end=ct.end,
+                content_optional=True,
+            )
         return ReplyFormat(
             HANDLER,
             prefix,
