@@ -116,6 +116,9 @@ class CallSection:
     # open/close characters outside quoted strings back to zero; replaces ``commit`` as the
     # hint of when to parse (JSON arguments whose last ``}`` ends the call)
     commit_balance: tuple[str, str, str] | None = None
+    # a required first call that fails fails where its parser stopped (llama.cpp's calls are a
+    # plain sequence), not where it began (a repetition with a minimum count of one)
+    fail_at_parse_end: bool = False
     # builds the mapper of AST nodes to calls (MiniMax-M3 rebuilds nested XML values)
     make_mapper: Callable[[], CallMapper] = CallMapper
 

@@ -591,7 +591,9 @@ class ReplyEngine:
                 self._sub = 2
                 return _GOTO
             if self._calls_done == 0 and section.required:
-                self._fail("no valid tool call although tool_choice is required")
+                reason = "no valid tool call although tool_choice is required"
+                at = result.end if section.fail_at_parse_end else self._pos
+                self.failure = EngineFailure(self._base + at, reason)
                 return _FAIL
             if self.fmt.calls_or_content:
                 # no calls: the content alternative; after calls: no content

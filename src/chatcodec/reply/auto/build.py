@@ -379,6 +379,7 @@ def _calls(
                 tool_names=names,
                 space_after=False,
                 settle=True,
+                fail_at_parse_end=True,
             )
         return section, tl.section_start or tl.per_call_start or "{"
     tagged = tl.mode != T_TAG_JSON
@@ -414,6 +415,7 @@ def _calls(
                 tool_names=names,
                 space_after=False,
                 settle=True,
+                fail_at_parse_end=True,
             )
         elif tagged:
             section = CallSection(
@@ -425,6 +427,7 @@ def _calls(
                 tool_names=names,
                 space_after=True,
                 settle=True,
+                fail_at_parse_end=True,
             )
         else:
             section = CallSection(
@@ -436,6 +439,7 @@ def _calls(
                 tool_names=names,
                 space_after=False,
                 settle=True,
+                fail_at_parse_end=True,
             )
         return section, trigger
     more: list[peg.Parser] = []
@@ -456,6 +460,7 @@ def _calls(
         tool_names=names,
         space_after=False,
         settle=True,
+        fail_at_parse_end=True,
     )
     return section, trigger
 
