@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .mapper import CallMapper
 from .peg import Parser
+from .prefill import Continuation
 
 __all__ = [
     "ReasoningBlock",
@@ -163,6 +164,9 @@ class ReplyFormat:
     # a reply made of several messages (harmony channels, Gemma 4 thoughts, Muse Glimmer's
     # recipients): when set, the engine runs the prefix and then this flow (see Flow)
     flow: Flow | None = None
+    # how the family writes the generation prompt continuing a final assistant message
+    # (llama.cpp's prefill; read by Codec.prepare, not by the engine)
+    continuation: Continuation = Continuation()
 
 
 @dataclass(frozen=True)

@@ -71,9 +71,13 @@ def describe(
     enable_thinking: bool = True,
     special_tokens: Mapping[str, str] | None = None,
     json_schema: Mapping[str, Any] | None = None,
+    continue_final_message: str = "none",
 ) -> ReplyFormat:
     """``json_schema``: the request's response format (read by the families that support it:
-    Ministral, LFM2/LFM2.5, Cohere2 MoE)."""
+    Ministral, LFM2/LFM2.5, Cohere2 MoE). ``continue_final_message``: ``"content"`` or
+    ``"reasoning_content"`` when a final assistant message is continued (``generation_prompt``
+    is then the template's for the conversation before it; the format's ``continuation`` writes
+    the one to parse with)."""
     handler = handler_for(source)
     if handler == kimi_k2.HANDLER:
         return kimi_k2.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
@@ -81,7 +85,12 @@ def describe(
         return kimi_k3.describe(tools, tool_choice, reasoning_format)
     if handler == ling3.HANDLER:
         return ling3.describe(
-            generation_prompt, tools, tool_choice, parallel_tool_calls, reasoning_format
+            generation_prompt,
+            tools,
+            tool_choice,
+            parallel_tool_calls,
+            reasoning_format,
+            continue_final_message,
         )
     if handler == minimax_m3.HANDLER:
         return minimax_m3.describe(

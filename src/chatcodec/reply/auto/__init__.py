@@ -8,12 +8,14 @@ llama.cpp's analysis throws, the request fails the same way (:class:`~chatcodec.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
 from ...errors import ReplyError
 from ...template.compat import LlamaCompatTemplate
 from ..description import ReplyFormat
+from ..prefill import Continuation
 from .analysis import Analysis, AnalysisFailed, analyze
 from .build import HANDLER, build_format
 
@@ -54,6 +56,17 @@ def describe(
     special_tokens: Mapping[str, str] | None = None,
 ) -> ReplyFormat:
     analysis = analysis_for(source, special_tokens)
-    return build_format(
+    fmt = build_format(
         analysis, generation_prompt, tools, tool_choice, parallel_tool_calls, reasoning_format
     )
+    return replace(fmt, continuation=continuation(analysis))
+
+
+def continuation(analysis: Analysis) -> Continuation:
+    """llama.cpp's prefill for an analysed template: the generation prompt up to the reasoning
+    start, the reasoning start and the reasoning (and, continuing the content, the reasoning
+    end and the content); without a reasoning start, the generation prompt and the content."""
+    rs = analysis.reasoning
+    if not rs.start:
+        return Continuation()
+    return Continuation(None, lead_cut=rs.start, think_start=rs.start, think_end=rs.end)

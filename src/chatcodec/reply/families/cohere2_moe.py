@@ -24,6 +24,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
 
@@ -36,6 +37,8 @@ TEXT_END = "<|END_TEXT|>"
 ACTION_START = "<|START_ACTION|>"
 ACTION_END = "<|END_ACTION|>"
 TURN_END = "<|END_OF_TURN_TOKEN|>"
+# the prefill: the thought always opens, the content is a text block
+CONTINUATION = Continuation(PREFIX, think_start=THINK_START, think_end=THINK_END + TEXT_START)
 
 
 def _thought(inline: bool) -> ReasoningBlock:
@@ -158,4 +161,5 @@ def describe(
         calls_or_content=True,
         end_marker=TURN_END,
         content_value=value,
+        continuation=CONTINUATION,
     )

@@ -19,6 +19,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, NotMarker, ReasoningBlock, ReplyFormat
+from ..prefill import Continuation
 from ..schema import parameters
 from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
 
@@ -31,6 +32,11 @@ THINK_START = "<think>"
 THINK_END = "</think>"
 PARAM_END = f"</{DSML}parameter>"
 INVOKE_END = f"</{DSML}invoke>"
+CONTINUATION = Continuation(PREFIX, think_start=THINK_START, think_end=THINK_END)
+# V4 writes an empty thought as a bare </think>
+CONTINUATION_V4 = Continuation(
+    PREFIX, think_start=THINK_START, think_end=THINK_END, empty_thought=THINK_END
+)
 
 
 def _invoke(function: Mapping[str, Any]) -> peg.Parser:
@@ -110,7 +116,13 @@ def describe(
         )
     if not has_calls:
         return ReplyFormat(
-            HANDLER, PREFIX, reasoning, None, space_before_content=False, end_anchor=True
+            HANDLER,
+            PREFIX,
+            reasoning,
+            None,
+            space_before_content=False,
+            end_anchor=True,
+            continuation=CONTINUATION_V4 if is_v4 else CONTINUATION,
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))
     more: list[peg.Parser] = [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
@@ -142,4 +154,5 @@ def describe(
         space_before_content=False,
         end_anchor=True,
         before_content=(NotMarker(THINK_START),),
+        continuation=CONTINUATION_V4 if is_v4 else CONTINUATION,
     )

@@ -16,11 +16,14 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
 
 HANDLER = "Functionary v3.2"
 PREFIX = "<|start_header_id|>assistant<|end_header_id|>\n\n>>>"
+# the prefill continues the content message, whatever is continued
+CONTINUATION = Continuation(PREFIX + "all\n", content_always=True)
 
 
 def describe(
@@ -76,5 +79,12 @@ def describe(
         tool_names=frozenset(str(fn["name"]) for fn in functions),
     )
     return ReplyFormat(
-        HANDLER, PREFIX, None, None, space_before_content=False, flow=flow, stop=("<|eot_id|>",)
+        HANDLER,
+        PREFIX,
+        None,
+        None,
+        space_before_content=False,
+        flow=flow,
+        stop=("<|eot_id|>",),
+        continuation=CONTINUATION,
     )

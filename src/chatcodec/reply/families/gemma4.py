@@ -18,6 +18,7 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..mapper import Gemma4Mapper
+from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
 
@@ -28,6 +29,10 @@ CHANNEL_END = "<channel|>"
 CALL_OPEN = "<|tool_call>"
 CALL_CLOSE = "<tool_call|>"
 QUOTE = '<|"|>'
+# the prefill: the model turn (when the prompt ended a turn), then the thought channel
+CONTINUATION = Continuation(
+    TURN, lead_when="<turn|>\n", think_start=CHANNEL + "thought\n", think_end=CHANNEL_END
+)
 
 
 def _value_grammar() -> peg.Parser:
@@ -155,7 +160,14 @@ def describe(
         tool_names=frozenset(str(fn["name"]) for fn in functions),
     )
     return ReplyFormat(
-        HANDLER, "", None, None, space_before_content=False, flow=flow, stop=("<turn|>",)
+        HANDLER,
+        "",
+        None,
+        None,
+        space_before_content=False,
+        flow=flow,
+        stop=("<turn|>",),
+        continuation=CONTINUATION,
     )
 
 

@@ -14,6 +14,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReplyFormat
+from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
 
@@ -21,6 +22,7 @@ HANDLER = "GigaChatV3"
 PREFIX = "assistant<|role_sep|>\n"
 SEPARATOR = "<|message_sep|>\n\n"
 CALL_START = SEPARATOR + "function call<|role_sep|>\n"
+CONTINUATION = Continuation(PREFIX, content_always=True)
 
 
 def _call(name: str) -> peg.Parser:
@@ -59,7 +61,9 @@ def _call(name: str) -> peg.Parser:
 def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> ReplyFormat:
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(HANDLER, PREFIX, None, None, space_before_content=False)
+        return ReplyFormat(
+            HANDLER, PREFIX, None, None, space_before_content=False, continuation=CONTINUATION
+        )
     call = peg.Seq(
         peg.Literal(CALL_START), peg.Choice(*(_call(str(fn["name"])) for fn in functions))
     )
@@ -74,5 +78,11 @@ def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> Rep
         tool_names=frozenset(str(fn["name"]) for fn in functions),
     )
     return ReplyFormat(
-        HANDLER, PREFIX, None, (SEPARATOR,), section, space_before_content=False
+        HANDLER,
+        PREFIX,
+        None,
+        (SEPARATOR,),
+        section,
+        space_before_content=False,
+        continuation=CONTINUATION,
     )

@@ -16,12 +16,19 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
 
 HANDLER = "GPT-OSS"
 START = "<|start|>assistant"
 END = "<|end|>"
+# the prefill: the analysis message, then (continuing the content) the final one
+CONTINUATION = Continuation(
+    START,
+    think_start="<|channel|>analysis<|message|>",
+    think_end=END + START + "<|channel|>final<|message|>",
+)
 
 
 def _optional(p: peg.Parser) -> peg.Parser:
@@ -111,5 +118,12 @@ def describe(
         tool_names=frozenset(str(fn["name"]) for fn in functions),
     )
     return ReplyFormat(
-        HANDLER, "", None, None, space_before_content=False, flow=flow, stop=("<|return|>", "<|call|>")
+        HANDLER,
+        "",
+        None,
+        None,
+        space_before_content=False,
+        flow=flow,
+        stop=("<|return|>", "<|call|>"),
+        continuation=CONTINUATION,
     )

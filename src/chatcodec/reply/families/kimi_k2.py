@@ -15,6 +15,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
+from ..prefill import Continuation
 from ._tagged import atomic_tag, optional, tag, tool_name
 
 __all__ = ["HANDLER", "describe"]
@@ -26,6 +27,7 @@ SECTION_END = "<|tool_calls_section_end|>"
 CALL_BEGIN = "<|tool_call_begin|>"
 ARGS_BEGIN = "<|tool_call_argument_begin|>"
 CALL_END = "<|tool_call_end|>"
+CONTINUATION = Continuation(PREFIX, think_start="<think>", think_end="</think>")
 THOUGHT = ReasoningBlock(
     start="<think>",
     stops=("</think>", SECTION_BEGIN, CALL_BEGIN),
@@ -62,7 +64,13 @@ def describe(
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
         return ReplyFormat(
-            HANDLER, PREFIX, reasoning, None, space_before_content=False, end_anchor=True
+            HANDLER,
+            PREFIX,
+            reasoning,
+            None,
+            space_before_content=False,
+            end_anchor=True,
+            continuation=CONTINUATION,
         )
     call = peg.Seq(peg.Literal(CALL_BEGIN), peg.Choice(*(_call(str(f["name"])) for f in functions)))
     section = CallSection(
@@ -88,4 +96,5 @@ def describe(
         end_anchor=True,
         after_content=(Marker(SECTION_BEGIN),),
         tail=(Marker(SECTION_END),),
+        continuation=CONTINUATION,
     )

@@ -17,6 +17,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
+from ..prefill import Continuation
 from ._tagged import arg_name, atomic_tag, function_parameters, optional, tag, tool_name
 
 __all__ = ["HANDLER", "describe"]
@@ -36,6 +37,7 @@ ARG_START = '<|open|>argument key="'
 ARG_END = "<|close|>argument<|sep|>"
 MSG_END = "<|close|>message<|sep|>"
 EOM = "<|end_of_msg|>"
+CONTINUATION = Continuation(MSG_START, think_start=THINK_START, think_end=THINK_END + RESP_START)
 
 
 def _call(function: Mapping[str, Any]) -> peg.Parser:
@@ -98,7 +100,7 @@ def describe(
     stops = (RESP_END, TOOLS_START, MSG_END)
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(HANDLER, MSG_START, thought, stops, **frame)
+        return ReplyFormat(HANDLER, MSG_START, thought, stops, **frame, continuation=CONTINUATION)
     block = peg.Seq(
         peg.Literal(TOOLS_START),
         peg.Repeat(peg.Choice(*(_call(f) for f in functions)), 1, -1),
@@ -116,4 +118,6 @@ def describe(
         space_after=False,
         settle=True,
     )
-    return ReplyFormat(HANDLER, MSG_START, thought, stops, section, **frame)
+    return ReplyFormat(
+        HANDLER, MSG_START, thought, stops, section, **frame, continuation=CONTINUATION
+    )

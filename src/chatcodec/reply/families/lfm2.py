@@ -20,6 +20,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..prefill import Continuation
 
 __all__ = ["HANDLER_LFM2", "HANDLER_LFM25", "describe"]
 
@@ -28,6 +29,7 @@ HANDLER_LFM25 = "LFM2.5"
 PREFIX = "<|im_start|>assistant\n"
 CALL_START = "<|tool_call_start|>"
 CALL_END = "<|tool_call_end|>"
+CONTINUATION = Continuation(PREFIX, think_start="<think>", think_end="</think>")
 THOUGHT = ReasoningBlock(
     start="<think>",
     stops=("</think>",),
@@ -126,6 +128,7 @@ def describe(
             end_anchor=True,
             stop=stop,
             content_value=value,
+            continuation=CONTINUATION,
         )
     section = CallSection(
         first=_section(functions, parallel_tool_calls),
@@ -145,4 +148,5 @@ def describe(
         space_before_calls=False,
         end_anchor=True,
         stop=stop,
+        continuation=CONTINUATION,
     )

@@ -17,6 +17,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Text
+from ..prefill import Continuation
 from ..schema import parameters, value_types
 from ._tagged import arg_name, atomic_tag, optional, tag, tool_name
 
@@ -30,6 +31,7 @@ CALL_START = "<tool_call>"
 CALL_END = "</tool_call>"
 ROLE_END = "<|role_end|>"
 VALUE_END = "</arg_value>"
+CONTINUATION = Continuation(ROLE + "\n", think_start=THINK_START, think_end=THINK_END)
 
 
 def _value(types: frozenset[str]) -> peg.Parser:
@@ -82,10 +84,14 @@ def describe(
     tool_choice: str,
     parallel_tool_calls: bool,
     reasoning_format: str,
+    continue_final_message: str = "none",
 ) -> ReplyFormat:
-    # the prompt left a thought open: it also ends where a call begins
+    # the prompt left a thought open: it also ends where a call begins; a continued message
+    # leaves it open unless its content is continued
     last_open = generation_prompt.rfind(THINK_START)
     think_open = last_open >= 0 and last_open > generation_prompt.rfind(THINK_END)
+    if continue_final_message != "none":
+        think_open = continue_final_message != "content"
     thought = ReasoningBlock(
         start=THINK_START,
         stops=(THINK_END, CALL_START) if think_open else (THINK_END,),
@@ -103,7 +109,13 @@ def describe(
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
         return ReplyFormat(
-            HANDLER, ROLE, thought, (ROLE_END,), after_content=(Marker(ROLE_END),), **frame
+            HANDLER,
+            ROLE,
+            thought,
+            (ROLE_END,),
+            after_content=(Marker(ROLE_END),),
+            **frame,
+            continuation=CONTINUATION,
         )
     call = peg.Choice(*(_call(f) for f in functions))
     section = CallSection(
@@ -123,4 +135,5 @@ def describe(
         after_calls=(Text((ROLE_END,)), Marker(ROLE_END)),
         tail=(Text((ROLE_END,)), Marker(ROLE_END)),
         **frame,
+        continuation=CONTINUATION,
     )

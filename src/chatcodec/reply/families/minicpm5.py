@@ -15,6 +15,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..prefill import Continuation
 from ..schema import parameters
 from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
 
@@ -23,6 +24,7 @@ __all__ = ["HANDLER", "describe"]
 HANDLER = "MiniCPM5"
 PREFIX = "<|im_start|>assistant\n"
 PARAM_END = "</param>"
+CONTINUATION = Continuation(PREFIX, think_start="<think>\n", think_end="\n</think>\n\n")
 THOUGHT = ReasoningBlock(
     start="<think>", stops=("</think>",), closers=(("</think>", True),), required=True
 )
@@ -83,6 +85,7 @@ def describe(
             None,
             space_before_content=reasoning is not None,
             end_anchor=True,
+            continuation=CONTINUATION,
         )
     call = peg.Choice(*(_call(f) for f in functions))
     section = CallSection(
@@ -103,4 +106,5 @@ def describe(
         space_before_content=reasoning is not None,
         space_before_calls=False,
         end_anchor=True,
+        continuation=CONTINUATION,
     )

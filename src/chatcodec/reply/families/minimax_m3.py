@@ -21,6 +21,7 @@ from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..mapper import CallMapper, MappedCall, json_escape_inner
 from ..peg import Node
+from ..prefill import Continuation
 from ._tagged import arg_name, atomic_tag, function_parameters, may_be_string, tag, tool_name
 
 __all__ = ["HANDLER", "describe", "MiniMaxM3Mapper"]
@@ -36,6 +37,8 @@ ARG_OBJECT = "tool-arg-object"
 ARG_ARRAY = "tool-arg-array"
 ARG_ITEM = "tool-arg-item"
 _VALUE_TAGS = (t.TOOL_ARG_VALUE, t.TOOL_ARG_STRING_VALUE, ARG_OBJECT, ARG_ARRAY)
+# the prefill follows the generation prompt the template computes
+CONTINUATION = Continuation(None, think_start=THINK_START, think_end=THINK_END)
 
 
 # ---------------------------------------------------------------------------- the grammar
@@ -237,7 +240,13 @@ def describe(
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
         return ReplyFormat(
-            HANDLER, prefix, reasoning, None, space_before_content=False, end_anchor=True
+            HANDLER,
+            prefix,
+            reasoning,
+            None,
+            space_before_content=False,
+            end_anchor=True,
+            continuation=CONTINUATION,
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))
     more: list[peg.Parser] = [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
@@ -263,4 +272,5 @@ def describe(
         space_before_content=False,
         space_before_calls=False,
         end_anchor=True,
+        continuation=CONTINUATION,
     )

@@ -17,12 +17,14 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
 
 HANDLER = "Ministral/Magistral Large 3"
 CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
+CONTINUATION = Continuation("", think_start="[THINK]", think_end="[/THINK]")
 THOUGHT = ReasoningBlock(
     start="[THINK]",
     stops=("[/THINK]",),
@@ -62,10 +64,12 @@ def describe(
         fenced = peg.Seq(
             peg.Literal("```json"), ws, peg.Tag("content", peg.json_value), ws, peg.Literal("```")
         )
-        return ReplyFormat(HANDLER, "", reasoning, None, content_value=fenced)
+        return ReplyFormat(
+            HANDLER, "", reasoning, None, content_value=fenced, continuation=CONTINUATION
+        )
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(HANDLER, "", reasoning, None)
+        return ReplyFormat(HANDLER, "", reasoning, None, continuation=CONTINUATION)
     call = _call(functions)
     section = CallSection(
         first=call,
@@ -79,4 +83,4 @@ def describe(
         space_after=False,
         commit_balance=("{", "}", '"'),
     )
-    return ReplyFormat(HANDLER, "", reasoning, (CALLS,), section)
+    return ReplyFormat(HANDLER, "", reasoning, (CALLS,), section, continuation=CONTINUATION)

@@ -17,6 +17,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+from ..prefill import Continuation
 from ..schema import ALL_TYPES, parameters, value_types
 
 __all__ = ["HANDLER", "GENERATION_PROMPT", "describe"]
@@ -27,6 +28,12 @@ EOM = "<|eom|>"
 EOT = "<|eot|>"
 CALLS_CLOSE = "</atem:function_calls>"
 PARAM_CLOSE = "</atem:parameter>"
+# the prefill: the message to self (the thought), then (continuing the content) to the user
+CONTINUATION = Continuation(
+    GENERATION_PROMPT,
+    think_start=" to=self<|message|>",
+    think_end=EOM + GENERATION_PROMPT + " to=user<|message|>",
+)
 
 
 def _may_be_string(schema: Any, root: Mapping[str, Any]) -> bool:
@@ -91,7 +98,14 @@ def describe(
     extract = reasoning_format != "none"
     if not extract and not calls:
         # everything after the generation prompt is content, verbatim
-        return ReplyFormat(HANDLER, GENERATION_PROMPT, None, None, space_before_content=False)
+        return ReplyFormat(
+            HANDLER,
+            GENERATION_PROMPT,
+            None,
+            None,
+            space_before_content=False,
+            continuation=CONTINUATION,
+        )
     start = peg.Literal(GENERATION_PROMPT)
     analysis = TextMessage(
         peg.Literal(" to=self<|message|>"),
@@ -131,5 +145,12 @@ def describe(
         tool_names=frozenset(str(fn["name"]) for fn in functions),
     )
     return ReplyFormat(
-        HANDLER, "", None, None, space_before_content=False, flow=flow, stop=(EOT,)
+        HANDLER,
+        "",
+        None,
+        None,
+        space_before_content=False,
+        flow=flow,
+        stop=(EOT,),
+        continuation=CONTINUATION,
     )

@@ -8,11 +8,15 @@ from typing import Any
 from .. import peg
 from ..arguments import XmlCallSyntax, tool_functions, xml_call_parsers
 from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..prefill import Continuation
 
 __all__ = ["HANDLER", "matches", "describe"]
 
 HANDLER = "Qwen3-Coder"
 PREFIX = "<|im_start|>assistant\n"
+# the prefill: the thought (templates with one), then the content
+CONTINUATION = Continuation(PREFIX, think_start="<think>\n", think_end="\n</think>\n\n")
+CONTINUATION_NO_THOUGHT = Continuation(PREFIX)
 SYNTAX = XmlCallSyntax(
     scope_open="<tool_call>\n",
     function_open="<function=",
@@ -54,7 +58,14 @@ def describe(
     reasoning = THOUGHT if thinking and reasoning_format != "none" else None
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(HANDLER, PREFIX, reasoning, None, stop=("<|im_end|>",))
+        return ReplyFormat(
+            HANDLER,
+            PREFIX,
+            reasoning,
+            None,
+            stop=("<|im_end|>",),
+            continuation=CONTINUATION if thinking else CONTINUATION_NO_THOUGHT,
+        )
     body = peg.Seq(xml_call_parsers(SYNTAX, functions), peg.Literal(SYNTAX.scope_close))
     call = peg.Seq(peg.Literal(SYNTAX.scope_open), body)
     first = peg.Seq(peg.Repeat(peg.Literal(SYNTAX.scope_open), 0, 1), body) if bare_function else call
@@ -71,4 +82,12 @@ def describe(
         name_marker_end=">",
         tool_names=frozenset(str(fn["name"]) for fn in functions),
     )
-    return ReplyFormat(HANDLER, PREFIX, reasoning, tuple(starts), section, stop=("<|im_end|>",))
+    return ReplyFormat(
+        HANDLER,
+        PREFIX,
+        reasoning,
+        tuple(starts),
+        section,
+        stop=("<|im_end|>",),
+        continuation=CONTINUATION if thinking else CONTINUATION_NO_THOUGHT,
+    )
