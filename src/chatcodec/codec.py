@@ -159,6 +159,8 @@ class Codec:
         parallel_tool_calls: bool | None = None,
         enable_thinking: bool = True,
         reasoning_format: str = "deepseek",
+        continue_final_message: bool | str | None = None,
+        response_format: Mapping[str, Any] | None = None,
         **template_kwargs: Any,
     ) -> Turn:
         """Render the prompt for a request and set up the reading of its reply.
@@ -166,9 +168,22 @@ class Codec:
         The reply format follows llama.cpp's choice for this template and these options;
         ``generation_prompt`` is what the template appends for the assistant turn (computed as
         llama.cpp does: the render with it minus the common prefix with the render without).
+
+        ``continue_final_message``: the model continues the final assistant message
+        (llama.cpp's prefill): ``True``/``"auto"`` (its reasoning when it has reasoning and no
+        content, else its content), ``"content"`` or ``"reasoning_content"``; ``False`` never;
+        ``None`` (the default) continues a final assistant message as llama-server does. The
+        message is left out of the render and the family writes its opening as the
+        generation prompt, so the parsed message includes the prefilled text.
+
+        ``response_format``: OpenAI's ``{"type": "json_schema", "json_schema": {"schema":
+        ...}}``, ``{"type": "json_object"}`` or ``{"type": "text"}``, read as llama-server
+        reads it; the families that support a JSON-schema reply read the content as one JSON
+        value.
         """
         import secrets
 
+        from .reply.prefill import message_content
         from .reply.select import describe
         from .reply.turn import Turn
 
@@ -178,17 +193,26 @@ class Codec:
                 stage="render",
                 kind="ValueError",
             )
+        json_schema = _json_schema(response_format)
+        mode = _continuation(messages, continue_final_message)
+        final: Mapping[str, Any] | None = None
+        if mode != "none" and messages:
+            # the continued message is left out of the render
+            final, messages = messages[-1], messages[:-1]
+        # llama.cpp writes the prefill only for a message with something in it
+        continuing = final is not None and _has_fields(final)
         template = self.template_for(tools)
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
-        generation_prompt, llama_prompt = _llama_generation_prompt(
+        generation_prompt, llama_prompt, llama_without = _llama_generation_prompt(
             template, messages, tools, context
         )
+        add = mode == "none"
         try:
-            prompt = template.render(messages, tools=tools, add_generation_prompt=True, **context)
+            prompt = template.render(messages, tools=tools, add_generation_prompt=add, **context)
         except TemplateError:
             # transformers cannot render this request, llama.cpp's renderer can: its prompt
-            prompt = llama_prompt
+            prompt = llama_prompt if add else llama_without
         if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
             parallel_tool_calls = _supports_parallel_tool_calls(template)
         fmt = describe(
@@ -200,7 +224,19 @@ class Codec:
             reasoning_format=reasoning_format,
             enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
             special_tokens=template.special_tokens,
+            json_schema=json_schema,
+            continue_final_message=mode if continuing else "none",
         )
+        if final is not None and continuing:
+            reasoning = final.get("reasoning_content")
+            generation_prompt = fmt.continuation.generation_prompt(
+                generation_prompt,
+                llama_without,
+                reasoning if isinstance(reasoning, str) else "",
+                message_content(final),
+                mode,
+            )
+            prompt += generation_prompt
         stop = list(fmt.stop)
         eos = self.special_tokens.get("eos_token")
         if eos and eos not in stop:
@@ -220,8 +256,9 @@ def _llama_generation_prompt(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
     context: dict[str, Any],
-) -> tuple[str, str]:
-    """(generation prompt, prompt) of a request as llama.cpp computes them.
+) -> tuple[str, str, str]:
+    """(generation prompt, prompt, prompt without the generation prompt) of a request as
+    llama.cpp computes them.
 
     llama.cpp renders with its own Jinja engine and conventions (tools and a false
     ``add_generation_prompt`` left undefined, ``datetime``/``date_string`` set): the
@@ -246,7 +283,67 @@ def _llama_generation_prompt(
     limit = min(len(with_prompt), len(without))
     while common < limit and with_prompt[common] == without[common]:
         common += 1
-    return with_prompt[common:], with_prompt
+    return with_prompt[common:], with_prompt, without
+
+
+def _continuation(messages: Sequence[Mapping[str, Any]], requested: bool | str | None) -> str:
+    """What of the final message is continued (``"none"``, ``"content"``,
+    ``"reasoning_content"``), with llama-server's checks; ``None`` continues a final assistant
+    message (llama-server's ``prefill_assistant``, on by default)."""
+    from .reply.prefill import continuation_mode
+
+    last: Mapping[str, Any] = messages[-1] if messages else {}
+    if requested is None:
+        if last.get("role") != "assistant":
+            return "none"
+        if len(messages) >= 2 and messages[-2].get("role") == "assistant":
+            raise TemplateError(
+                "Cannot have 2 or more assistant messages at the end of the list.",
+                stage="render",
+                kind="ValueError",
+            )
+        requested = "auto"
+    try:
+        mode = continuation_mode(last, requested)
+    except ValueError as exc:
+        raise TemplateError(str(exc), stage="render", kind="ValueError") from None
+    if mode != "none" and last.get("role") == "assistant" and last.get("tool_calls"):
+        raise TemplateError(
+            "Cannot continue an assistant message that contains tool calls.",
+            stage="render",
+            kind="ValueError",
+        )
+    return mode
+
+
+def _has_fields(message: Mapping[str, Any]) -> bool:
+    """llama.cpp's non-empty message: content, calls, reasoning, a name or a call id."""
+    keys = ("content", "tool_calls", "reasoning_content", "name", "tool_call_id")
+    return any(message.get(k) for k in keys)
+
+
+def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema of an OpenAI ``response_format``, as llama-server reads it (an absent
+    or empty schema is any object)."""
+    if response_format is None:
+        return None
+    kind = response_format.get("type") or ""
+    if kind == "json_object":
+        schema = response_format.get("schema", {})
+    elif kind == "json_schema":
+        wrapper = response_format.get("json_schema") or {}
+        schema = wrapper.get("schema", {}) if isinstance(wrapper, Mapping) else {}
+    elif kind == "text" or not kind:
+        return None
+    else:
+        raise TemplateError(
+            'response_format type must be one of "text" or "json_object", but got: ' + str(kind),
+            stage="render",
+            kind="ValueError",
+        )
+    if not isinstance(schema, Mapping):
+        return None
+    return dict(schema) if schema else {"type": "object"}
 
 
 def _supports_parallel_tool_calls(template: ChatTemplate) -> bool:

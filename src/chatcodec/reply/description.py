@@ -193,7 +193,8 @@ class TextMessage:
 @dataclass(frozen=True)
 class CallMessage:
     """One tool call of a flow, parsed whole (when ``commit`` arrives, its text doubles, or the
-    reply ends); an option that fails has shown nothing, so the next option is tried in its place."""
+    reply ends); an option that fails has shown nothing, so the next option is tried in its place.
+    The text of its ``content`` nodes is content (a response format's value read whole)."""
 
     call: Parser
     commit: str = ""

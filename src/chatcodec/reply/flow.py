@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .description import CallMessage, CallSection, Flow, FlowState, TextMessage
 from .message import Dropped
-from .peg import FAIL, NEED_MORE, Eps, Until
+from .peg import FAIL, NEED_MORE, Eps, Node, Until
 
 if TYPE_CHECKING:
     from .engine import ReplyEngine
@@ -170,6 +170,7 @@ class FlowRunner:
                     continue
                 if result.status == NEED_MORE:
                     if e._eof:
+                        _take_content(e.content_pieces, result.nodes, buf)
                         e.mapper.visit(result.nodes, buf)
                         e.mapper.flush()
                         if len(e.mapper.calls) != len(e.committed_calls):
@@ -180,6 +181,7 @@ class FlowRunner:
                     keep = len(option.commit) - 1
                     self.window = buf[len(buf) - keep :] if keep > 0 else ""
                     return WAIT
+                _take_content(e.content_pieces, result.nodes, buf)
                 e.mapper.visit(result.nodes, buf)
                 e.committed_calls = list(e.mapper.calls)
                 self.option_start = e._base + at
@@ -292,3 +294,15 @@ class FlowRunner:
         from .engine import _classify
 
         return _classify(self.section, rest, self.after_call, self.call_failed)
+
+
+def _take_content(out: list[str], nodes: list[Node], text: str) -> None:
+    """The text of the ``content`` nodes of a parsed option, in order (a response format's
+    value read as one structured message)."""
+    stack = list(reversed(nodes))
+    while stack:
+        node = stack.pop()
+        if node.tag == "content":
+            out.append(text[node.start : node.end])
+        else:
+            stack.extend(reversed(node.children))

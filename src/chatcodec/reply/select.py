@@ -134,9 +134,10 @@ def describe(
             parallel_tool_calls,
             reasoning_format,
             special_tokens,
+            json_schema,
         )
     if handler == gpt_oss.HANDLER:
-        return gpt_oss.describe(tools, tool_choice, reasoning_format)
+        return gpt_oss.describe(tools, tool_choice, reasoning_format, json_schema)
     if handler == gemma4.HANDLER:
         return gemma4.describe(tools, tool_choice, parallel_tool_calls, reasoning_format)
     if handler == muse_glimmer.HANDLER:

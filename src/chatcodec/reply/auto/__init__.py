@@ -54,10 +54,17 @@ def describe(
     parallel_tool_calls: bool = True,
     reasoning_format: str = "deepseek",
     special_tokens: Mapping[str, str] | None = None,
+    json_schema: Mapping[str, Any] | None = None,
 ) -> ReplyFormat:
     analysis = analysis_for(source, special_tokens)
     fmt = build_format(
-        analysis, generation_prompt, tools, tool_choice, parallel_tool_calls, reasoning_format
+        analysis,
+        generation_prompt,
+        tools,
+        tool_choice,
+        parallel_tool_calls,
+        reasoning_format,
+        json_schema,
     )
     return replace(fmt, continuation=continuation(analysis))
 

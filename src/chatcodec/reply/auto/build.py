@@ -475,6 +475,7 @@ def build_format(
     tool_choice: str,
     parallel_tool_calls: bool,
     reasoning_format: str,
+    json_schema: Mapping[str, Any] | None = None,
 ) -> ReplyFormat:
     rs = a.reasoning
     extracting = reasoning_format != "none" and rs.mode != R_NONE
@@ -493,6 +494,23 @@ def build_format(
             end_optional=end_trail,
         )
     prefix = _prefix(generation_prompt, trim(rs.start))
+    if json_schema:
+        # a response format wins over tools: one JSON value, fenced in ```json ... ``` or bare
+        ws = peg.Space()
+        value = peg.Tag("content", peg.json_value)
+        return ReplyFormat(
+            HANDLER,
+            prefix,
+            reasoning,
+            None,
+            end_anchor=True,
+            stop=tuple(a.additional_stops),
+            space_after_prefix=True,
+            content_value=peg.Choice(
+                peg.Seq(peg.Literal("```json"), ws, value, ws, peg.Literal("```")),
+                peg.Seq(ws, value, ws),
+            ),
+        )
     functions = tool_functions(tools)
     stops = tuple(s for s in a.additional_stops)
     use_tools = bool(functions) and tool_choice != "none" and a.supports_tool_calls

@@ -42,13 +42,7 @@ def _tool(name: str) -> peg.Parser:
     recipient = peg.Seq(
         peg.Literal(" to=functions."), peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name)))
     )
-    constraint = _optional(
-        peg.Seq(
-            peg.Space(),
-            _optional(peg.Literal("<|constrain|>")),
-            peg.Chars("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", 1, -1),
-        )
-    )
+    constraint = _constraint()
     args = peg.Tag(t.TOOL_ARGS, peg.json_value)
     # the recipient in the role header, or in the channel header
     in_role = peg.Seq(recipient, channel, constraint, peg.Literal("<|message|>"))
@@ -59,10 +53,22 @@ def _tool(name: str) -> peg.Parser:
     )
 
 
+def _constraint() -> peg.Parser:
+    """`` <|constrain|>json`` (or any type name) after a recipient or a channel."""
+    return _optional(
+        peg.Seq(
+            peg.Space(),
+            _optional(peg.Literal("<|constrain|>")),
+            peg.Chars("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", 1, -1),
+        )
+    )
+
+
 def describe(
     tools: Sequence[Mapping[str, Any]] | None,
     tool_choice: str,
     reasoning_format: str,
+    json_schema: Mapping[str, Any] | None = None,
 ) -> ReplyFormat:
     start = peg.Literal(START)
     end = peg.Literal(END)
@@ -97,6 +103,35 @@ def describe(
     unsolicited = TextMessage(
         peg.Seq(_optional(channel), peg.Literal(" to=")), "", (END,), end, lead=start
     )
+    if json_schema:
+        # a response format: analysis messages, then the final message holding one JSON value
+        # (its text is the content; what follows it is dropped)
+        value = CallMessage(
+            peg.Seq(
+                start,
+                peg.Literal("<|channel|>final"),
+                _constraint(),
+                peg.Literal("<|message|>"),
+                peg.Tag("content", peg.json_value),
+            )
+        )
+        flow = Flow(
+            states={
+                "messages": FlowState((analysis,), otherwise="last", loop=True),
+                "last": FlowState((value,)),
+            },
+            start="messages",
+        )
+        return ReplyFormat(
+            HANDLER,
+            "",
+            None,
+            None,
+            space_before_content=False,
+            flow=flow,
+            stop=("<|return|>", "<|call|>"),
+            continuation=CONTINUATION,
+        )
     functions = tool_functions(tools)
     last: tuple[TextMessage | CallMessage, ...]
     if functions and tool_choice != "none":
