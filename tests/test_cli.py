@@ -217,3 +217,32 @@ def test_parse_reads_a_checkpoint_and_streams_deltas_that_fold_to_the_message(
     )
     assert arguments == '{"city":"Paris"}'
     assert final["tool_calls"][0]["function"] == message["tool_calls"][0]["function"]
+
+
+def test_parse_continues_a_final_message_and_reads_a_response_format(tmp_path: Path) -> None:
+    template = TEMPLATES / "Qwen3.5-4B.jinja"
+    messages = tmp_path / "messages.json"
+    final = {"role": "assistant", "content": "Hello, ", "reasoning_content": "hmm"}
+    messages.write_text(json.dumps([{"role": "user", "content": "Hey"}, final]), "utf-8")
+    args = ("parse", str(template), "--messages", str(messages))
+    continued = chatcodec(*args, "--continue", stdin="world")
+    assert continued.returncode == 0, continued.stderr
+    assert json.loads(continued.stdout)["content"] == "Hello, world"
+    fresh = chatcodec(*args, "--no-continue", stdin="world")
+    assert json.loads(fresh.stdout) == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "world",
+    }
+    response_format = tmp_path / "format.json"
+    response_format.write_text('{"type": "json_object"}', "utf-8")
+    llama = TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja"
+    fenced = chatcodec(
+        "parse",
+        str(llama),
+        "--response-format",
+        str(response_format),
+        stdin='```json\n{"a": 1}\n```',
+    )
+    assert fenced.returncode == 0, fenced.stderr
+    assert json.loads(fenced.stdout)["content"] == '{"a": 1}'

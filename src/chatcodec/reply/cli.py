@@ -122,6 +122,28 @@ def register(subparsers: Any) -> None:
     p.add_argument("--reasoning-format", default="deepseek", choices=("deepseek", "auto", "none"))
     p.add_argument("--bos-token", help="override the checkpoint's bos_token")
     p.add_argument("--eos-token", help="override the checkpoint's eos_token")
+    p.add_argument(
+        "--continue",
+        dest="continue_final",
+        action="store_const",
+        const="auto",
+        default=None,
+        help="continue the final message of --messages (its reasoning when it has no content, "
+        "else its content); a final assistant message is continued by default, as "
+        "llama-server does",
+    )
+    p.add_argument(
+        "--no-continue",
+        dest="continue_final",
+        action="store_const",
+        const="none",
+        help="never continue a final assistant message",
+    )
+    p.add_argument(
+        "--response-format",
+        metavar="FILE",
+        help='a JSON file with the OpenAI response_format ({"type": "json_schema", ...})',
+    )
     p.add_argument("--partial", action="store_true", help="read the reply as a stream prefix")
     p.add_argument("--stream", action="store_true", help="print the deltas as JSON lines")
     p.add_argument("--chunk", type=int, default=1, help="characters per streamed chunk")
@@ -153,6 +175,10 @@ def _parse_command(args: argparse.Namespace) -> int:
             parallel_tool_calls=args.parallel,
             enable_thinking=args.thinking,
             reasoning_format=args.reasoning_format,
+            continue_final_message=(
+                False if args.continue_final == "none" else args.continue_final
+            ),
+            response_format=_load_json(args.response_format),
         )
         if args.stream:
             stream = turn.stream()
