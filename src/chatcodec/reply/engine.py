@@ -9,6 +9,7 @@ NEED_MORE, never a failure).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .description import (
@@ -26,7 +27,17 @@ from .mapper import CallMapper, MappedCall
 from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Until, is_c_space
 
-__all__ = ["ReplyEngine", "EngineFailure"]
+__all__ = [
+    "ReplyEngine",
+    "EngineFailure",
+    "FED_SOME",
+    "FED_CONTENT",
+    "FED_REASONING",
+    "FED_NOTHING",
+]
+
+# what ReplyEngine.feed did with a chunk (FED_SOME: anything, the caller looks at the results)
+FED_SOME, FED_CONTENT, FED_REASONING, FED_NOTHING = range(4)
 
 _WAIT, _NEXT, _STOP, _FAIL = range(4)
 _GOTO = 4  # the step index was set directly (a thought that turns into tool calls and back)
@@ -83,18 +94,17 @@ class ReplyEngine:
         self._eof = False
         self._reasoning_until = Until(*fmt.reasoning.stops) if fmt.reasoning else None
         self._content_until = Until(*fmt.content_stops) if fmt.content_stops is not None else None
-        # characters that may begin a stop marker: a chunk without any is plain text
-        self._content_firsts = (
-            frozenset(m[0] for m in fmt.content_stops) if fmt.content_stops is not None else None
-        )
-        self._reasoning_firsts = frozenset(m[0] for m in fmt.reasoning.stops) if fmt.reasoning else None
+        # Set by the step that returned _WAIT when all it waits for is more plain text: the text
+        # goes to ``_plain_out`` up to the first of ``_plain_until``'s stops (None: no stop). A
+        # chunk in which no stop can begin is then taken by `feed` directly (the fast path).
+        self._plain_out: list[str] | None = None
+        self._plain_until: Until | None = None
+        # Set by the step that returned _WAIT for a call in progress: whether the text that
+        # arrived since may change the call's outcome. Until it does, `feed` only queues text.
+        self._ready: Callable[[], bool] | None = None
         # where a thought's text goes (a block kept inline is content, markers included)
         inline = fmt.reasoning is not None and fmt.reasoning.as_content
         self._thought_pieces: list[str] = []
-        # the content step's sub-state while it reads text (1 once a framing start was read)
-        self._content_text_sub = 1 if fmt.content_start else 0
-        if fmt.content_value is not None:
-            self._content_text_sub = -1  # read as one value: no plain-text fast path
         self._skip_content = False
         # the brace balance of the call in progress (CallSection.commit_balance)
         self._depth = 0
@@ -134,37 +144,51 @@ class ReplyEngine:
 
     # ------------------------------------------------------------------ input
 
-    def feed(self, chunk: str) -> None:
+    def feed(self, chunk: str) -> int:
+        """Add text; returns FED_CONTENT / FED_REASONING when all of it (with any held text)
+        became one new content / reasoning piece and nothing else changed, FED_NOTHING when it
+        changed nothing visible, FED_SOME otherwise."""
         if self._eof:
             raise ValueError("the reply has already been finished")
         if not chunk:
             if self._state == "running":
                 self._run()
-            return
+            return FED_SOME
         if self._state == "tail":
             self._tail.append(chunk)
-            return
+            return FED_SOME
         if self._state != "running":
-            return
+            return FED_SOME
+        out = self._plain_out
+        if out is not None and not self._pending:
+            # fast path: the step waits for plain text. It would commit the held text (a
+            # possible marker start) and the chunk up to the first stop, or up to a stop's
+            # beginning cut by the end, and wait again: commit that here, and run the step
+            # only when a stop (or its beginning) was found.
+            buf = self._buf
+            text = buf[self._pos :] + chunk if self._pos < len(buf) else chunk
+            n = len(text)
+            until = self._plain_until
+            if until is None or until.firsts.isdisjoint(text):
+                stop = n
+            else:
+                stop = until.find(text, 0)[0]
+            if stop == n:
+                out.append(text)
+                self._base += len(buf) + len(chunk)
+                self._buf = ""
+                self._pos = 0
+                if out is self.content_pieces:
+                    return FED_CONTENT
+                return FED_REASONING if out is self.reasoning_pieces else FED_NOTHING
+            if stop:
+                out.append(text[:stop])
+            self._base += len(buf) + len(chunk) - n + stop
+            self._buf = text[stop:]
+            self._pos = 0
+            self._run()
+            return FED_SOME
         kind = self._steps[self._step] if self._step < len(self._steps) else -1
-        if not self._pending and self._pos == len(self._buf):
-            # fast path: text that cannot begin a marker is committed as it comes
-            if kind == _CONTENT and self._sub == self._content_text_sub:
-                firsts = self._content_firsts
-                if firsts is None or firsts.isdisjoint(chunk):
-                    self.content_pieces.append(chunk)
-                    self._base += len(self._buf) + len(chunk)
-                    self._buf = ""
-                    self._pos = 0
-                    return
-            elif kind == _REASONING and self._sub == 2:
-                assert self._reasoning_firsts is not None
-                if self._reasoning_firsts.isdisjoint(chunk):
-                    self._thought_pieces.append(chunk)
-                    self._base += len(self._buf) + len(chunk)
-                    self._buf = ""
-                    self._pos = 0
-                    return
         calls = self.fmt.calls
         if kind == _CALLS and calls is not None and calls.commit_balance is not None:
             self._balance(chunk, calls.commit_balance)
@@ -176,7 +200,11 @@ class ReplyEngine:
             self._commit_window = window[-keep:] if keep > 0 else ""
         self._pending.append(chunk)
         self._pending_len += len(chunk)
+        ready = self._ready
+        if ready is not None and not ready():
+            return FED_NOTHING  # the step would wait again at once, having read nothing
         self._run()
+        return FED_SOME
 
     def finish(self) -> None:
         if self._eof:
@@ -217,6 +245,7 @@ class ReplyEngine:
 
     def _run(self) -> None:
         while self._state == "running":
+            self._plain_out = self._ready = None
             if self._step >= len(self._steps):
                 self._enter_tail(self._tail_reason_for_end())
                 return
@@ -328,6 +357,9 @@ class ReplyEngine:
         if stop > self._pos:
             out.append(self._buf[self._pos : stop])
             self._pos = stop
+        if not complete and not self._eof:
+            # every caller waits for more text here (the feed fast path may take it)
+            self._plain_out, self._plain_until = out, until
         return stop, complete, stop >= len(self._buf)
 
     def _reasoning(self) -> int:
@@ -480,7 +512,10 @@ class ReplyEngine:
             if self._pos < len(self._buf):
                 self.content_pieces.append(self._buf[self._pos :])
                 self._pos = len(self._buf)
-            return _STOP if self._eof else _WAIT
+            if self._eof:
+                return _STOP
+            self._plain_out, self._plain_until = self.content_pieces, None
+            return _WAIT
         _, complete, at_end = self._scan(until, self.content_pieces)
         if complete:
             if fmt.content_end:
@@ -542,6 +577,7 @@ class ReplyEngine:
             if not (
                 self._eof or self._commit_hit or self._tried_len < 0 or length >= 2 * self._tried_len
             ):
+                self._ready = self._call_ready
                 return _WAIT
             self._materialize()
             self._commit_hit = False
@@ -553,6 +589,7 @@ class ReplyEngine:
                     self._tried_len = len(self._buf) - self._pos
                     keep = len(section.commit) - 1
                     self._commit_window = self._buf[len(self._buf) - keep :] if keep > 0 else ""
+                    self._ready = self._call_ready
                     return _WAIT
             if result.status == SUCCESS:
                 self._thought_call = False
@@ -578,6 +615,7 @@ class ReplyEngine:
                     self._depth, self._quote, self._escaped = 0, "", False
                     self._balance(self._buf[self._pos :], section.commit_balance)
                     self._commit_hit = False
+                self._ready = self._call_ready
                 return _WAIT
             if self._thought_call:
                 # not calls after all: the stop is thought text, the thought ends at its closer
@@ -586,7 +624,6 @@ class ReplyEngine:
                 assert block is not None
                 stops = [m for m in block.stops if m not in block.call_stops]
                 self._reasoning_until = Until(*stops)
-                self._reasoning_firsts = frozenset(m[0] for m in stops)
                 self._step = self._steps.index(_REASONING)
                 self._sub = 2
                 return _GOTO
@@ -601,6 +638,12 @@ class ReplyEngine:
                 return _NEXT
             self._segment_failed = True
             return _NEXT
+
+    def _call_ready(self) -> bool:
+        """Whether `_calls` would try the call in progress again (it waits with a sub-state of
+        1, a tried length, and no end of input)."""
+        length = len(self._buf) - self._pos + self._pending_len
+        return self._commit_hit or length >= 2 * self._tried_len
 
     def _balance(self, text: str, balance: tuple[str, str, str]) -> None:
         """Track open/close characters outside quoted strings; a return to zero may end a call."""

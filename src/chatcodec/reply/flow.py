@@ -149,6 +149,7 @@ class FlowRunner:
         options = self.state.options
         if self.option < len(options) and isinstance(options[self.option], CallMessage):
             if not self._call_ready():
+                e._ready = self._call_ready  # the engine's feed asks before it runs the flow
                 return WAIT
         e._materialize()
         self.checked = 0
@@ -241,7 +242,10 @@ class FlowRunner:
         if not message.stops:
             self._emit(field, buf[pos:], e._base + pos)
             e._pos = len(buf)
-            return STOP if e._eof else WAIT
+            if e._eof:
+                return STOP
+            self._plain(field, None)
+            return WAIT
         stop, complete = until.find(buf, pos)
         if stop > pos:
             self._emit(field, buf[pos:stop], e._base + pos)
@@ -249,11 +253,21 @@ class FlowRunner:
         if complete:
             self.phase = _CLOSER
             return None
+        if not e._eof:
+            self._plain(field, until)
         if stop >= len(buf) or not e._eof:
             return STOP if e._eof else WAIT
         # a stop marker cut by the end: llama.cpp's `until` ends before it and parsing goes on
         self.phase = _CLOSER
         return None
+
+    def _plain(self, field: str, until: Until | None) -> None:
+        """The body waits for more text: the engine's feed may take plain text directly."""
+        e = self.engine
+        if field == "content":
+            e._plain_out, e._plain_until = e.content_pieces, until
+        elif field == "reasoning":
+            e._plain_out, e._plain_until = e.reasoning_pieces, until
 
     def _closer(self) -> int | None:
         e = self.engine

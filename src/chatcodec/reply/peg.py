@@ -261,6 +261,8 @@ class Until(Parser):
         )
         self._prefixes = frozenset(d[:i] for d in self.delimiters for i in range(1, len(d)))
         self._longest = max((len(d) for d in self.delimiters), default=0)
+        # the characters a delimiter begins with: text without any of them is all text
+        self.firsts = frozenset(d[0] for d in self.delimiters)
 
     def find(self, text: str, pos: int) -> tuple[int, bool]:
         """(where the text stops, whether a complete delimiter starts there)."""
@@ -270,9 +272,12 @@ class Until(Parser):
             m = self._re.search(text, pos)
             if m is not None:
                 complete = m.start()
-        lo = max(pos, n - self._longest + 1)
-        for p in range(lo, min(complete, n)):
-            if text[p:] in self._prefixes:
+        lo = n - self._longest + 1
+        if lo < pos:
+            lo = pos
+        firsts = self.firsts
+        for p in range(lo, complete):
+            if text[p] in firsts and text[p:] in self._prefixes:
                 return p, False
         return complete, complete < n
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from ..errors import ReplyError
 from .description import ReplyFormat
-from .engine import ReplyEngine
+from .engine import FED_CONTENT, FED_NOTHING, FED_REASONING, ReplyEngine
 from .mapper import MappedCall
-from .message import AssistantMessage, Delta, ToolCall, ToolCallDelta
+from .message import (
+    AssistantMessage,
+    Delta,
+    ToolCall,
+    ToolCallDelta,
+    content_delta,
+    reasoning_delta,
+)
 
 __all__ = ["ReplyStream", "parse_reply"]
 
@@ -42,8 +49,26 @@ class ReplyStream:
         """Add text of the reply; returns the deltas it makes certain."""
         if self._closed:
             raise ReplyError("the stream has already been finished")
-        self._engine.feed(chunk)
-        return self._deltas(self._engine.committed_calls)
+        engine = self._engine
+        fed = engine.feed(chunk)
+        # the engine's fast path made one new piece and nothing else: its delta is that piece
+        # (what _deltas would give: every earlier piece was taken, no call was committed)
+        if fed == FED_CONTENT:
+            pieces = engine.content_pieces
+            if self._content_taken == len(pieces) - 1:
+                self._content_taken += 1
+                return [content_delta(pieces[-1])]
+        elif fed == FED_REASONING:
+            pieces = engine.reasoning_pieces
+            if self._reasoning_started and self._reasoning_taken == len(pieces) - 1:
+                self._reasoning_taken += 1
+                return [reasoning_delta(pieces[-1])]
+        elif fed == FED_NOTHING:
+            if self._content_taken == len(engine.content_pieces) and self._reasoning_taken == len(
+                engine.reasoning_pieces
+            ):
+                return []
+        return self._deltas(engine.committed_calls)
 
     def flush(self) -> list[Delta]:
         """End the reply; returns the last deltas (a call the reply ended inside, ...)."""
