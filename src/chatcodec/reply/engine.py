@@ -163,31 +163,29 @@ class ReplyEngine:
         if out is not None and not self._pending:
             # fast path: the step waits for plain text. It would commit the held text (a
             # possible marker start) and the chunk up to the first stop, or up to a stop's
-            # beginning cut by the end, and wait again: commit that here, and run the step
-            # only when a stop (or its beginning) was found.
+            # beginning cut by the end, and, without a whole stop, wait again holding the rest:
+            # do that here, and run the step only when a whole stop was found.
             buf = self._buf
             text = buf[self._pos :] + chunk if self._pos < len(buf) else chunk
             n = len(text)
             until = self._plain_until
             if until is None or until.firsts.isdisjoint(text):
-                stop = n
+                stop, complete = n, False
             else:
-                stop = until.find(text, 0)[0]
-            if stop == n:
-                out.append(text)
-                self._base += len(buf) + len(chunk)
-                self._buf = ""
-                self._pos = 0
-                if out is self.content_pieces:
-                    return FED_CONTENT
-                return FED_REASONING if out is self.reasoning_pieces else FED_NOTHING
+                stop, complete = until.find(text, 0)
             if stop:
-                out.append(text[:stop])
+                out.append(text if stop == n else text[:stop])
             self._base += len(buf) + len(chunk) - n + stop
-            self._buf = text[stop:]
+            self._buf = text[stop:] if stop < n else ""
             self._pos = 0
-            self._run()
-            return FED_SOME
+            if complete:
+                self._run()
+                return FED_SOME
+            if not stop:
+                return FED_NOTHING
+            if out is self.content_pieces:
+                return FED_CONTENT
+            return FED_REASONING if out is self.reasoning_pieces else FED_NOTHING
         kind = self._steps[self._step] if self._step < len(self._steps) else -1
         calls = self.fmt.calls
         if kind == _CALLS and calls is not None and calls.commit_balance is not None:
