@@ -75,6 +75,7 @@ PHRASES = (
     "Let me check the weather for you.",
     "The user asks about the weather in Paris.",
     "I know it is sunny there today.",
+    "I should call get_weather for Paris.",
 )
 ARGUMENT = "Paris"  # the string argument stretched in the call reply
 # no quote, backslash or newline: a valid string in every family's argument syntax
@@ -134,10 +135,7 @@ def _replies(template: str) -> dict[str, tuple[Turn, Callable[[int], str]]]:
             except Exception:  # noqa: BLE001 - a reply this request's format does not read
                 ok = False
             if ok:
-                found[kind] = (
-                    turn,
-                    lambda size, reply=reply, words=words: _stretch(reply, words, size),
-                )
+                found[kind] = (turn, partial(_stretch, reply, words))
     return found
 
 
