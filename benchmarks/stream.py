@@ -14,12 +14,13 @@ Columns, per reply:
                and that time per chunk;
   x parse      stream time / finished parse time of the same 128 KB (goal <= 2);
   128K/64K     stream time of the 128 KB reply / of its 64 KB version: 2.0 is linear;
-  re-parse     (best of 3, as every time here) the same stream the way llama.cpp's server and vLLM decode it: the finished
+  re-parse     the same stream the way llama.cpp's server and vLLM decode it: the finished
                parse of the whole text so far after every chunk; speed-up = re-parse / stream
                (goal >= 100x). Its cost is linear in the prefix, so without --full it is
                timed on evenly spread prefixes and scaled to all of them (marked *); --full
                times every prefix (slow: minutes per family).
-Every stream is first checked: its deltas fold to the finished parse.
+Every time is the best of 3 runs (--quick: 1); the machines are shared and noisy. Every
+stream is first checked: its deltas fold to the finished parse.
 """
 
 from __future__ import annotations
