@@ -1,4 +1,4 @@
-"""Parse parity: every case of the llama.cpp parse corpus, finished and partial outputs."""
+"""Invariant 2: every case of the llama.cpp parse corpus, finished and partial outputs."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ from chatcodec.reply.cli import batch_result
 from ._reply_oracle import load_compare
 from .conftest import read_jsonl, shared_path
 
-# Deliberate differences from llama.cpp (docs/differences.md): case id -> output indexes.
+# Deliberate differences from llama.cpp in the *message* (docs/differences.md): case id ->
+# output indexes. None today: every difference chatcodec has is in what surrounds the message
+# (dropped-text diagnostics, when a streamed call is announced), never in the message.
 DOCUMENTED_DIFFERENCES: dict[str, set[int]] = {}
 
 
-def _replay() -> tuple[Counter[tuple[str, bool]], list[str]]:
+def test_every_output_of_every_handler_matches_llama_cpp() -> None:
     compare = load_compare()
     cases = read_jsonl(shared_path("oracle", "parse", "cases.jsonl"))
     tally: Counter[tuple[str, bool]] = Counter()
-    qwen_failures: list[str] = []
+    failures: list[str] = []
     for case in cases:
         handler = (case["llama_cpp"] or {}).get("handler", "(request failed)")
         results = batch_result(case)["results"]
@@ -28,15 +30,10 @@ def _replay() -> tuple[Counter[tuple[str, bool]], list[str]]:
             if why is not None and i in DOCUMENTED_DIFFERENCES.get(case["id"], set()):
                 why = None
             tally[(handler, why is None)] += 1
-            if why is not None and handler == "Qwen3-Coder":
-                qwen_failures.append(f"{case['id']} [{i} {output['kind']}]: {why}")
-    return tally, qwen_failures
-
-
-def test_corpus_replay() -> None:
-    tally, qwen_failures = _replay()
+            if why is not None:
+                failures.append(f"{handler}: {case['id']} [{i} {output['kind']}]: {why}")
     handlers = sorted({h for h, _ in tally})
     report = {h: f"{tally[(h, True)]}/{tally[(h, True)] + tally[(h, False)]}" for h in handlers}
     print("\nparse parity by llama.cpp handler:\n" + json.dumps(report, indent=1))
-    assert tally[("Qwen3-Coder", True)] == 12724, "the Qwen3-Coder corpus is not the one expected"
-    assert not qwen_failures, "\n".join(qwen_failures[:20])
+    assert sum(tally.values()) == 40511, "the parse corpus is not the one expected"
+    assert not failures, f"{len(failures)} outputs differ:\n" + "\n".join(failures[:20])
