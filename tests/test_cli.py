@@ -246,3 +246,19 @@ def test_parse_continues_a_final_message_and_reads_a_response_format(tmp_path: P
     )
     assert fenced.returncode == 0, fenced.stderr
     assert json.loads(fenced.stdout)["content"] == '{"a": 1}'
+
+
+@pytest.mark.parametrize(
+    ("name", "handler", "marker"),
+    [
+        ("Qwen3-Coder.jinja", "Qwen3-Coder", "<tool_call>"),
+        ("openai-gpt-oss-120b.jinja", "GPT-OSS", "<|channel|>"),
+        ("Qwen-Qwen3-0.6B.jinja", "autoparser", "<think>\n"),
+    ],
+)
+def test_inspect_shows_the_reply_format(name: str, handler: str, marker: str) -> None:
+    result = chatcodec("inspect", str(shared_path("chat_templates", name)), "--json")
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)["reply"]
+    assert reply["handler"] == handler
+    assert marker in json.dumps(reply, ensure_ascii=False)

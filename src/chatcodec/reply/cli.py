@@ -216,7 +216,7 @@ def describe(codec: Codec) -> dict[str, Any]:
     handler = handler_for(template.source)
     out: dict[str, Any] = {"handler": handler}
     if handler != "autoparser":
-        return out
+        return out | _family_summary(codec)
     try:
         analysis = analysis_for(template.source, template.special_tokens)
     except ChatCodecError as exc:
@@ -239,4 +239,40 @@ def describe(codec: Codec) -> dict[str, Any]:
             "additional_stops": list(analysis.additional_stops),
         }
     )
+    return out
+
+
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def _family_summary(codec: Codec) -> dict[str, Any]:
+    """The markers a specialised family reads, from a turn prepared for a one-tool request."""
+    try:
+        turn = codec.prepare([{"role": "user", "content": "Hello"}], tools=[_PROBE_TOOL])
+    except ChatCodecError as exc:
+        return {"error": str(exc)}
+    fmt = turn.format
+    out: dict[str, Any] = {"generation_prompt": turn.generation_prompt, "stop": list(turn.stop)}
+    if fmt.reasoning is not None:
+        out["reasoning"] = {"start": fmt.reasoning.start, "ends": list(fmt.reasoning.stops)}
+    if fmt.content_start or fmt.content_end:
+        out["content"] = {"start": fmt.content_start, "end": fmt.content_end}
+    if fmt.calls is not None:
+        out["tool_calls"] = {
+            "openers": list(fmt.calls.openers),
+            "call_end": fmt.calls.commit,
+            "parallel": fmt.calls.next is not None,
+        }
+    if fmt.flow is not None:
+        out["messages"] = {
+            "states": sorted(fmt.flow.states),
+            "openers": list(fmt.flow.openers),
+        }
+    out["trailing_text"] = "fails the parse" if fmt.end_anchor else "dropped"
     return out
