@@ -1,13 +1,22 @@
-"""Helpers of the reply tests: load compare.py from the shared corpus (never copied)."""
+"""Helpers of the reply tests: load compare.py from the shared corpus (never copied), read the
+parse corpus and llama.cpp's test vectors, set a vector's request up, and stream replies."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+from collections.abc import Iterable
+from functools import lru_cache
 from types import ModuleType
+from typing import Any
 
-from .conftest import shared_path
+from chatcodec import Codec
+from chatcodec.reply import AssistantMessage, Delta, Turn, fold
+
+from .conftest import read_jsonl, shared_path, template_source
 
 
+@lru_cache(maxsize=1)
 def load_compare() -> ModuleType:
     path = shared_path("oracle", "parse", "compare.py")
     spec = importlib.util.spec_from_file_location("_oracle_compare", path)
@@ -15,3 +24,113 @@ def load_compare() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# ------------------------------------------------------------------ the parse corpus
+
+
+@lru_cache(maxsize=1)
+def corpus_cases() -> tuple[dict[str, Any], ...]:
+    """Every case of ../shared/oracle/parse/cases.jsonl (a request and its outputs)."""
+    return tuple(read_jsonl(shared_path("oracle", "parse", "cases.jsonl")))
+
+
+def handler_cases(*handlers: str) -> tuple[dict[str, Any], ...]:
+    """The corpus cases llama.cpp set up with one of ``handlers``."""
+    return tuple(c for c in corpus_cases() if (c["llama_cpp"] or {}).get("handler") in handlers)
+
+
+# ------------------------------------------------------------------ llama.cpp's test vectors
+
+
+@lru_cache(maxsize=1)
+def vectors() -> tuple[dict[str, Any], ...]:
+    """llama.cpp's own test vectors (tests/test-chat.cpp), every parser."""
+    path = shared_path("oracle", "parse", "llamacpp_tests.json")
+    return tuple(json.loads(path.read_text("utf-8")))
+
+
+def vector_template(v: dict[str, Any]) -> str:
+    return template_source(v["template"].rsplit("/", 1)[-1])
+
+
+def openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """A vector's flat tool list in the OpenAI form templates read."""
+    if not tools:
+        return None
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t.get("description", ""),
+                "parameters": t["parameters"],
+            },
+        }
+        for t in tools
+    ]
+
+
+def vector_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """llama.cpp hands templates that read object arguments parsed ones (its message rewrite)."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                # the vectors keep llama.cpp's flat call form; templates read the OpenAI one
+                fn = dict(c.get("function") or {"name": c["name"], "arguments": c["arguments"]})
+                if isinstance(fn.get("arguments"), str):
+                    fn["arguments"] = json.loads(fn["arguments"])
+                calls.append({"type": "function", "id": c.get("id", ""), "function": fn})
+            m["tool_calls"] = calls
+            m.setdefault("content", "")
+        out.append(m)
+    return out
+
+
+def prepare_vector(v: dict[str, Any], **options: Any) -> Turn:
+    """The vector's request set up by ``Codec.prepare`` as llama-server sets it up."""
+    return Codec(vector_template(v)).prepare(
+        vector_messages(v["messages"]),
+        tools=openai_tools(v["tools"]),
+        tool_choice=v["tool_choice"],
+        parallel_tool_calls=v["parallel_tool_calls"],
+        enable_thinking=v["enable_thinking"],
+        reasoning_format=v["reasoning_format"],
+        **options,
+    )
+
+
+# ------------------------------------------------------------------ streaming
+
+
+def chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def cut(text: str, cuts: Iterable[int]) -> list[str]:
+    """``text`` cut at the given offsets (in any order, repeats allowed)."""
+    points = sorted(set(cuts))
+    return [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+
+
+def stream_deltas(turn: Turn, pieces: Iterable[str]) -> list[Delta]:
+    """Every delta of the turn's stream fed ``pieces``, the flush's included."""
+    stream = turn.stream()
+    deltas = [d for piece in pieces for d in stream.feed(piece)]
+    return deltas + stream.flush()
+
+
+def same_message(folded: AssistantMessage, expected: AssistantMessage) -> bool:
+    """What a fold of deltas can hold (no dropped text) equals the message's."""
+    return (folded.content, folded.reasoning_content, folded.tool_calls) == (
+        expected.content,
+        expected.reasoning_content,
+        expected.tool_calls,
+    )
+
+
+def folds_to(turn: Turn, pieces: Iterable[str], expected: AssistantMessage) -> bool:
+    return same_message(fold(stream_deltas(turn, pieces)), expected)

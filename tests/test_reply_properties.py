@@ -1,0 +1,194 @@
+"""Stream = parse, for every template of the parse corpus (../shared/chat_templates).
+
+For each template: draw one of its corpus requests and finished replies, cut the reply at
+random, and feed the pieces through ``turn.stream()``. The deltas fold to the finished parse,
+content and reasoning only ever extend, each tool call's id and name are announced once and
+never change, and a reply that fails to parse fails the same way when streamed.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatcodec.errors import ChatCodecError
+from chatcodec.reply import AssistantMessage, Delta, Turn, fold
+from chatcodec.reply.cli import prepare_request
+
+from ._reply_oracle import chunks, corpus_cases, cut, handler_cases, same_message
+from .conftest import ORACLE
+
+
+def _corpus_templates() -> list[str]:
+    """The templates of the parse corpus, read at collection (none when ../shared is absent)."""
+    path = ORACLE / "parse" / "cases.jsonl"
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as handle:
+        return sorted({json.loads(line)["template"] for line in handle if line.strip()})
+
+
+@cache
+def _samples(template: str) -> tuple[tuple[Turn, str], ...]:
+    """(turn, finished reply) of every corpus request of ``template`` that can be set up."""
+    out: list[tuple[Turn, str]] = []
+    for case in corpus_cases():
+        if case["template"] != template or case["llama_cpp"] is None:
+            continue
+        try:
+            turn = prepare_request(case)
+        except ChatCodecError:  # a request transformers cannot render (counted by parse parity)
+            continue
+        out.extend(
+            (turn, output["text"])
+            for output in case["outputs"]
+            if output["kind"] in ("final", "truncated")
+        )
+    return tuple(out)
+
+
+def _parse(turn: Turn, text: str) -> AssistantMessage | ChatCodecError:
+    try:
+        return turn.parse(text)
+    except ChatCodecError as exc:
+        return exc
+
+
+# handlers that announce a call whole: one delta, its name and all of its arguments
+WHOLE_CALLS = {
+    "Kimi K2 Thinking",
+    "Kimi K3",
+    "Ling 3.0 (Bailing V3)",
+    "MiniMax-M3",
+    "DeepSeek V3.2/V4",
+    "MiniCPM5",
+    "Ministral/Magistral Large 3",
+    "LFM2",
+    "LFM2.5",
+    "Cohere2 MoE",
+}
+
+
+def _stream(turn: Turn, pieces: list[str]) -> tuple[list[Delta], AssistantMessage]:
+    """The deltas (the flush's included) and the finished message, checking every delta."""
+    whole = turn.handler in WHOLE_CALLS
+    stream = turn.stream()
+    deltas: list[Delta] = []
+    announced: dict[int, tuple[str, str]] = {}
+    for piece in pieces:
+        for delta in stream.feed(piece):
+            deltas.append(delta)
+            call = delta.tool_call
+            if call is None:
+                continue
+            if call.index in announced:
+                assert not whole, f"{turn.handler} sent call {call.index} in more than one delta"
+                # announced once: later deltas of the call carry argument text only
+                assert (call.id, call.name) == ("", ""), f"call {call.index} announced again"
+            else:
+                assert call.name, f"call {call.index} starts without its name"
+                announced[call.index] = (call.id, call.name)
+    deltas += stream.flush()
+    return deltas, stream.finish()
+
+
+def _announced_as_finished(deltas: list[Delta], expected: AssistantMessage, whole: bool) -> None:
+    """The id and name a call is announced with (and, when whole, its arguments) are the
+    finished call's."""
+    for delta in deltas:
+        if delta.tool_call is not None and delta.tool_call.name:
+            call = expected.tool_calls[delta.tool_call.index]
+            assert (delta.tool_call.id, delta.tool_call.name) == (call.id, call.name)
+            if whole:
+                assert delta.tool_call.arguments == call.arguments
+
+
+@pytest.mark.parametrize("template", _corpus_templates())
+def test_any_chunking_folds_to_the_finished_parse(template: str) -> None:
+    samples = _samples(template)
+    assert samples, f"no corpus request of {template} can be set up"
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        turn, text = data.draw(st.sampled_from(samples), label="request and reply")
+        cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=12), label="cuts")
+        pieces = cut(text, cuts)
+        expected = _parse(turn, text)
+        if isinstance(expected, ChatCodecError):
+            with pytest.raises(type(expected)) as failed:
+                _stream(turn, pieces)
+            assert str(failed.value) == str(expected)
+            return
+        deltas, message = _stream(turn, pieces)
+        assert message == expected
+        # content and reasoning only extend: what was sent is a prefix of the finished field
+        content = reasoning = ""
+        for delta in deltas:
+            content += delta.content
+            reasoning += delta.reasoning_content
+            assert expected.content.startswith(content)
+            assert expected.reasoning_content.startswith(reasoning)
+        folded = fold(deltas)
+        assert same_message(folded, expected), (folded, expected)
+        _announced_as_finished(deltas, expected, turn.handler in WHOLE_CALLS)
+
+    check()
+
+
+# ------------------------------------------------------------------ every reply, fixed chunks
+
+# the dedicated handlers: every finished reply of their corpus cases, streamed in fixed chunks
+FIXED_CHUNKS: dict[str, tuple[int, ...]] = {
+    "Kimi K2 Thinking": (1,),
+    "Kimi K3": (1,),
+    "Ling 3.0 (Bailing V3)": (1,),
+    "MiniMax-M3": (1,),
+    "DeepSeek V3.2/V4": (1,),
+    "MiniCPM5": (1,),
+    "GPT-OSS": (1, 2, 5),
+    "Gemma4 (inferred from format)": (1, 2, 5),
+    "Muse Glimmer": (1, 2, 5),
+    "Functionary v3.2": (1, 2, 5),
+    "GigaChatV3": (1, 2, 5),
+    "Ministral/Magistral Large 3": (1, 3),
+    "LFM2": (1, 3),
+    "LFM2.5": (1, 3),
+    "Cohere2 MoE": (1, 3),
+}
+
+
+@pytest.mark.parametrize(
+    ("handler", "size"), [(h, size) for h, sizes in FIXED_CHUNKS.items() for size in sizes]
+)
+def test_every_finished_reply_streams_to_its_parse(handler: str, size: int) -> None:
+    streamed = 0
+    for case in handler_cases(handler):
+        try:
+            turn = prepare_request(case)
+        except ChatCodecError:  # a request transformers cannot render (counted by parse parity)
+            continue
+        for output in case["outputs"]:
+            if output["kind"] not in ("final", "truncated"):
+                continue
+            text = output["text"]
+            expected = _parse(turn, text)
+            if isinstance(expected, ChatCodecError):
+                with pytest.raises(type(expected)):
+                    _stream(turn, chunks(text, size))
+                continue
+            deltas, message = _stream(turn, chunks(text, size))
+            assert message == expected, (case["id"], text)
+            assert same_message(fold(deltas), expected), (case["id"], text)
+            _announced_as_finished(deltas, expected, handler in WHOLE_CALLS)
+            streamed += 1
+    assert streamed > 0
