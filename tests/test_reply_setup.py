@@ -1,23 +1,17 @@
 """Request setup as llama.cpp does it: generation prompts, requests it cannot set up, the
-llama.cpp-compatible render, the parallel-calls default, and every llama.cpp test vector run
-through ``Codec.prepare`` + ``Turn.parse``."""
+llama.cpp-compatible render, the parallel-calls default (llama.cpp's test vectors run through
+``Codec.prepare`` in test_reply_vectors)."""
 
 from __future__ import annotations
-
-import json
-from collections import Counter
-from functools import lru_cache
-from typing import Any
 
 import pytest
 
 from chatcodec import Codec
 from chatcodec.errors import ChatCodecError, TemplateError
-from chatcodec.reply import fold
 from chatcodec.reply.cli import prepare_request
 
-from ._reply_oracle import load_compare
-from .conftest import read_jsonl, shared_path, template_source
+from ._reply_oracle import corpus_cases
+from .conftest import template_source
 
 # Cases whose generation prompt llama.cpp computes from a conversation it rewrites first, with a
 # rewrite chatcodec does not port yet: case id -> the rewrite.
@@ -29,16 +23,11 @@ NOT_PORTED: dict[str, str] = {
 }
 
 
-@lru_cache(maxsize=1)
-def _cases() -> tuple[dict[str, Any], ...]:
-    return tuple(read_jsonl(shared_path("oracle", "parse", "cases.jsonl")))
-
-
 def test_generation_prompts_equal_llama_cpp_for_every_request_it_set_up() -> None:
     agree = 0
     mismatches: list[str] = []
     unexplained: list[str] = []
-    for case in _cases():
+    for case in corpus_cases():
         if case["llama_cpp"] is None:
             continue
         expected = case["llama_cpp"]["generation_prompt"]
@@ -55,7 +44,7 @@ def test_generation_prompts_equal_llama_cpp_for_every_request_it_set_up() -> Non
 
 
 def test_requests_llama_cpp_cannot_set_up_fail_in_prepare() -> None:
-    failed = [c for c in _cases() if c["llama_cpp"] is None]
+    failed = [c for c in corpus_cases() if c["llama_cpp"] is None]
     assert len(failed) == 26
     for case in failed:
         with pytest.raises(ChatCodecError):
@@ -116,102 +105,6 @@ def test_parallel_tool_calls_default_to_the_template_capability() -> None:
 
     llama = Codec(template_source("meta-llama-Llama-3.1-8B-Instruct.jinja"))
     assert not _supports_parallel_tool_calls(llama.template)
-
-
-# ---------------------------------------------------------------- llama.cpp's test vectors
-
-
-def _openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    if not tools:
-        return None
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t["name"],
-                "description": t.get("description", ""),
-                "parameters": t["parameters"],
-            },
-        }
-        for t in tools
-    ]
-
-
-def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for m in messages:
-        m = dict(m)
-        if m.get("tool_calls"):
-            calls = []
-            for c in m["tool_calls"]:
-                fn = dict(c.get("function") or {"name": c["name"], "arguments": c["arguments"]})
-                if isinstance(fn.get("arguments"), str):
-                    fn["arguments"] = json.loads(fn["arguments"])
-                calls.append({"type": "function", "id": c.get("id", ""), "function": fn})
-            m["tool_calls"] = calls
-            m.setdefault("content", "")
-        out.append(m)
-    return out
-
-
-def _run(v: dict[str, Any], compare: Any) -> str | None:
-    observed = v["observed_llama_cpp"]
-    try:
-        turn = Codec(template_source(v["template"].rsplit("/", 1)[-1])).prepare(
-            _messages(v["messages"]),
-            tools=_openai_tools(v["tools"]),
-            tool_choice=v["tool_choice"],
-            parallel_tool_calls=v["parallel_tool_calls"],
-            enable_thinking=v["enable_thinking"],
-            reasoning_format=v["reasoning_format"],
-            continue_final_message=(
-                False if v["continue_final_message"] == "none" else v["continue_final_message"]
-            ),
-            response_format=(
-                {"type": "json_schema", "json_schema": {"schema": v["json_schema"]}}
-                if v["json_schema"]
-                else None
-            ),
-        )
-    except ChatCodecError as exc:
-        return f"prepare failed: {exc}"
-    if turn.generation_prompt != observed["generation_prompt"]:
-        return (
-            f"generation prompt {turn.generation_prompt!r}, "
-            f"llama.cpp {observed['generation_prompt']!r}"
-        )
-    try:
-        message = turn.parse(v["input"], partial=v["is_partial"])
-    except ChatCodecError as exc:
-        return None if "error" in observed else f"unexpected error {exc}"
-    if "error" in observed:
-        return "expected an error"
-    why = compare.compare(observed, message.to_dict())
-    if why is not None:
-        return why
-    # the deltas of the reply streamed in small chunks fold to the same message
-    stream = turn.stream()
-    text = v["input"]
-    deltas = [d for i in range(0, len(text), 3) for d in stream.feed(text[i : i + 3])]
-    deltas += stream.flush()
-    why = compare.compare(observed, fold(deltas).to_dict())
-    return None if why is None else f"streamed: {why}"
-
-
-def test_every_llama_cpp_vector_through_prepare_and_parse() -> None:
-    compare = load_compare()
-    vectors = json.loads(shared_path("oracle", "parse", "llamacpp_tests.json").read_text("utf-8"))
-    assert len(vectors) == 463
-    tally: Counter[str] = Counter()
-    failures: list[str] = []
-    for v in vectors:
-        why = _run(v, compare)
-        tally["pass" if why is None else "fail"] += 1
-        if why is not None:
-            failures.append(f"{v['id']}: {why}")
-    print("\nllama.cpp vectors through prepare + parse: " + json.dumps(dict(tally)))
-    assert not failures, "\n".join(failures[:20])
-    assert tally["pass"] == 463
 
 
 def test_a_final_assistant_message_is_continued_as_llama_server_does() -> None:
