@@ -12,62 +12,37 @@ from chatcodec.template.capabilities import Capabilities, probe_capabilities
 
 from .conftest import template_source
 
+# every field but the variables, all False: the templates checked on every field start here
+NOTHING: dict[str, Any] = {
+    f.name: False for f in dataclasses.fields(Capabilities) if f.name != "variables"
+}
 # Per template, the fields checked and the reason, read off the template source
 EXPECTED: dict[str, dict[str, Any]] = {
     # tools in a system block, <tool_call> with tojson arguments, no ids, tool results as
     # <tool_response>; reasoning only after the last user query, so the last assistant turn
     # changes once a user follows (not prefix-stable); enable_thinking=false adds an empty think
     "Qwen-Qwen3-0.6B.jinja": dict(
+        NOTHING,
         tools=True,
         tool_calls=True,
-        string_arguments=False,
         parallel_calls=True,
-        tool_call_id=False,
         tool_role=True,
         system_role=True,
-        developer_role=False,
-        typed_content=False,
-        single_turn_append=False,
         thinking_toggle=True,
         reasoning_replay=True,
-        documents=False,
-        generation_tag=False,
     ),
     # raises on a system message and on anything breaking user/model alternation (so tool
     # results fail); ignores tools and tool_calls; each turn is appended as is
-    "google-gemma-2-2b-it.jinja": dict(
-        tools=False,
-        tool_calls=False,
-        string_arguments=False,
-        parallel_calls=False,
-        tool_call_id=False,
-        tool_role=False,
-        system_role=False,
-        developer_role=False,
-        typed_content=False,
-        single_turn_append=True,
-        thinking_toggle=False,
-        reasoning_replay=False,
-        documents=False,
-        generation_tag=False,
-    ),
+    "google-gemma-2-2b-it.jinja": dict(NOTHING, single_turn_append=True),
     # tools in the first user message; "only supports single tool-calls at once"; tool
     # results as ipython turns; no ids; never reads reasoning or enable_thinking
     "meta-llama-Llama-3.1-8B-Instruct.jinja": dict(
+        NOTHING,
         tools=True,
         tool_calls=True,
-        string_arguments=False,
-        parallel_calls=False,
-        tool_call_id=False,
         tool_role=True,
         system_role=True,
-        developer_role=False,
-        typed_content=False,
         single_turn_append=True,
-        thinking_toggle=False,
-        reasoning_replay=False,
-        documents=False,
-        generation_tag=False,
     ),
     # [TOOL_CALLS] with a 9-character "id" and [TOOL_RESULTS] with "call_id"; ends turns with
     # eos_token (probed with a stand-in)
@@ -148,7 +123,7 @@ TYPED_ONLY = (
     "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
 
-_FIELDS = [f.name for f in dataclasses.fields(Capabilities) if f.name != "variables"]
+_FIELDS = list(NOTHING)
 
 
 @pytest.fixture(scope="module")
