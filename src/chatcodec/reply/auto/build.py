@@ -355,31 +355,46 @@ def _calls(
     """The call section and the marker that ends the content before it."""
     tl = a.tools
     names = frozenset(str(fn["name"]) for fn in functions)
+
+    def section_of(
+        first: peg.Parser,
+        next: peg.Parser | None,
+        commit: str,
+        openers: tuple[str, ...],
+        space_after: bool = False,
+        fail_at_parse_end: bool = True,
+    ) -> CallSection:
+        """What every call syntax's section shares: settled calls to the offered tools."""
+        return CallSection(
+            first=first,
+            next=next,
+            required=required,
+            commit=commit,
+            openers=openers,
+            tool_names=names,
+            space_after=space_after,
+            settle=True,
+            fail_at_parse_end=fail_at_parse_end,
+        )
+
     if tl.mode == T_JSON:
         if not tl.section_start and tl.per_call_start:
             unit = _json_section(tl, functions, tl.per_call_start, tl.per_call_end, parallel)
-            section = CallSection(
-                first=unit,
-                next=unit,
-                required=required,
-                commit=tl.per_call_end,
-                openers=(tl.per_call_start,),
-                tool_names=names,
+            section = section_of(
+                unit,
+                unit,
+                tl.per_call_end,
+                (tl.per_call_start,),
                 space_after=True,
-                settle=True,
+                fail_at_parse_end=False,
             )
         else:
             unit = _json_section(tl, functions, tl.section_start, tl.section_end, parallel)
-            section = CallSection(
-                first=unit,
-                next=None,
-                required=required,
-                commit=tl.section_end,
-                openers=(tl.section_start,) if tl.section_start else (),
-                tool_names=names,
-                space_after=False,
-                settle=True,
-                fail_at_parse_end=True,
+            section = section_of(
+                unit,
+                None,
+                tl.section_end,
+                (tl.section_start,) if tl.section_start else (),
             )
         return section, tl.section_start or tl.per_call_start or "{"
     tagged = tl.mode != T_TAG_JSON
@@ -406,40 +421,21 @@ def _calls(
             else:
                 tail = _End()
             unit = peg.Seq(peg.Literal(tl.section_start), peg.Space(), inner, peg.Space(), tail)
-            section = CallSection(
-                first=unit,
-                next=None,
-                required=required,
-                commit=tl.section_end,
-                openers=(tl.section_start,),
-                tool_names=names,
-                space_after=False,
-                settle=True,
-                fail_at_parse_end=True,
-            )
+            section = section_of(unit, None, tl.section_end, (tl.section_start,))
         elif tagged:
-            section = CallSection(
-                first=wrapped,
-                next=wrapped if parallel else None,
-                required=required,
-                commit=tl.per_call_end or tl.close,
-                openers=(tl.per_call_start,),
-                tool_names=names,
+            section = section_of(
+                wrapped,
+                wrapped if parallel else None,
+                tl.per_call_end or tl.close,
+                (tl.per_call_start,),
                 space_after=True,
-                settle=True,
-                fail_at_parse_end=True,
             )
         else:
-            section = CallSection(
-                first=wrapped,
-                next=peg.Seq(peg.Space(), wrapped) if parallel else None,
-                required=required,
-                commit=tl.per_call_end or tl.close,
-                openers=(tl.per_call_start,),
-                tool_names=names,
-                space_after=False,
-                settle=True,
-                fail_at_parse_end=True,
+            section = section_of(
+                wrapped,
+                peg.Seq(peg.Space(), wrapped) if parallel else None,
+                tl.per_call_end or tl.close,
+                (tl.per_call_start,),
             )
         return section, trigger
     more: list[peg.Parser] = []
@@ -451,16 +447,11 @@ def _calls(
         )
     else:
         unit = _seq(_lit(tl.section_start), choice, *more, _lit(tl.section_end))
-    section = CallSection(
-        first=unit,
-        next=None,
-        required=required,
-        commit=tl.section_end or tl.close,
-        openers=(tl.section_start,) if tl.section_start else (),
-        tool_names=names,
-        space_after=False,
-        settle=True,
-        fail_at_parse_end=True,
+    section = section_of(
+        unit,
+        None,
+        tl.section_end or tl.close,
+        (tl.section_start,) if tl.section_start else (),
     )
     return section, trigger
 
