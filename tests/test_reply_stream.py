@@ -81,7 +81,7 @@ MARKUP = [
     "Paris",
     "12",
     "null",
-    "{\"a\": 1}",
+    '{"a": 1}',
     "<",
     "</",
     "hello world",
@@ -208,3 +208,24 @@ def test_openai_chunk_deltas() -> None:
     call = chunks[2]["tool_calls"][0]
     assert call["index"] == 0 and call["type"] == "function" and call["id"]
     assert call["function"] == {"name": "get_weather", "arguments": '{"city":"Paris","days":3}'}
+
+
+def test_text_llama_cpp_reads_and_keeps_nowhere_is_reported_as_skipped() -> None:
+    # gpt-oss without tools: llama.cpp reads a message to a recipient and keeps none of it
+    turn = Codec(template_source("openai-gpt-oss-120b.jinja")).prepare(
+        [{"role": "user", "content": "Weather in Paris?"}], tools=None
+    )
+    reply = (
+        "<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant"
+        ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}'
+    )
+    message = turn.parse(reply)
+    assert message.reasoning_content == "Let me check."
+    assert message.content == "" and message.tool_calls == ()
+    assert [(d.reason, d.text) for d in message.dropped] == [
+        (
+            "skipped_text",
+            'functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}',
+        )
+    ]
+    assert message.dropped[0].offset == reply.index("functions.")  # counted in the reply
