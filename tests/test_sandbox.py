@@ -76,7 +76,11 @@ PAYLOADS: list[tuple[str, str, Any]] = [
     ("dict-class", "{{ dict.__class__.__mro__ }}", SECURITY),
     ("self-context", "{{ self._TemplateReference__context.environment }}", SECURITY),
     ("self-dict", "{{ self.__dict__ }}", _renders("")),
-    ("loop-class", "{% for m in messages %}{{ loop.__class__.__init__ }}{% endfor %}", _renders("")),
+    (
+        "loop-class",
+        "{% for m in messages %}{{ loop.__class__.__init__ }}{% endfor %}",
+        _renders(""),
+    ),
     ("messages-class", "{{ messages.__class__.__base__ }}", SECURITY),
     ("tools-attr-filter", "{{ (tools|attr('__class__')).__mro__ }}", SECURITY),
     ("attr-filter-plain", "{{ messages|attr('__len__') }}", _renders("")),
@@ -109,7 +113,7 @@ PAYLOADS: list[tuple[str, str, Any]] = [
     ("namespace-underscore", "{% set ns = namespace(_x=1) %}{{ ns }}", SECURITY),
     ("namespace-set-underscore", "{% set ns = namespace() %}{% set ns._x = 1 %}", SECURITY),
     ("namespace-dict", "{% set ns = namespace() %}{{ ns.__dict__ }}", _renders("")),
-        (
+    (
         "namespace-setitem",
         "{% set ns = namespace() %}{{ ns.__setitem__('x', 1) }}",
         _error("UndefinedError"),
@@ -126,8 +130,7 @@ PAYLOADS: list[tuple[str, str, Any]] = [
     ),
     (
         "set-loop-var",
-        "{% for m in messages %}{% set m = {'role': 'x'} %}{% endfor %}"
-        "{{ messages[0].role }}",
+        "{% for m in messages %}{% set m = {'role': 'x'} %}{% endfor %}{{ messages[0].role }}",
         _renders("user"),
     ),
     ("dict-global-copy", "{% set d = dict(messages[0]) %}{{ d.update(role='x') }}", SECURITY),
@@ -384,8 +387,12 @@ def test_limits_do_not_leak_between_templates(request_data: dict[str, Any]) -> N
             "RecursionError",
             id="deep-if-blocks",
         ),
-        pytest.param("{{ [" * 3000 + "]" * 3000 + " }}", TemplateLimitError, "RecursionError",
-                     id="deep-lists"),
+        pytest.param(
+            "{{ [" * 3000 + "]" * 3000 + " }}",
+            TemplateLimitError,
+            "RecursionError",
+            id="deep-lists",
+        ),
     ],
 )
 def test_compile_stage_failures(source: str, error_type: Any, kind: str | None) -> None:

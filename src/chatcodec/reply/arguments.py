@@ -65,9 +65,7 @@ def _value(types: frozenset[str], arg_close: peg.Parser, arg_string: peg.Parser)
 def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     """A choice of one parser per declared function (unknown names never match)."""
     arg_close = peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Literal(syntax.param_close)))
-    arg_string = peg.Seq(
-        peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(syntax.param_close)), arg_close
-    )
+    arg_string = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(syntax.param_close)), arg_close)
     funcs: list[peg.Parser] = []
     for fn in functions:
         name = str(fn["name"])
@@ -87,7 +85,9 @@ def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any
             value = _value(value_types(schema, root), arg_close, arg_string)
             arg = peg.Tag(t.TOOL_ARG, peg.Seq(arg_open, value))
             (required if is_required else optional).append(arg)
-        args: peg.Parser = peg.permute(required) if syntax.required_any_order else peg.Seq(*required)
+        args: peg.Parser = (
+            peg.permute(required) if syntax.required_any_order else peg.Seq(*required)
+        )
         if optional:
             args = peg.Seq(args, peg.Repeat(peg.Choice(*optional)))
         opener = peg.Atomic(

@@ -216,7 +216,9 @@ class ReplyEngine:
                 # the tail may have begun at a chunk's end: its reason needs the whole of it
                 self._tail_reason = self._reason_for_tail(text)
             if text:
-                self.dropped.append(Dropped(text, self._tail_reason, self._tail_start - self.prompt_length))
+                self.dropped.append(
+                    Dropped(text, self._tail_reason, self._tail_start - self.prompt_length)
+                )
             self._state = "stopped"
 
     @property
@@ -393,7 +395,9 @@ class ReplyEngine:
             if at_end or not (complete or (self._eof and block.as_content)):
                 return _STOP if self._eof else _WAIT
             self._sub = 3
-            if block.call_stops and any(self._buf.startswith(m, self._pos) for m in block.call_stops):
+            if block.call_stops and any(
+                self._buf.startswith(m, self._pos) for m in block.call_stops
+            ):
                 # the calls may begin here; if they do not parse the thought reads on
                 self._thought_call = True
                 self._step = self._steps.index(_CALLS)
@@ -573,7 +577,10 @@ class ReplyEngine:
             # a call is in progress: parse it only when it may have changed its outcome
             length = len(self._buf) - self._pos + self._pending_len
             if not (
-                self._eof or self._commit_hit or self._tried_len < 0 or length >= 2 * self._tried_len
+                self._eof
+                or self._commit_hit
+                or self._tried_len < 0
+                or length >= 2 * self._tried_len
             ):
                 self._ready = self._call_ready
                 return _WAIT

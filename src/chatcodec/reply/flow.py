@@ -75,9 +75,11 @@ class FlowRunner:
         else:
             offset = at - e.prompt_length
             last = e.dropped[-1] if e.dropped else None
-            if last is not None and last.reason == "skipped_text" and last.offset + len(
-                last.text
-            ) == offset:
+            if (
+                last is not None
+                and last.reason == "skipped_text"
+                and last.offset + len(last.text) == offset
+            ):
                 e.dropped[-1] = Dropped(last.text + text, last.reason, last.offset)
             else:
                 e.dropped.append(Dropped(text, "skipped_text", offset))

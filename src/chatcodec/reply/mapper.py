@@ -120,7 +120,9 @@ def normalize_quotes_to_json(text: str) -> str:
             else:
                 in_single = not in_single
                 out.append('"')
-        elif not in_single and not in_double and c in "TFN" and (i == 0 or not _is_word(text[i - 1])):
+        elif (
+            not in_single and not in_double and c in "TFN" and (i == 0 or not _is_word(text[i - 1]))
+        ):
             k = 0
             while i + k < n and _is_word(text[i + k]):
                 k += 1

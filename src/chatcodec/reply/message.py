@@ -71,7 +71,9 @@ class AssistantMessage:
                 {"name": c.name, "arguments": c.arguments, **({"id": c.id} if c.id else {})}
                 for c in self.tool_calls
             ],
-            "dropped": [{"text": d.text, "reason": d.reason, "offset": d.offset} for d in self.dropped],
+            "dropped": [
+                {"text": d.text, "reason": d.reason, "offset": d.offset} for d in self.dropped
+            ],
         }
 
 
@@ -156,5 +158,7 @@ def fold(deltas: list[Delta]) -> AssistantMessage:
     return AssistantMessage(
         content="".join(content),
         reasoning_content="".join(reasoning),
-        tool_calls=tuple(ToolCall(name=n, arguments=a, id=i) for _, (i, n, a) in sorted(calls.items())),
+        tool_calls=tuple(
+            ToolCall(name=n, arguments=a, id=i) for _, (i, n, a) in sorted(calls.items())
+        ),
     )

@@ -381,7 +381,9 @@ def permute(parsers: Sequence[Parser]) -> Parser:
         if mask == 0:
             return Eps()
         if mask not in memo:
-            alts = [Seq(p, remaining(mask & ~(1 << i))) for i, p in enumerate(parsers) if mask >> i & 1]
+            alts = [
+                Seq(p, remaining(mask & ~(1 << i))) for i, p in enumerate(parsers) if mask >> i & 1
+            ]
             memo[mask] = Choice(*alts)
         return memo[mask]
 

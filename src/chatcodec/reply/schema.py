@@ -88,8 +88,10 @@ def value_types(
         if any(k in schema for k in ("pattern", "minLength", "maxLength", "format")):
             return frozenset({"string"})
         return ALL_TYPES
-    if kind in ("object", "string") and "allOf" in schema and not (
-        kind == "object" and "properties" in schema
+    if (
+        kind in ("object", "string")
+        and "allOf" in schema
+        and not (kind == "object" and "properties" in schema)
     ):
         return _all_of(schema["allOf"], root, seen)
     if kind == "number":

@@ -33,7 +33,9 @@ class ReplyStream:
     (and a thought while it is only whitespace, which llama.cpp would clear).
     """
 
-    def __init__(self, fmt: ReplyFormat, generation_prompt: str = "", id_prefix: str = "call_") -> None:
+    def __init__(
+        self, fmt: ReplyFormat, generation_prompt: str = "", id_prefix: str = "call_"
+    ) -> None:
         self.format = fmt
         self.id_prefix = id_prefix
         self._engine = ReplyEngine(fmt, generation_prompt)
@@ -156,7 +158,11 @@ class ReplyStream:
 
 
 def parse_reply(
-    fmt: ReplyFormat, generation_prompt: str, text: str, partial: bool = False, id_prefix: str = "call_"
+    fmt: ReplyFormat,
+    generation_prompt: str,
+    text: str,
+    partial: bool = False,
+    id_prefix: str = "call_",
 ) -> AssistantMessage:
     """The finished parse: the same code path as a stream fed the whole text at once."""
     stream = ReplyStream(fmt, generation_prompt, id_prefix)

@@ -237,7 +237,9 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 # Checks on string methods that can grow a string in C, before they run. Each gets the string,
 # the call's arguments, and returns the positional arguments to call with.
-def _check_pad(owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+def _check_pad(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
     width = args[0] if args else kwargs.get("width", 0)
     if isinstance(width, int):
         _refuse_growth(width, "padded a string")
@@ -277,7 +279,9 @@ def _check_replacement(owner: Any, old: Any, new: Any, count: Any = -1) -> None:
         _refuse_growth(len(owner) + hits * grow, "replaced text")
 
 
-def _check_join(owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+def _check_join(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
     if len(args) != 1 or kwargs:
         return args
     items = list(args[0])  # str.join makes a list of its argument too; now it can be measured
@@ -591,8 +595,13 @@ def _filter_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = Fa
 
 
 def _filter_wordwrap(
-    environment: Any, s: Any, width: Any = 79, break_long_words: Any = True, wrapstring: Any = None,
-    *args: Any, **kwargs: Any,
+    environment: Any,
+    s: Any,
+    width: Any = 79,
+    break_long_words: Any = True,
+    wrapstring: Any = None,
+    *args: Any,
+    **kwargs: Any,
 ) -> None:
     if isinstance(s, str) and isinstance(wrapstring, str) and len(wrapstring) > 1:
         _refuse_growth(len(s) * len(wrapstring), "wrapped text")  # at most a break per char
@@ -624,8 +633,13 @@ def _filter_urlize(eval_ctx: Any, value: Any, *args: Any, **kwargs: Any) -> None
         _refuse_growth(len(value) * (16 + extra), "linked text")
 
 
-def _filter_tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-                   sort_keys: bool = False) -> None:
+def _filter_tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: Any = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> None:
     # json.dumps repeats `indent` once per nesting level on every line and a separator per
     # item: when those are long, count the lines before dumping
     step = indent if isinstance(indent, int) else len(indent) if isinstance(indent, str) else 0
@@ -633,7 +647,9 @@ def _filter_tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separ
         step += sum(len(sep) for sep in separators if isinstance(sep, str))
     if step > 64:
         _refuse_growth(step, "indented JSON")
-        _refuse_growth(_json_lines(x, 1, render_state.max_chars // step + 1) * step, "indented JSON")
+        _refuse_growth(
+            _json_lines(x, 1, render_state.max_chars // step + 1) * step, "indented JSON"
+        )
 
 
 def _json_lines(value: Any, depth: int, budget: int) -> int:
@@ -702,9 +718,7 @@ def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100
     return jinja2.utils.generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
 
-def new_environment(
-    cls: type[ChatSandbox] = ChatSandbox, **options: Any
-) -> ChatSandbox:
+def new_environment(cls: type[ChatSandbox] = ChatSandbox, **options: Any) -> ChatSandbox:
     """A fresh environment configured as transformers configures its own (``cls`` and
     ``options`` let the llama.cpp-compatible environment of ``compat.py`` share it)."""
     env = cls(

@@ -152,9 +152,7 @@ def _parameters_schema(func: Callable[..., Any], name: str) -> dict[str, Any]:
         if param_name == receiver:
             continue
         if param.annotation is inspect.Parameter.empty:
-            raise TypeHintParsingException(
-                f"the argument {param_name} of {name} has no type hint"
-            )
+            raise TypeHintParsingException(f"the argument {param_name} of {name} has no type hint")
         if param.default is inspect.Parameter.empty:
             required.append(param_name)
     properties: dict[str, Any] = {}

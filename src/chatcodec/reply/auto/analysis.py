@@ -164,7 +164,9 @@ FIRST_CALL_ONE_ARG_OTHER_VAL = _call(FUN_FIRST, {ARG_FIRST: "YYYY"})
 FIRST_CALL_OTHER_ARG = _call(FUN_FIRST, {ARG_SECOND: "YYYY"})
 
 
-def _assistant(content: str | None, calls: Sequence[Any] = (), reasoning: str | None = None) -> dict[str, Any]:
+def _assistant(
+    content: str | None, calls: Sequence[Any] = (), reasoning: str | None = None
+) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
         msg["reasoning_content"] = reasoning
@@ -386,7 +388,9 @@ def _reasoning_scope(r: Renderer, rs: Reasoning) -> None:
     if ok:
         rs.start, rs.end = tags.get("pre", ""), tags.get("post", "")
         return
-    delimiter = s.seq(s.lit(THINKING), s.space(), s.optional(s.tag("post", s.seq(s.marker(), s.space()))))
+    delimiter = s.seq(
+        s.lit(THINKING), s.space(), s.optional(s.tag("post", s.seq(s.marker(), s.space())))
+    )
     ok, tags = s.parse_anywhere(delimiter, cmp.b)
     if ok:
         rs.end = tags.get("post", "")
@@ -406,7 +410,14 @@ def _content(r: Renderer, rs: Reasoning) -> Content:
     d_tools, d_reasoning = cmp_tools.diff, cmp_reasoning.diff
     found_plain = False
     if trim(d_tools.left) == ASSISTANT_MSG:
-        plain = s.seq(s.space(), s.lit(d_reasoning.left), s.space(), s.optional(s.marker()), s.space(), s.end())
+        plain = s.seq(
+            s.space(),
+            s.lit(d_reasoning.left),
+            s.space(),
+            s.optional(s.marker()),
+            s.space(),
+            s.end(),
+        )
         if s.parse(plain, d_reasoning.left)[0]:
             ct.mode = C_PLAIN
             found_plain = True
@@ -752,7 +763,9 @@ def _argument_name_markers(r: Renderer, tl: Tools) -> None:
     diff = cmp.diff
     if not diff.left or not diff.right:
         return
-    left_p = s.seq(s.tag("pre", s.until(ARG_FIRST)), s.lit(ARG_FIRST), s.tag("suffix", s.until('"', "X")))
+    left_p = s.seq(
+        s.tag("pre", s.until(ARG_FIRST)), s.lit(ARG_FIRST), s.tag("suffix", s.until('"', "X"))
+    )
     right_p = s.seq(
         s.tag("pre", s.until(ARG_SECOND)), s.lit(ARG_SECOND), s.tag("suffix", s.until('"', "Y"))
     )
@@ -768,7 +781,10 @@ def _argument_name_markers(r: Renderer, tl: Tools) -> None:
         tl.arg_name_prefix = lt.get("pre", "")
         tl.arg_name_suffix = lt.get("suffix", "")
     elif diff.left.startswith(ARG_FIRST) and diff.right.startswith(ARG_SECOND):
-        pre_p = s.seq(s.zero_or_more(s.seq(s.negate(_last_marker()), s.any_char())), s.tag("name_prefix", _last_marker()))
+        pre_p = s.seq(
+            s.zero_or_more(s.seq(s.negate(_last_marker()), s.any_char())),
+            s.tag("name_prefix", _last_marker()),
+        )
         ok, tags = s.parse(pre_p, diff.prefix)
         tl.arg_name_prefix = tags.get("name_prefix", "") if ok else diff.prefix
         after_first = diff.left[len(ARG_FIRST) :] + diff.suffix
@@ -837,7 +853,10 @@ def _call_id_markers(r: Renderer, tl: Tools) -> None:
     if not diff.left and not diff.right:
         return
     common = 0
-    while common < min(len(CALL_ID_001), len(CALL_ID_999)) and CALL_ID_001[common] == CALL_ID_999[common]:
+    while (
+        common < min(len(CALL_ID_001), len(CALL_ID_999))
+        and CALL_ID_001[common] == CALL_ID_999[common]
+    ):
         common += 1
     common_id = CALL_ID_001[:common]
     in_prefix = diff.prefix.rfind(FUN_FIRST)
@@ -850,7 +869,9 @@ def _call_id_markers(r: Renderer, tl: Tools) -> None:
             after_func = diff.prefix[in_prefix + len(FUN_FIRST) :]
             id_p = s.seq(
                 s.tag("prefix", s.marker()),
-                s.zero_or_more(s.seq(s.negate(s.marker()), s.negate(s.lit(common_id)), s.any_char())),
+                s.zero_or_more(
+                    s.seq(s.negate(s.marker()), s.negate(s.lit(common_id)), s.any_char())
+                ),
                 s.lit(common_id),
             )
             ok, tags = s.parse_anywhere(id_p, after_func)

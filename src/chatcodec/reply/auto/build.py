@@ -111,7 +111,11 @@ def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser
         parts.append(
             _opt(
                 peg.Seq(
-                    _key("type"), peg.Literal('"function"'), peg.Space(), peg.Literal(","), peg.Space()
+                    _key("type"),
+                    peg.Literal('"function"'),
+                    peg.Space(),
+                    peg.Literal(","),
+                    peg.Space(),
                 )
             )
         )
@@ -154,7 +158,9 @@ def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Pars
         )
         parts.append(_opt(peg.Seq(idp, _comma())))
     if tl.gen_id_field and "." not in tl.gen_id_field:
-        parts.append(_opt(peg.Seq(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value())), _comma())))
+        parts.append(
+            _opt(peg.Seq(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value())), _comma()))
+        )
     parts += [
         _key(nested_prefix),
         inner,
@@ -257,7 +263,9 @@ def _func(
 ) -> peg.Parser:
     opener: peg.Parser = _atomic_tag(
         t.TOOL_OPEN,
-        _seq(_lit(tl.name_prefix), _atomic_tag(t.TOOL_NAME, peg.Literal(name)), _lit(tl.name_suffix)),
+        _seq(
+            _lit(tl.name_prefix), _atomic_tag(t.TOOL_NAME, peg.Literal(name)), _lit(tl.name_suffix)
+        ),
     )
     if tl.args_separator:
         opener = peg.Seq(opener, peg.Space(), peg.Literal(tl.args_separator))
@@ -338,9 +346,7 @@ def _tag_tagged_choice(tl: Tools, functions: Sequence[Mapping[str, Any]]) -> peg
         args = _seq(_lit(tl.args_start), *parts, _lit(tl.args_end))
         call_id, have_id = _call_id_section(tl, tagged=True)
         peek = (
-            peg.Peek(peg.Literal(tl.arg_name_prefix))
-            if tl.arg_name_prefix and required
-            else None
+            peg.Peek(peg.Literal(tl.arg_name_prefix)) if tl.arg_name_prefix and required else None
         )
         alternatives.append(_func(tl, str(fn["name"]), call_id, have_id, args, peek))
     return peg.Choice(*alternatives)
@@ -403,7 +409,11 @@ def _calls(
     if tl.per_call_start:
         if tagged:
             wrapped: peg.Parser = _seq(
-                peg.Literal(tl.per_call_start), peg.Space(), choice, peg.Space(), _lit(tl.per_call_end)
+                peg.Literal(tl.per_call_start),
+                peg.Space(),
+                choice,
+                peg.Space(),
+                _lit(tl.per_call_end),
             )
         else:
             wrapped = _seq(peg.Literal(tl.per_call_start), choice, _lit(tl.per_call_end))

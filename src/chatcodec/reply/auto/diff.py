@@ -147,7 +147,9 @@ def diff_split(left: str, right: str) -> Split:
     rem_right = "".join(seg.value for seg in rs[c : d if right_done else d + 1])
     suffix_len = _common_suffix(rem_left, rem_right) if text_suffix else 0
     prefix_len = (
-        _common_prefix(rem_left[: len(rem_left) - suffix_len], rem_right[: len(rem_right) - suffix_len])
+        _common_prefix(
+            rem_left[: len(rem_left) - suffix_len], rem_right[: len(rem_right) - suffix_len]
+        )
         if text_prefix
         else 0
     )

@@ -125,7 +125,9 @@ def describe(
             continuation=CONTINUATION_V4 if is_v4 else CONTINUATION,
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))
-    more: list[peg.Parser] = [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+    more: list[peg.Parser] = (
+        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+    )
     # the leading space: calls that begin inside a thought follow its `\n\n`
     block = peg.Seq(
         peg.Space(),

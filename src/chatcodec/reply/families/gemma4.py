@@ -147,9 +147,7 @@ def describe(
                 (_then(thought, "first"), _then(content, "first")), otherwise="scan", loop=True
             )
             # what lies between the last message and the first call is skipped
-            states["scan"] = FlowState(
-                (TextMessage(peg.Eps(), "", (CALL_OPEN,), then="calls0"),)
-            )
+            states["scan"] = FlowState((TextMessage(peg.Eps(), "", (CALL_OPEN,), then="calls0"),))
     flow = Flow(
         states=states,
         start="begin",

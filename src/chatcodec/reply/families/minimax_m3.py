@@ -92,7 +92,9 @@ def _value(schema: Any, root: Mapping[str, Any], close: str) -> peg.Parser:
             ARG_ITEM,
             peg.Seq(peg.Literal(NS + "<item>"), _value(schema.get("items", {}), root, item_close)),
         )
-        return peg.Seq(tag(ARG_ARRAY, peg.Repeat(peg.Seq(peg.Space(), item))), peg.Space(), close_tag)
+        return peg.Seq(
+            tag(ARG_ARRAY, peg.Repeat(peg.Seq(peg.Space(), item))), peg.Space(), close_tag
+        )
     return json_value
 
 
@@ -103,7 +105,7 @@ def _members(schema: Mapping[str, Any], root: Mapping[str, Any]) -> peg.Parser:
     required_set = set(required_names) if isinstance(required_names, list) else set()
     required: list[peg.Parser] = []
     optional: list[peg.Parser] = []
-    for name, prop in (props.items() if isinstance(props, Mapping) else ()):
+    for name, prop in props.items() if isinstance(props, Mapping) else ():
         opener = peg.Seq(peg.Literal(NS + "<"), arg_name(str(name)), peg.Literal(">"))
         element = tag(
             t.TOOL_ARG,
@@ -249,7 +251,9 @@ def describe(
             continuation=CONTINUATION,
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))
-    more: list[peg.Parser] = [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+    more: list[peg.Parser] = (
+        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+    )
     block = peg.Seq(
         peg.Literal(FC_START), peg.Space(), invoke, *more, peg.Space(), peg.Literal(FC_END)
     )

@@ -125,9 +125,7 @@ def describe(
         choice = peg.Choice(*(_call(fn) for fn in functions))
         more = "calls" if parallel_tool_calls else ""
         first = CallMessage(peg.Seq(start, choice), CALLS_CLOSE, then=more)
-        following = CallMessage(
-            peg.Seq(peg.Literal(EOM), start, choice), CALLS_CLOSE, then=more
-        )
+        following = CallMessage(peg.Seq(peg.Literal(EOM), start, choice), CALLS_CLOSE, then=more)
         answer = TextMessage(answer_header, "content", (EOT, EOM), lead=start, then="after")
         if tool_choice == "required":
             states["last"] = FlowState((first,))

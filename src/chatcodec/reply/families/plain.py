@@ -28,7 +28,9 @@ def thought_tags(source: str) -> tuple[str, str] | None:
     return None
 
 
-def describe(handler: str, source: str, generation_prompt: str, reasoning_format: str) -> ReplyFormat:
+def describe(
+    handler: str, source: str, generation_prompt: str, reasoning_format: str
+) -> ReplyFormat:
     tags = thought_tags(source)
     reasoning = None
     prefix = generation_prompt
