@@ -19,6 +19,8 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
 def test_ruff_is_clean() -> None:
     result = _run("ruff", "check", "src", "tests", "benchmarks")
     assert result.returncode == 0, result.stdout + result.stderr
+    result = _run("ruff", "format", "--check", "src", "tests", "benchmarks")
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_mypy_is_clean() -> None:
