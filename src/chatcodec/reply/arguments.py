@@ -10,7 +10,7 @@ from . import mapper as t
 from . import peg
 from .schema import parameters, value_types
 
-__all__ = ["XmlCallSyntax", "xml_call_parsers", "tool_functions"]
+__all__ = ["XmlCallSyntax", "xml_call_parsers", "tool_functions", "tool_names"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,11 @@ def tool_functions(tools: Sequence[Mapping[str, Any]] | None) -> list[Mapping[st
         if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
             out.append(fn)
     return out
+
+
+def tool_names(functions: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """The names of the tools a reply may call (anything else is an unknown tool)."""
+    return frozenset(str(fn["name"]) for fn in functions)
 
 
 def _value(types: frozenset[str], arg_close: peg.Parser, arg_string: peg.Parser) -> peg.Parser:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_names
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Step, Text
 from ..schema import parameters, value_types
 from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
@@ -360,7 +360,7 @@ def _calls(
 ) -> tuple[CallSection, str]:
     """The call section and the marker that ends the content before it."""
     tl = a.tools
-    names = frozenset(str(fn["name"]) for fn in functions)
+    names = tool_names(functions)
 
     def section_of(
         first: peg.Parser,

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..prefill import Continuation
 
@@ -76,7 +76,7 @@ def describe(
         openers=(">>>",),
         name_marker=">>>",
         name_marker_end="\n",
-        tool_names=frozenset(str(fn["name"]) for fn in functions),
+        tool_names=tool_names(functions),
     )
     return ReplyFormat(
         HANDLER,

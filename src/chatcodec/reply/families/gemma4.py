@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..mapper import Gemma4Mapper
 from ..prefill import Continuation
@@ -155,7 +155,7 @@ def describe(
         openers=(CALL_OPEN,),
         name_marker=CALL_OPEN + "call:",
         name_marker_end="{",
-        tool_names=frozenset(str(fn["name"]) for fn in functions),
+        tool_names=tool_names(functions),
     )
     return ReplyFormat(
         HANDLER,

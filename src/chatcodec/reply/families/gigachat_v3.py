@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_names
 from ..description import CallSection, ReplyFormat
 from ..prefill import Continuation
 
@@ -75,7 +75,7 @@ def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> Rep
         openers=(CALL_START,),
         name_marker='"name"',
         name_marker_end=",",
-        tool_names=frozenset(str(fn["name"]) for fn in functions),
+        tool_names=tool_names(functions),
     )
     return ReplyFormat(
         HANDLER,

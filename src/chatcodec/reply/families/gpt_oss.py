@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..prefill import Continuation
 
@@ -150,7 +150,7 @@ def describe(
         openers=(START + " to=functions.", " to=functions.", "<|channel|>"),
         name_marker=" to=functions.",
         name_marker_end="<|channel|>",
-        tool_names=frozenset(str(fn["name"]) for fn in functions),
+        tool_names=tool_names(functions),
     )
     return ReplyFormat(
         HANDLER,

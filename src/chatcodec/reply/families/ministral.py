@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_names
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 
@@ -79,7 +79,7 @@ def describe(
         openers=(CALLS,),
         name_marker=CALLS,
         name_marker_end=ARGS,
-        tool_names=frozenset(str(fn["name"]) for fn in functions),
+        tool_names=tool_names(functions),
         space_after=False,
         commit_balance=("{", "}", '"'),
     )

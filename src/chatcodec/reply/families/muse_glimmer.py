@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..prefill import Continuation
 from ..schema import ALL_TYPES, parameters, value_types
@@ -140,7 +140,7 @@ def describe(
         openers=(EOM + GENERATION_PROMPT + " to=", GENERATION_PROMPT + " to=", " to="),
         name_marker='<atem:invoke name="',
         name_marker_end='"',
-        tool_names=frozenset(str(fn["name"]) for fn in functions),
+        tool_names=tool_names(functions),
     )
     return ReplyFormat(
         HANDLER,

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import peg
-from ..arguments import XmlCallSyntax, tool_functions, xml_call_parsers
+from ..arguments import XmlCallSyntax, tool_functions, tool_names, xml_call_parsers
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 
@@ -82,7 +82,7 @@ def describe(
         openers=("<tool_call>", SYNTAX.function_open),
         name_marker=SYNTAX.function_open,
         name_marker_end=">",
-        tool_names=frozenset(str(fn["name"]) for fn in functions),
+        tool_names=tool_names(functions),
     )
     return ReplyFormat(
         HANDLER,
