@@ -10,6 +10,7 @@ __all__ = [
     "TemplateSecurityError",
     "TemplateLimitError",
     "CheckpointError",
+    "RequestError",
     "ReplyError",
     "MissingExtraError",
 ]
@@ -69,6 +70,11 @@ class TemplateLimitError(TemplateError):
 
 class CheckpointError(ChatCodecError):
     """A checkpoint (folder, GGUF file, hub cache entry) has no usable chat template."""
+
+
+class RequestError(ChatCodecError, ValueError):
+    """A request's options or messages are not valid (``tool_choice``, ``response_format``,
+    ``reasoning_format``, a message the template cannot show): nothing was rendered or parsed."""
 
 
 class ReplyError(ChatCodecError):
