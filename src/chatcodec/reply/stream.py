@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import ReplyError
 from .description import ReplyFormat
-from .engine import FED_CONTENT, FED_NOTHING, FED_REASONING, ReplyEngine
+from .engine import Fed, ReplyEngine
 from .mapper import MappedCall
 from .message import (
     AssistantMessage,
@@ -55,17 +55,17 @@ class ReplyStream:
         fed = engine.feed(chunk)
         # the engine's fast path made one new piece and nothing else: its delta is that piece
         # (what _deltas would give: every earlier piece was taken, no call was committed)
-        if fed == FED_CONTENT:
+        if fed is Fed.CONTENT:
             pieces = engine.content_pieces
             if self._content_taken == len(pieces) - 1:
                 self._content_taken += 1
                 return [content_delta(pieces[-1])]
-        elif fed == FED_REASONING:
+        elif fed is Fed.REASONING:
             pieces = engine.reasoning_pieces
             if self._reasoning_started and self._reasoning_taken == len(pieces) - 1:
                 self._reasoning_taken += 1
                 return [reasoning_delta(pieces[-1])]
-        elif fed == FED_NOTHING:
+        elif fed is Fed.NOTHING:
             if self._content_taken == len(engine.content_pieces) and self._reasoning_taken == len(
                 engine.reasoning_pieces
             ):

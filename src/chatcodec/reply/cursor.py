@@ -1,0 +1,324 @@
+"""What the reply runtime works on: the text read so far, what it became, and named outcomes.
+
+``Cursor`` holds the reply text (``buf[pos:]`` is unread; ``base`` is the offset of ``buf[0]`` in
+``generation_prompt + reply``; chunks that arrived but were not yet needed wait in ``pending``).
+``Output`` collects what the text became (content and reasoning pieces, calls, dropped text, the
+failure). The engine's steps and the flow of a multi-message reply both read one and fill the
+other, so neither reaches into the other's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .mapper import CallMapper, MappedCall
+from .message import Dropped
+from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until, is_c_space
+
+__all__ = [
+    "Outcome",
+    "WAIT",
+    "NEXT",
+    "STOP",
+    "FAILED",
+    "JUMP",
+    "Cursor",
+    "Failure",
+    "Output",
+    "CommitWatch",
+    "BalanceWatch",
+    "CallMarkers",
+    "Waiting",
+]
+
+
+class Outcome(Enum):
+    """What a step of the runtime did with the text it was given."""
+
+    WAIT = "wait"  # it needs more text (nothing past the cursor is decided yet)
+    NEXT = "next"  # it is done: the next step reads on from the cursor
+    STOP = "stop"  # the reply ended inside it: what is left was cut short
+    FAILED = "failed"  # the reply does not match (llama.cpp's parse would throw)
+    JUMP = "jump"  # it chose the step that reads on (a thought that turns into calls and back)
+
+
+WAIT, NEXT, STOP, FAILED, JUMP = Outcome
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Where llama.cpp's parse would fail (it throws on a finished reply)."""
+
+    position: int
+    reason: str
+
+
+class Cursor:
+    """The text of ``generation_prompt + reply`` read so far, and the reading position."""
+
+    __slots__ = ("buf", "pos", "base", "pending", "pending_len", "eof")
+
+    def __init__(self) -> None:
+        self.buf = ""
+        self.pos = 0
+        self.base = 0  # offset of buf[0] in the whole text
+        self.pending: list[str] = []  # chunks not joined into buf yet
+        self.pending_len = 0
+        self.eof = False
+
+    @property
+    def offset(self) -> int:
+        """The absolute offset of the reading position."""
+        return self.base + self.pos
+
+    def unread(self) -> int:
+        """How many characters arrived past the reading position (pending ones included)."""
+        return len(self.buf) - self.pos + self.pending_len
+
+    def add(self, chunk: str) -> None:
+        self.pending.append(chunk)
+        self.pending_len += len(chunk)
+
+    def materialize(self) -> None:
+        """Join the pending chunks into the buffer (dropping what was read)."""
+        if self.pending:
+            if self.pos > 0:
+                self.base += self.pos
+                self.buf = self.buf[self.pos :]
+                self.pos = 0
+            self.buf += "".join(self.pending)
+            self.pending.clear()
+            self.pending_len = 0
+
+    def compact(self) -> None:
+        """Drop what was read from the buffer."""
+        if self.pos > 0:
+            self.base += self.pos
+            self.buf = self.buf[self.pos :]
+            self.pos = 0
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.buf)
+
+    def rest(self) -> str:
+        return self.buf[self.pos :]
+
+    def startswith(self, marker: str) -> bool:
+        return self.buf.startswith(marker, self.pos)
+
+    def literal(self, literal: str) -> int:
+        """SUCCESS if ``literal`` is next, NEED_MORE if the text so far is a prefix of it."""
+        buf, pos = self.buf, self.pos
+        if buf.startswith(literal, pos):
+            return SUCCESS
+        rest = buf[pos:]
+        if len(rest) < len(literal) and literal.startswith(rest):
+            return NEED_MORE
+        return FAIL
+
+    def pending_or_stop(self) -> Outcome:
+        """A structure is cut by the end of the text so far: wait, or stop at the reply's end."""
+        return STOP if self.eof else WAIT
+
+    def skip_space(self) -> Outcome:
+        """Any run of whitespace (llama.cpp's ``space()``): decided once non-space arrives."""
+        buf, n = self.buf, len(self.buf)
+        pos = self.pos
+        while pos < n and is_c_space(buf[pos]):
+            pos += 1
+        self.pos = pos
+        return WAIT if pos >= n and not self.eof else NEXT
+
+    def optional_chars(self, chars: str) -> Outcome:
+        """Each of ``chars`` in turn, if it is there (decided once enough text has arrived)."""
+        buf, n = self.buf, len(self.buf)
+        pos = self.pos
+        for ch in chars:
+            if pos >= n:
+                if not self.eof:
+                    return WAIT
+                break
+            if buf[pos] == ch:
+                pos += 1
+        self.pos = pos
+        return NEXT
+
+
+class CommitWatch:
+    """Whether a call's closing marker arrived since the call was last tried."""
+
+    __slots__ = ("marker", "keep", "window", "hit")
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self.keep = len(marker) - 1
+        self.window = ""
+        self.hit = False
+
+    def see(self, chunk: str) -> None:
+        if not self.marker:
+            return
+        window = self.window + chunk
+        if self.marker in window:
+            self.hit = True
+        self.window = window[-self.keep :] if self.keep > 0 else ""
+
+    def restart(self, buf: str, start: int) -> None:
+        """The call begun at ``buf[start]`` was tried on all of ``buf`` and needs more."""
+        self.hit = False
+        self.window = buf[len(buf) - self.keep :] if self.keep > 0 else ""
+
+
+class BalanceWatch:
+    """Open/close characters outside quoted strings: a return to zero may end a call (JSON
+    arguments whose last ``}`` ends the call)."""
+
+    __slots__ = ("opener", "closer", "quotes", "depth", "quote", "escaped", "hit")
+
+    def __init__(self, balance: tuple[str, str, str]) -> None:
+        self.opener, self.closer, self.quotes = balance
+        self.depth = 0
+        self.quote = ""
+        self.escaped = False
+        self.hit = False
+
+    def see(self, text: str) -> None:
+        opener, closer, quotes = self.opener, self.closer, self.quotes
+        depth, quote, escaped = self.depth, self.quote, self.escaped
+        for ch in text:
+            if quote:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == quote:
+                    quote = ""
+            elif ch in quotes:
+                quote = ch
+            elif ch == opener:
+                depth += 1
+            elif ch == closer:
+                depth -= 1
+                if depth <= 0:
+                    depth = 0
+                    self.hit = True
+        self.depth, self.quote, self.escaped = depth, quote, escaped
+
+    def restart(self, buf: str, start: int) -> None:
+        """The call begun at ``buf[start]`` was tried on all of ``buf`` and needs more."""
+        self.depth, self.quote, self.escaped = 0, "", False
+        self.see(buf[start:])
+        self.hit = False
+
+
+@dataclass(frozen=True)
+class CallMarkers:
+    """What tells why text after the calls was dropped (diagnostics only, never the parse)."""
+
+    openers: tuple[str, ...] = ()
+    name_marker: str = ""
+    name_marker_end: str = ""
+    tool_names: frozenset[str] = frozenset()
+
+    def reason(self, rest: str, limit_reached: bool, call_failed: bool) -> str:
+        """Why ``rest`` (stripped of leading whitespace) was left unread."""
+        opens_call = any(rest.startswith(o) for o in self.openers)
+        if limit_reached and opens_call:
+            return "parallel_limit"
+        if call_failed and self.name_marker:
+            at = rest.find(self.name_marker)
+            if at >= 0 and (opens_call or at == 0):
+                start = at + len(self.name_marker)
+                end = rest.find(self.name_marker_end, start)
+                if end >= 0 and rest[start:end] not in self.tool_names:
+                    return "unknown_tool"
+        if call_failed and opens_call:
+            return "invalid_call"
+        return "trailing_text"
+
+
+class Waiting:
+    """Set by the step that returned WAIT, read by the engine's ``feed`` before it runs the
+    step again: ``out``/``until`` when all the step waits for is plain text (it goes to ``out``
+    up to the first of ``until``'s stops; None: no stop), ``ready``/``watch`` when it waits for
+    a call in progress (``watch`` sees every new chunk; until ``ready()`` the text is queued)."""
+
+    __slots__ = ("out", "until", "ready", "watch")
+
+    def __init__(self) -> None:
+        self.out: list[str] | None = None
+        self.until: Until | None = None
+        self.ready: Callable[[], bool] | None = None
+        self.watch: CommitWatch | BalanceWatch | None = None
+
+    def clear(self) -> None:
+        self.out = self.until = self.ready = self.watch = None
+
+    def plain(self, out: list[str] | None, until: Until | None) -> None:
+        self.out, self.until = out, until
+
+    def call(self, ready: Callable[[], bool], watch: CommitWatch | BalanceWatch | None) -> None:
+        self.ready, self.watch = ready, watch
+
+
+@dataclass
+class Output:
+    """What the reply became so far. ``committed`` are the calls known to be kept; ``mapper``
+    also holds, after the end, the call a cut-short reply left open."""
+
+    prompt_length: int
+    mapper: CallMapper
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    committed: list[MappedCall] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    failure: Failure | None = None
+
+    def emit(self, target: str, text: str, at: int) -> None:
+        """Text read at absolute offset ``at`` into ``target``: "content", "reasoning", or ""
+        (read and reported as skipped, adjacent skips merged)."""
+        if not text:
+            return
+        if target == "content":
+            self.content.append(text)
+        elif target == "reasoning":
+            self.reasoning.append(text)
+        else:
+            offset = at - self.prompt_length
+            last = self.dropped[-1] if self.dropped else None
+            if (
+                last is not None
+                and last.reason == "skipped_text"
+                and last.offset + len(last.text) == offset
+            ):
+                self.dropped[-1] = Dropped(last.text + text, last.reason, last.offset)
+            else:
+                self.dropped.append(Dropped(text, "skipped_text", offset))
+
+    def take_content(self, nodes: list[Node], text: str) -> None:
+        """The text of the ``content`` nodes of a parse, in order (a response format's value
+        read as one structure)."""
+        stack = list(reversed(nodes))
+        while stack:
+            node = stack.pop()
+            if node.tag == "content":
+                self.content.append(text[node.start : node.end])
+            else:
+                stack.extend(reversed(node.children))
+
+    def commit_calls(self, nodes: list[Node], text: str) -> None:
+        """A call (or calls) parsed whole: map and keep them."""
+        self.mapper.visit(nodes, text)
+        self.committed = list(self.mapper.calls)
+
+    def close_calls(self, nodes: list[Node], text: str) -> bool:
+        """The reply ended inside a call: map what it reached; whether that made a new call."""
+        self.mapper.visit(nodes, text)
+        self.mapper.flush()
+        return len(self.mapper.calls) != len(self.committed)
+
+    def fail(self, position: int, reason: str) -> Outcome:
+        self.failure = Failure(position, reason)
+        return FAILED
