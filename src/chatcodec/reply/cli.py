@@ -13,6 +13,7 @@ from typing import Any
 from ..checkpoint import load
 from ..codec import Codec
 from ..errors import ChatCodecError
+from .description import Content
 from .turn import Turn
 
 __all__ = ["register", "batch_result", "prepare_request"]
@@ -261,8 +262,9 @@ def _family_summary(codec: Codec) -> dict[str, Any]:
     out: dict[str, Any] = {"generation_prompt": turn.generation_prompt, "stop": list(turn.stop)}
     if fmt.reasoning is not None:
         out["reasoning"] = {"start": fmt.reasoning.start, "ends": list(fmt.reasoning.stops)}
-    if fmt.content_start or fmt.content_end:
-        out["content"] = {"start": fmt.content_start, "end": fmt.content_end}
+    content = fmt.find(Content)
+    if content is not None and (content.open or content.close):
+        out["content"] = {"start": content.open, "end": content.close}
     if fmt.calls is not None:
         out["tool_calls"] = {
             "openers": list(fmt.calls.openers),
@@ -274,5 +276,5 @@ def _family_summary(codec: Codec) -> dict[str, Any]:
             "states": sorted(fmt.flow.states),
             "openers": list(fmt.flow.openers),
         }
-    out["trailing_text"] = "fails the parse" if fmt.end_anchor else "dropped"
+    out["trailing_text"] = "fails the parse" if fmt.anchored else "dropped"
     return out

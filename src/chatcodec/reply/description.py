@@ -7,8 +7,9 @@ fills these fields in; it never parses anything itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .mapper import CallMapper
 from .peg import Parser
@@ -18,10 +19,17 @@ __all__ = [
     "ReasoningBlock",
     "CallSection",
     "ReplyFormat",
+    "Expect",
     "Marker",
     "NotMarker",
     "Whitespace",
     "Text",
+    "Thought",
+    "Content",
+    "ContentValue",
+    "Calls",
+    "Messages",
+    "End",
     "Step",
     "TextMessage",
     "CallMessage",
@@ -30,34 +38,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Marker:
-    """A marker consumed where it stands, if it is there (llama.cpp's ``optional(literal)``)."""
+S = TypeVar("S")
 
-    text: str
-
-
-@dataclass(frozen=True)
-class NotMarker:
-    """The reply must not go on with this marker here (llama.cpp's ``negate``): it fails."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Whitespace:
-    """Any run of whitespace (llama.cpp's ``space()``)."""
-
-
-@dataclass(frozen=True)
-class Text:
-    """Content up to the first of ``stops`` (the stop is left for what follows)."""
-
-    stops: tuple[str, ...]
-
-
-# one step of a format's frame around its content and calls
-Step = Marker | NotMarker | Whitespace | Text
+# ------------------------------------------------------------------ what steps hold
 
 
 @dataclass(frozen=True)
@@ -124,49 +107,155 @@ class CallSection:
     make_mapper: Callable[[], CallMapper] = CallMapper
 
 
+# ------------------------------------------------------------------ the steps of a reply
+
+
+@dataclass(frozen=True)
+class Expect:
+    """This text must come here (a family's prefix): the parse fails without it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A marker consumed where it stands, if it is there (llama.cpp's ``optional(literal)``)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class NotMarker:
+    """The reply must not go on with this marker here (llama.cpp's ``negate``): it fails."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Whitespace:
+    """Any run of whitespace (llama.cpp's ``space()``)."""
+
+
+@dataclass(frozen=True)
+class Text:
+    """Content up to the first of ``stops`` (the stop is left for what follows)."""
+
+    stops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Thought:
+    """An optional leading thought (see ReasoningBlock)."""
+
+    block: ReasoningBlock
+
+
+@dataclass(frozen=True)
+class Content:
+    """The content: text up to the first of ``stops`` (None: the rest of the reply).
+
+    Framed content must open with ``open`` and may close with ``close``; ``optional`` framed
+    content may be absent altogether: without ``open`` there is no content and what follows is
+    read where it would have begun (llama.cpp's optional ``CS content(until(CE)) CE``).
+    """
+
+    stops: tuple[str, ...] | None
+    open: str = ""
+    close: str = ""
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class ContentValue:
+    """The content is one structured value (a response format's JSON) read whole by ``parser``:
+    the text of its ``content`` nodes is the content."""
+
+    parser: Parser
+
+
+@dataclass(frozen=True)
+class Calls:
+    """The tool calls (see CallSection); ``then`` is read only when a call was read,
+    ``otherwise`` only when none was (Cohere2: an action list or a text block)."""
+
+    section: CallSection
+    then: tuple[Step, ...] = ()
+    otherwise: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True)
+class Messages:
+    """The reply is a sequence of messages (harmony channels, Gemma 4 thoughts, Muse Glimmer's
+    recipients): see Flow."""
+
+    flow: Flow
+
+
+@dataclass(frozen=True)
+class End:
+    """Nothing may follow: text here fails the parse (without it, trailing text is dropped)."""
+
+
+Step = (
+    Expect
+    | Marker
+    | NotMarker
+    | Whitespace
+    | Text
+    | Thought
+    | Content
+    | ContentValue
+    | Calls
+    | Messages
+    | End
+)
+
+
 @dataclass(frozen=True)
 class ReplyFormat:
-    """One request's reply format: the family name and the pieces the engine runs in order."""
+    """One request's reply format: the handler's name and the steps read in order over
+    ``generation_prompt + reply``; ``stop`` ends generation, ``continuation`` writes the
+    generation prompt that continues a final assistant message (read by Codec.prepare)."""
 
     handler: str
-    prefix: str
-    reasoning: ReasoningBlock | None
-    content_stops: tuple[str, ...] | None
-    calls: CallSection | None = None
-    space_before_content: bool = True
-    space_before_calls: bool = True
-    end_anchor: bool = False
+    steps: tuple[Step, ...]
     stop: tuple[str, ...] = ()
-    space_after_prefix: bool = False
-    # False: nothing is read as content (llama.cpp's auto parser without a call start marker)
-    content_enabled: bool = True
-    # the content is framed: ``content_start`` must open it, ``content_end`` may close it
-    content_start: str = ""
-    content_end: str = ""
-    # the framed content may be absent altogether: without ``content_start`` there is no
-    # content and the calls are read where it would have begun (llama.cpp's optional
-    # ``CS content(until(CE)) CE`` before JSON calls)
-    content_optional: bool = False
-    # a reply holds either the calls or the content: the calls are tried first where the
-    # content would begin (Cohere2: an action list or a text block)
-    calls_or_content: bool = False
-    # a marker the reply may end with, consumed before the end anchor
-    end_marker: str = ""
-    # the content is one structured value read by this parser (a response format's JSON):
-    # the text of its ``content`` nodes is the content; it replaces the content's stops
-    content_value: Parser | None = None
-    # steps of the frame: right before the content, right after it, after the calls (only
-    # when a call was read) and before the end (always)
-    before_content: tuple[Step, ...] = ()
-    after_content: tuple[Step, ...] = ()
-    after_calls: tuple[Step, ...] = ()
-    tail: tuple[Step, ...] = ()
-    # a reply made of several messages (harmony channels, Gemma 4 thoughts, Muse Glimmer's
-    # recipients): when set, the engine runs the prefix and then this flow (see Flow)
-    flow: Flow | None = None
-    # how the family writes the generation prompt continuing a final assistant message
-    # (llama.cpp's prefill; read by Codec.prepare, not by the engine)
     continuation: Continuation = Continuation()
+
+    def find(self, kind: type[S]) -> S | None:
+        """The first step of this kind, also among the steps of the calls."""
+        for step in _walk(self.steps):
+            if isinstance(step, kind):
+                return step
+        return None
+
+    @property
+    def reasoning(self) -> ReasoningBlock | None:
+        thought = self.find(Thought)
+        return thought.block if thought is not None else None
+
+    @property
+    def calls(self) -> CallSection | None:
+        calls = self.find(Calls)
+        return calls.section if calls is not None else None
+
+    @property
+    def flow(self) -> Flow | None:
+        messages = self.find(Messages)
+        return messages.flow if messages is not None else None
+
+    @property
+    def anchored(self) -> bool:
+        """Whether text after the format fails the parse (rather than being dropped)."""
+        return self.find(End) is not None
+
+
+def _walk(steps: tuple[Step, ...]) -> Iterator[Step]:
+    for step in steps:
+        yield step
+        if isinstance(step, Calls):
+            yield from _walk(step.then)
+            yield from _walk(step.otherwise)
 
 
 @dataclass(frozen=True)
@@ -227,3 +316,62 @@ class Flow:
     name_marker: str = ""
     name_marker_end: str = ""
     tool_names: frozenset[str] = field(default_factory=frozenset)
+
+
+def legacy_format(
+    handler: str,
+    prefix: str,
+    reasoning: ReasoningBlock | None,
+    content_stops: tuple[str, ...] | None,
+    calls: CallSection | None = None,
+    space_before_content: bool = True,
+    space_before_calls: bool = True,
+    end_anchor: bool = False,
+    stop: tuple[str, ...] = (),
+    space_after_prefix: bool = False,
+    content_enabled: bool = True,
+    content_start: str = "",
+    content_end: str = "",
+    content_optional: bool = False,
+    calls_or_content: bool = False,
+    end_marker: str = "",
+    content_value: Parser | None = None,
+    before_content: tuple[Step, ...] = (),
+    after_content: tuple[Step, ...] = (),
+    after_calls: tuple[Step, ...] = (),
+    tail: tuple[Step, ...] = (),
+    flow: Flow | None = None,
+    continuation: Continuation | None = None,
+) -> ReplyFormat:
+    """TRANSITIONAL: the old keyword form, turned into steps."""
+    continuation = continuation or Continuation()
+    steps: list[Step] = [Expect(prefix)]
+    if flow is not None:
+        return ReplyFormat(handler, (Expect(prefix), Messages(flow)), stop, continuation)
+    if space_after_prefix:
+        steps.append(Whitespace())
+    if reasoning is not None:
+        steps.append(Thought(reasoning))
+    if space_before_content:
+        steps.append(Whitespace())
+    content: list[Step] = list(before_content)
+    if content_enabled:
+        if content_value is not None:
+            content.append(ContentValue(content_value))
+        else:
+            content.append(Content(content_stops, content_start, content_end, content_optional))
+    content.extend(after_content)
+    if calls is not None and calls_or_content:
+        steps.append(Calls(calls, then=tuple(after_calls), otherwise=tuple(content)))
+    else:
+        steps.extend(content)
+        if calls is not None:
+            if space_before_calls:
+                steps.append(Whitespace())
+            steps.append(Calls(calls, then=tuple(after_calls)))
+    steps.extend(tail)
+    if end_marker:
+        steps.append(Marker(end_marker))
+    if end_anchor:
+        steps.append(End())
+    return ReplyFormat(handler, tuple(steps), stop, continuation)

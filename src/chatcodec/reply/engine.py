@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 from .cursor import (
     FAILED,
@@ -30,13 +31,20 @@ from .cursor import (
     Waiting,
 )
 from .description import (
+    Calls,
     CallSection,
+    Content,
+    ContentValue,
+    End,
+    Expect,
     Marker,
+    Messages,
     NotMarker,
     ReasoningBlock,
     ReplyFormat,
     Step,
     Text,
+    Thought,
     Whitespace,
 )
 from .flow import FlowRunner
@@ -56,16 +64,12 @@ class Fed(Enum):
     NOTHING = "nothing"  # nothing visible changed
 
 
-class Part(Enum):
-    """The parts of a reply a format places in order; the frame's own steps go between them."""
+class Guard(Enum):
+    """When a step of the program is read (the steps of Calls.then / Calls.otherwise)."""
 
-    PREFIX = "prefix"
-    SPACE = "space"
-    THOUGHT = "thought"
-    CONTENT = "content"
-    CALLS = "calls"
-    END = "end"
-    MESSAGES = "messages"  # a reply made of several messages (ReplyFormat.flow)
+    ALWAYS = "always"
+    AFTER_CALLS = "after calls"  # only when a call was read
+    NO_CALLS = "no calls"  # only when none was
 
 
 class State(Enum):
@@ -95,8 +99,7 @@ class CallPhase(Enum):
     SPACE = "space"  # the whitespace after a call
 
 
-# what a step can be: a part of the reply, or a frame step read only after a call (if flagged)
-Instruction = tuple[Part | Step, bool]
+Instruction = tuple[Step, Guard]
 
 
 class ReplyEngine:
@@ -105,62 +108,56 @@ class ReplyEngine:
         self.prompt_length = len(generation_prompt)
         self.cursor = Cursor()
         self.waiting = Waiting()
-        calls = fmt.calls
-        self.out = Output(
-            self.prompt_length,
-            calls.make_mapper() if calls is not None else CallMapper(),
-        )
-        self._program = _program(fmt)
+        self._program = _program(fmt.steps)
         self._index = 0
         self._phase: Enum | None = None  # the running step's own phase (None: its start)
-        self._label = {s: i for i, (s, _) in enumerate(self._program) if isinstance(s, Part)}
         self._state = State.RUNNING
-        self._text_until = {
-            id(s): Until(*s.stops) for s, _ in self._program if isinstance(s, Text)
+        # where the steps that jump (a thought that turns into calls and back) stand
+        self._label = {type(s): i for i, (s, _) in enumerate(self._program)}
+        self._untils = {
+            stops: Until(*stops)
+            for s, _ in self._program
+            if isinstance(s, (Text, Content)) and (stops := s.stops) is not None
         }
+        calls = fmt.calls
+        flow = fmt.flow
+        mapper = calls.make_mapper() if calls is not None else CallMapper()
+        self.out = Output(self.prompt_length, flow.make_mapper() if flow is not None else mapper)
         # the thought: where its body goes, and where it stops (call stops dropped once the
         # calls failed to parse at one)
-        block = fmt.reasoning
+        block = self._block = fmt.reasoning
         self._thought_out = _thought_out(block, self.out)
         self._thought_until = Until(*block.stops) if block is not None else None
         self._thought_call = False
-        self._content_until = Until(*fmt.content_stops) if fmt.content_stops is not None else None
-        self._skip_content = False
         # the calls: how many were read, and the one in progress
         self._calls_done = 0
         self._tried_len = -1
         self._watch: CommitWatch | BalanceWatch | None = None
+        self._markers = CallMarkers()
         if calls is not None:
             balance = calls.commit_balance
             self._watch = BalanceWatch(balance) if balance else CommitWatch(calls.commit)
-        self._limit_reached = False
-        self._call_failed = False
-        self._markers = CallMarkers()
-        if calls is not None:
             self._markers = CallMarkers(
                 calls.openers, calls.name_marker, calls.name_marker_end, calls.tool_names
             )
-        self._flow: FlowRunner | None = None
-        if fmt.flow is not None:
-            self.out.mapper = fmt.flow.make_mapper()
-            self._flow = FlowRunner(fmt.flow, self.cursor, self.out, self.waiting)
+        self._limit_reached = False
+        self._call_failed = False
+        self._flow = FlowRunner(flow, self.cursor, self.out, self.waiting) if flow else None
         # dropped text after the format (TAIL)
         self._tail: list[str] = []
         self._tail_start = 0
-        self._steps: dict[type, Callable[[Step], Outcome]] = {
+        self._run_step: dict[type, Callable[[Any], Outcome]] = {
+            Expect: self._expect,
             Marker: self._marker,
             NotMarker: self._not_marker,
             Whitespace: self._whitespace,
             Text: self._text,
-        }
-        self._parts: dict[Part, Callable[[], Outcome]] = {
-            Part.PREFIX: self._prefix,
-            Part.SPACE: self._space,
-            Part.THOUGHT: self._thought,
-            Part.CONTENT: self._content,
-            Part.CALLS: self._calls,
-            Part.END: self._end,
-            Part.MESSAGES: self._messages,
+            Thought: self._thought,
+            Content: self._content,
+            ContentValue: self._content_value,
+            Calls: self._calls,
+            Messages: self._messages,
+            End: self._end,
         }
         self.feed(generation_prompt)
 
@@ -282,14 +279,11 @@ class ReplyEngine:
             if self._index >= len(program):
                 self._enter_tail()
                 return
-            step, only_after_calls = program[self._index]
-            if only_after_calls and self._calls_done == 0:
+            step, guard = program[self._index]
+            if guard is not Guard.ALWAYS and (self._calls_done > 0) is (guard is Guard.NO_CALLS):
                 outcome = NEXT
-            elif isinstance(step, Part):
-                outcome = self._parts[step]()
             else:
-                cur.materialize()
-                outcome = self._steps[type(step)](step)
+                outcome = self._run_step[type(step)](step)
             if outcome is NEXT:
                 self._index += 1
                 self._phase = None
@@ -304,8 +298,8 @@ class ReplyEngine:
                 return
             # JUMP: the step set the index itself
 
-    def _jump(self, part: Part, phase: Enum | None) -> Outcome:
-        self._index = self._label[part]
+    def _jump(self, kind: type, phase: Enum | None) -> Outcome:
+        self._index = self._label[kind]
         self._phase = phase
         return JUMP
 
@@ -321,11 +315,22 @@ class ReplyEngine:
     def _fail(self, reason: str) -> Outcome:
         return self.out.fail(self.cursor.offset, reason)
 
-    # ------------------------------------------------------------------ frame steps
+    # ------------------------------------------------------------------ markers and text
 
-    def _marker(self, step: Step) -> Outcome:
-        assert isinstance(step, Marker)
+    def _expect(self, step: Expect) -> Outcome:
         cur = self.cursor
+        cur.materialize()
+        status = cur.literal(step.text)
+        if status == SUCCESS:
+            cur.pos += len(step.text)
+            return NEXT
+        if status == NEED_MORE:
+            return cur.pending_or_stop()
+        return self._fail("the reply does not start with the expected prefix")
+
+    def _marker(self, step: Marker) -> Outcome:
+        cur = self.cursor
+        cur.materialize()
         status = cur.literal(step.text)
         if status == NEED_MORE:
             return cur.pending_or_stop()
@@ -333,20 +338,23 @@ class ReplyEngine:
             cur.pos += len(step.text)
         return NEXT
 
-    def _not_marker(self, step: Step) -> Outcome:
-        assert isinstance(step, NotMarker)
-        status = self.cursor.literal(step.text)
+    def _not_marker(self, step: NotMarker) -> Outcome:
+        cur = self.cursor
+        cur.materialize()
+        status = cur.literal(step.text)
         if status == NEED_MORE:
-            return self.cursor.pending_or_stop()
+            return cur.pending_or_stop()
         if status == SUCCESS:
             return self._fail(f"{step.text!r} is not allowed here")
         return NEXT
 
-    def _whitespace(self, step: Step) -> Outcome:
+    def _whitespace(self, step: Whitespace) -> Outcome:
+        self.cursor.materialize()
         return self.cursor.skip_space()
 
-    def _text(self, step: Step) -> Outcome:
-        complete, at_end = self._scan(self._text_until[id(step)], self.out.content)
+    def _text(self, step: Text) -> Outcome:
+        self.cursor.materialize()
+        complete, at_end = self._scan(self._untils[step.stops], self.out.content)
         if complete:
             return NEXT
         if at_end:
@@ -364,60 +372,41 @@ class ReplyEngine:
             self.waiting.plain(out, until)  # every caller waits here: feed may take the text
         return complete, stop >= len(cur.buf)
 
-    # ------------------------------------------------------------------ parts
-
-    def _prefix(self) -> Outcome:
+    def _end(self, step: End) -> Outcome:
         cur = self.cursor
         cur.materialize()
-        status = cur.literal(self.fmt.prefix)
-        if status == SUCCESS:
-            cur.pos += len(self.fmt.prefix)
-            return NEXT
-        if status == NEED_MORE:
-            return cur.pending_or_stop()
-        return self._fail("the reply does not start with the expected prefix")
-
-    def _space(self) -> Outcome:
-        self.cursor.materialize()
-        return self.cursor.skip_space()
-
-    def _end(self) -> Outcome:
-        cur = self.cursor
-        cur.materialize()
-        marker = self.fmt.end_marker
-        if marker and not cur.at_end():
-            status = cur.literal(marker)
-            if status == NEED_MORE:
-                return cur.pending_or_stop()
-            if status == SUCCESS:
-                cur.pos += len(marker)
         if not cur.at_end():
             return self._fail("text after the end of the reply format")
         return NEXT if cur.eof else WAIT
 
-    def _messages(self) -> Outcome:
+    def _messages(self, step: Messages) -> Outcome:
         assert self._flow is not None
         return self._flow.step()
 
     # ------------------------------------------------------------------ the thought
 
-    def _thought(self) -> Outcome:
-        block = self.fmt.reasoning
-        assert block is not None and self._thought_until is not None
+    def _thought(self, step: Thought) -> Outcome:
+        block = step.block
+        assert self._thought_until is not None
         cur = self.cursor
         cur.materialize()
         phase = self._phase or ThoughtPhase.OPEN
         if phase is ThoughtPhase.OPEN:
             status = cur.literal(block.start)
             if status == FAIL:
-                return self._no_thought_start(block)
-            if status == NEED_MORE:
+                outcome = self._no_thought_start(block)
+                if outcome is not None:
+                    return outcome
+                phase = ThoughtPhase.BODY  # the generation prompt opened it
+            elif status == NEED_MORE:
                 return cur.pending_or_stop()
-            cur.pos += len(block.start)
-            if not block.stops:
-                return NEXT  # a lone marker (DeepSeek V4's pre-closed thought)
-            self._inline(cur.pos - len(block.start))
-            phase = ThoughtPhase.START_SPACE if block.space_after_start else ThoughtPhase.START_CHARS
+            else:
+                cur.pos += len(block.start)
+                if not block.stops:
+                    return NEXT  # a lone marker (DeepSeek V4's pre-closed thought)
+                self._inline(cur.pos - len(block.start))
+                space = block.space_after_start
+                phase = ThoughtPhase.START_SPACE if space else ThoughtPhase.START_CHARS
         if phase is ThoughtPhase.START_CHARS or phase is ThoughtPhase.START_SPACE:
             at = cur.pos
             if phase is ThoughtPhase.START_CHARS:
@@ -439,7 +428,7 @@ class ReplyEngine:
             if block.call_stops and any(cur.startswith(m) for m in block.call_stops):
                 # the calls may begin here; if they do not parse the thought reads on
                 self._thought_call = True
-                return self._jump(Part.CALLS, None)
+                return self._jump(Calls, None)
         return self._close_thought(block)
 
     def _close_thought(self, block: ReasoningBlock) -> Outcome:
@@ -463,8 +452,9 @@ class ReplyEngine:
                 return cur.pending_or_stop()
         return self._fail("the thought does not end with a closing marker")
 
-    def _no_thought_start(self, block: ReasoningBlock) -> Outcome:
-        """The text does not open the thought: a bare marker, a failure, or no thought."""
+    def _no_thought_start(self, block: ReasoningBlock) -> Outcome | None:
+        """The text does not open the thought: a bare marker, a failure, no thought, or (None)
+        a body read without its start."""
         cur = self.cursor
         if block.bare:
             status = cur.literal(block.bare)
@@ -475,42 +465,34 @@ class ReplyEngine:
                 return cur.pending_or_stop()
         if block.required:
             return self._fail(f"the reply does not open its thought with {block.start}")
-        if not block.start_may_be_absent:
-            return NEXT
-        self._phase = ThoughtPhase.BODY
-        return self._thought()
+        return None if block.start_may_be_absent else NEXT
 
     def _inline(self, start: int) -> None:
         """Markup of a thought kept inline (``as_content``) is content too."""
-        block = self.fmt.reasoning
+        block = self._block
         cur = self.cursor
         if block is not None and block.as_content and cur.pos > start:
             self.out.content.append(cur.buf[start : cur.pos])
 
     # ------------------------------------------------------------------ the content
 
-    def _content(self) -> Outcome:
-        if self._skip_content:
-            return NEXT
-        if self.fmt.content_value is not None:
-            return self._content_value()
-        fmt, cur = self.fmt, self.cursor
+    def _content(self, step: Content) -> Outcome:
+        cur = self.cursor
         cur.materialize()
         phase = self._phase or ContentPhase.OPEN
-        if phase is ContentPhase.OPEN and fmt.content_start:
-            status = cur.literal(fmt.content_start)
+        if phase is ContentPhase.OPEN and step.open:
+            status = cur.literal(step.open)
             if status == NEED_MORE:
                 return cur.pending_or_stop()
             if status == FAIL:
-                if fmt.content_optional:
+                if step.optional:
                     return NEXT  # no content: what follows is read here
-                return self._fail(f"the reply does not go on with {fmt.content_start}")
-            cur.pos += len(fmt.content_start)
+                return self._fail(f"the reply does not go on with {step.open}")
+            cur.pos += len(step.open)
         if phase is ContentPhase.CLOSE:
-            return self._content_end()
+            return self._content_close(step)
         self._phase = ContentPhase.BODY
-        until = self._content_until
-        if until is None:
+        if step.stops is None:
             if not cur.at_end():
                 self.out.content.append(cur.rest())
                 cur.pos = len(cur.buf)
@@ -518,32 +500,31 @@ class ReplyEngine:
                 return STOP
             self.waiting.plain(self.out.content, None)
             return WAIT
-        complete, at_end = self._scan(until, self.out.content)
+        complete, at_end = self._scan(self._untils[step.stops], self.out.content)
         if complete:
-            return self._content_end() if fmt.content_end else NEXT
+            return self._content_close(step) if step.close else NEXT
         if at_end:
             return cur.pending_or_stop()
         # a marker prefix cut by the end: llama.cpp's `until` ends before it and parsing goes on
-        if cur.eof and fmt.content_end:
-            return self._content_end()
+        if cur.eof and step.close:
+            return self._content_close(step)
         return NEXT if cur.eof else WAIT
 
-    def _content_end(self) -> Outcome:
+    def _content_close(self, step: Content) -> Outcome:
         """The optional marker that closes framed content."""
         self._phase = ContentPhase.CLOSE
         cur = self.cursor
-        status = cur.literal(self.fmt.content_end)
+        status = cur.literal(step.close)
         if status == NEED_MORE:
             return cur.pending_or_stop()
         if status == SUCCESS:
-            cur.pos += len(self.fmt.content_end)
+            cur.pos += len(step.close)
         return NEXT
 
-    def _content_value(self) -> Outcome:
-        """Content read as one value (ReplyFormat.content_value), parsed whole like a call: when
-        its text has doubled since the last try or the reply ends."""
-        parser = self.fmt.content_value
-        assert parser is not None
+    def _content_value(self, step: ContentValue) -> Outcome:
+        """Content read as one value, parsed whole like a call: when its text has doubled since
+        the last try or the reply ends."""
+        parser = step.parser
         cur = self.cursor
         if self._phase is None:
             self._phase = ContentPhase.BODY
@@ -563,9 +544,8 @@ class ReplyEngine:
 
     # ------------------------------------------------------------------ the calls
 
-    def _calls(self) -> Outcome:
-        section = self.fmt.calls
-        assert section is not None
+    def _calls(self, step: Calls) -> Outcome:
+        section = step.section
         cur = self.cursor
         phase = self._phase or CallPhase.BEGIN
         while True:
@@ -578,7 +558,6 @@ class ReplyEngine:
             if phase is CallPhase.BEGIN:
                 if section.next is None and self._calls_done >= 1:
                     self._limit_reached = True
-                    self._skip_content = self.fmt.calls_or_content
                     return NEXT
                 cur.materialize()
                 if cur.at_end():
@@ -620,19 +599,15 @@ class ReplyEngine:
         if self._thought_call:
             # not calls after all: the stop is thought text, the thought ends at its closer
             self._thought_call = False
-            block = self.fmt.reasoning
+            block = self._block
             assert block is not None
             self._thought_until = Until(*(m for m in block.stops if m not in block.call_stops))
-            return self._jump(Part.THOUGHT, ThoughtPhase.BODY)
+            return self._jump(Thought, ThoughtPhase.BODY)
         if self._calls_done == 0 and section.required:
             at = result.end if section.fail_at_parse_end else cur.pos
             return self.out.fail(
                 cur.base + at, "no valid tool call although tool_choice is required"
             )
-        if self.fmt.calls_or_content:
-            # no calls: the content alternative; after calls: no content
-            self._skip_content = self._calls_done > 0
-            return NEXT
         self._call_failed = True
         return NEXT
 
@@ -654,7 +629,7 @@ class ReplyEngine:
     def _tail_reason_for(self, rest: str) -> str:
         if self._flow is not None:
             return self._flow.tail_reason(rest)
-        if self.fmt.calls is None:
+        if self._watch is None:  # no calls
             return "trailing_text"
         return self._markers.reason(rest, self._limit_reached, self._call_failed)
 
@@ -669,32 +644,18 @@ class ReplyEngine:
         self._state = State.TAIL
 
 
-def _program(fmt: ReplyFormat) -> list[Instruction]:
-    """The steps of a format, in the order the reply reads them."""
-    if fmt.flow is not None:
-        return [(Part.PREFIX, False), (Part.MESSAGES, False)]
-    parts: list[Part | Step] = [Part.PREFIX]
-    if fmt.space_after_prefix:
-        parts.append(Part.SPACE)
-    if fmt.reasoning is not None:
-        parts.append(Part.THOUGHT)
-    if fmt.space_before_content:
-        parts.append(Part.SPACE)
-    if fmt.calls is not None and fmt.calls_or_content:
-        parts.append(Part.CALLS)  # tried first where the content would begin
-    parts.extend(fmt.before_content)
-    if fmt.content_enabled:
-        parts.append(Part.CONTENT)
-    parts.extend(fmt.after_content)
-    if fmt.calls is not None and not fmt.calls_or_content:
-        if fmt.space_before_calls:
-            parts.append(Part.SPACE)
-        parts.append(Part.CALLS)
-    program: list[Instruction] = [(p, False) for p in parts]
-    program.extend((s, True) for s in fmt.after_calls)  # read only when a call was read
-    program.extend((s, False) for s in fmt.tail)
-    if fmt.end_anchor:
-        program.append((Part.END, False))
+def _program(steps: tuple[Step, ...]) -> list[Instruction]:
+    """The steps in the order the reply reads them, those of the calls after the calls."""
+    program: list[Instruction] = []
+    for step in steps:
+        program.append((step, Guard.ALWAYS))
+        if isinstance(step, Calls):
+            program.extend((s, Guard.AFTER_CALLS) for s in step.then)
+            program.extend((s, Guard.NO_CALLS) for s in step.otherwise)
+    kinds = [type(s) for s, _ in program]
+    for kind in (Thought, Calls, Messages, ContentValue):
+        if kinds.count(kind) > 1:
+            raise ValueError(f"a reply format reads at most one {kind.__name__} step")
     return program
 
 

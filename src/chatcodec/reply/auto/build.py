@@ -13,7 +13,15 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
-from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Step, Text
+from ..description import (
+    CallSection,
+    Marker,
+    ReasoningBlock,
+    ReplyFormat,
+    Step,
+    Text,
+    legacy_format,
+)
 from ..schema import parameters, value_types
 from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
 from .diff import trim
@@ -499,7 +507,7 @@ def build_format(
         # a response format wins over tools: one JSON value, fenced in ```json ... ``` or bare
         ws = peg.Space()
         value = peg.Tag("content", peg.json_value)
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             prefix,
             reasoning,
@@ -518,7 +526,7 @@ def build_format(
     if use_tools:
         if a.tools.mode == T_NONE:
             # llama.cpp's generator gives an empty parser: nothing after the prefix is read
-            return ReplyFormat(
+            return legacy_format(
                 HANDLER,
                 prefix,
                 reasoning,
@@ -533,7 +541,7 @@ def build_format(
         if a.tools.mode == T_JSON and ct.always_wrapped():
             # JSON calls after an optional wrapped content block: R (CS content CE)? calls EOF;
             # content outside the wrapper is not read
-            return ReplyFormat(
+            return legacy_format(
                 HANDLER,
                 prefix,
                 reasoning,
@@ -548,7 +556,7 @@ def build_format(
                 content_end=ct.end,
                 content_optional=True,
             )
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             prefix,
             reasoning,
@@ -567,7 +575,7 @@ def build_format(
         # the content must be framed: R CS content CE, or (no thought read) the text before CS
         # is content too and CS itself is dropped
         lead: tuple[Step, ...] = () if extracting else (Text((ct.start,)), Marker(ct.start))
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             prefix,
             reasoning,
@@ -580,7 +588,7 @@ def build_format(
             content_end=ct.end,
             before_content=lead,
         )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         prefix,
         reasoning,

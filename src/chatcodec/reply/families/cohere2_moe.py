@@ -23,7 +23,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
 from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
@@ -146,7 +146,7 @@ def describe(
             openers=(ACTION_START,),
             space_after=False,
         )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         PREFIX,
         reasoning,

@@ -18,7 +18,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, NotMarker, ReasoningBlock, ReplyFormat
+from ..description import CallSection, NotMarker, ReasoningBlock, ReplyFormat, legacy_format
 from ..prefill import Continuation
 from ..schema import parameters
 from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
@@ -115,7 +115,7 @@ def describe(
             body_target="",
         )
     if not has_calls:
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             PREFIX,
             reasoning,
@@ -147,7 +147,7 @@ def describe(
         tool_names=frozenset(str(f["name"]) for f in functions),
         space_after=False,
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         PREFIX,
         reasoning,

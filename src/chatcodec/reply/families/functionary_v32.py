@@ -15,7 +15,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
-from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage, legacy_format
 from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
@@ -78,7 +78,7 @@ def describe(
         name_marker_end="\n",
         tool_names=tool_names(functions),
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         PREFIX,
         None,

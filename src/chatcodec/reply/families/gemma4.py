@@ -16,7 +16,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
-from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage, legacy_format
 from ..mapper import Gemma4Mapper
 from ..prefill import Continuation
 
@@ -157,7 +157,7 @@ def describe(
         name_marker_end="{",
         tool_names=tool_names(functions),
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         "",
         None,

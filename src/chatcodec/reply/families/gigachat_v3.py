@@ -13,7 +13,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
-from ..description import CallSection, ReplyFormat
+from ..description import CallSection, ReplyFormat, legacy_format
 from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
@@ -61,7 +61,7 @@ def _call(name: str) -> peg.Parser:
 def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> ReplyFormat:
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(
+        return legacy_format(
             HANDLER, PREFIX, None, None, space_before_content=False, continuation=CONTINUATION
         )
     call = peg.Seq(
@@ -77,7 +77,7 @@ def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> Rep
         name_marker_end=",",
         tool_names=tool_names(functions),
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         PREFIX,
         None,

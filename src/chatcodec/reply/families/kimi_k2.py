@@ -14,7 +14,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
+from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, legacy_format
 from ..prefill import Continuation
 from ._tagged import atomic_tag, optional, tag, tool_name
 
@@ -63,7 +63,7 @@ def describe(
     reasoning = THOUGHT if reasoning_format != "none" else None
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             PREFIX,
             reasoning,
@@ -85,7 +85,7 @@ def describe(
         # may still take it
         settle=True,
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         PREFIX,
         reasoning,

@@ -16,7 +16,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
+from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, legacy_format
 from ..prefill import Continuation
 from ._tagged import arg_name, atomic_tag, function_parameters, optional, tag, tool_name
 
@@ -100,7 +100,7 @@ def describe(
     stops = (RESP_END, TOOLS_START, MSG_END)
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(HANDLER, MSG_START, thought, stops, **frame, continuation=CONTINUATION)
+        return legacy_format(HANDLER, MSG_START, thought, stops, **frame, continuation=CONTINUATION)
     block = peg.Seq(
         peg.Literal(TOOLS_START),
         peg.Repeat(peg.Choice(*(_call(f) for f in functions)), 1, -1),
@@ -118,6 +118,6 @@ def describe(
         space_after=False,
         settle=True,
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER, MSG_START, thought, stops, section, **frame, continuation=CONTINUATION
     )

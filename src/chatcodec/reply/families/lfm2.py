@@ -19,7 +19,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
 from ..prefill import Continuation
 
 __all__ = ["HANDLER_LFM2", "HANDLER_LFM25", "describe"]
@@ -119,7 +119,7 @@ def describe(
     if not functions or tool_choice == "none":
         # a response format makes the content one JSON value
         value = peg.Tag("content", peg.json_value) if json_schema else None
-        return ReplyFormat(
+        return legacy_format(
             name,
             PREFIX,
             reasoning,
@@ -138,7 +138,7 @@ def describe(
         openers=(CALL_START,),
         space_after=False,
     )
-    return ReplyFormat(
+    return legacy_format(
         name,
         PREFIX,
         reasoning,

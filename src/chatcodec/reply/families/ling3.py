@@ -16,7 +16,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Text
+from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Text, legacy_format
 from ..prefill import Continuation
 from ..schema import parameters, value_types
 from ._tagged import arg_name, atomic_tag, optional, tag, tool_name
@@ -108,7 +108,7 @@ def describe(
     )
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             ROLE,
             thought,
@@ -126,7 +126,7 @@ def describe(
         openers=(CALL_START,),
         tool_names=frozenset(str(f["name"]) for f in functions),
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         ROLE,
         thought,

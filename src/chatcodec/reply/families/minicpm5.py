@@ -14,7 +14,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
 from ..prefill import Continuation
 from ..schema import parameters
 from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
@@ -78,7 +78,7 @@ def describe(
     reasoning = THOUGHT if reasoning_format != "none" else None
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             PREFIX,
             reasoning,
@@ -97,7 +97,7 @@ def describe(
         openers=("<function",),
         tool_names=frozenset(str(f["name"]) for f in functions),
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         PREFIX,
         reasoning,

@@ -18,7 +18,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
 from ..mapper import CallMapper, MappedCall, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
@@ -241,7 +241,7 @@ def describe(
         )
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             prefix,
             reasoning,
@@ -267,7 +267,7 @@ def describe(
         space_after=False,
         make_mapper=MiniMaxM3Mapper,
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         prefix,
         reasoning,

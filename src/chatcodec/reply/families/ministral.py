@@ -16,7 +16,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
-from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
 from ..prefill import Continuation
 
 __all__ = ["HANDLER", "describe"]
@@ -64,12 +64,12 @@ def describe(
         fenced = peg.Seq(
             peg.Literal("```json"), ws, peg.Tag("content", peg.json_value), ws, peg.Literal("```")
         )
-        return ReplyFormat(
+        return legacy_format(
             HANDLER, "", reasoning, None, content_value=fenced, continuation=CONTINUATION
         )
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(HANDLER, "", reasoning, None, continuation=CONTINUATION)
+        return legacy_format(HANDLER, "", reasoning, None, continuation=CONTINUATION)
     call = _call(functions)
     section = CallSection(
         first=call,
@@ -83,4 +83,4 @@ def describe(
         space_after=False,
         commit_balance=("{", "}", '"'),
     )
-    return ReplyFormat(HANDLER, "", reasoning, (CALLS,), section, continuation=CONTINUATION)
+    return legacy_format(HANDLER, "", reasoning, (CALLS,), section, continuation=CONTINUATION)

@@ -16,7 +16,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
-from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
+from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage, legacy_format
 from ..prefill import Continuation
 from ..schema import ALL_TYPES, parameters, value_types
 
@@ -98,7 +98,7 @@ def describe(
     extract = reasoning_format != "none"
     if not extract and not calls:
         # everything after the generation prompt is content, verbatim
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             GENERATION_PROMPT,
             None,
@@ -142,7 +142,7 @@ def describe(
         name_marker_end='"',
         tool_names=tool_names(functions),
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         "",
         None,

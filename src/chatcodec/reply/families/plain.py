@@ -6,7 +6,7 @@ content and reasoning the way llama.cpp's parsers share (generation prompt, one 
 
 from __future__ import annotations
 
-from ..description import ReasoningBlock, ReplyFormat
+from ..description import ReasoningBlock, ReplyFormat, legacy_format
 
 __all__ = ["describe", "THINK_TAGS"]
 
@@ -43,4 +43,4 @@ def describe(
         at = generation_prompt.find(start)
         if at >= 0:
             prefix = generation_prompt[:at]
-    return ReplyFormat(handler, prefix, reasoning, None, space_before_content=False)
+    return legacy_format(handler, prefix, reasoning, None, space_before_content=False)

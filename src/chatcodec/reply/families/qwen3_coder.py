@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import peg
 from ..arguments import XmlCallSyntax, tool_functions, tool_names, xml_call_parsers
-from ..description import CallSection, ReasoningBlock, ReplyFormat
+from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
 from ..prefill import Continuation
 
 __all__ = ["HANDLER", "matches", "describe"]
@@ -58,7 +58,7 @@ def describe(
     reasoning = THOUGHT if thinking and reasoning_format != "none" else None
     functions = tool_functions(tools)
     if not functions or tool_choice == "none":
-        return ReplyFormat(
+        return legacy_format(
             HANDLER,
             PREFIX,
             reasoning,
@@ -84,7 +84,7 @@ def describe(
         name_marker_end=">",
         tool_names=tool_names(functions),
     )
-    return ReplyFormat(
+    return legacy_format(
         HANDLER,
         PREFIX,
         reasoning,
