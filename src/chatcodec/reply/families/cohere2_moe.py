@@ -25,10 +25,13 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Cohere2 MoE"
+NAME = "Cohere2 MoE"
+REQUIRED = ("<|START_TEXT|>", "<|START_ACTION|>")
 PREFIX = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
 THINK_START = "<|START_THINKING|>"
 THINK_END = "<|END_THINKING|>"
@@ -119,35 +122,33 @@ def _actions(functions: Sequence[Mapping[str, Any]], parallel: bool) -> peg.Pars
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
-    reasoning = _thought(inline=reasoning_format == "none")
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    reasoning = _thought(inline=request.reasoning_format == "none")
     value = None
-    if json_schema:
+    if request.json_schema:
         # a response format makes the text block one JSON value
         value = peg.Seq(
             peg.Literal(TEXT_START),
             peg.Tag("content", peg.json_value),
             peg.Repeat(peg.Literal(TEXT_END), 0, 1),
         )
-    functions = tool_functions(tools)
+    functions = tool_functions(request.tools)
     section = None
-    if functions and tool_choice != "none":
+    if functions and request.tool_choice != "none":
         section = CallSection(
-            first=_actions(functions, parallel_tool_calls),
+            first=_actions(functions, request.parallel_tool_calls),
             next=None,
-            required=tool_choice == "required",
+            required=request.tool_choice == "required",
             commit=ACTION_END,
             openers=(ACTION_START,),
             space_after=False,
         )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         PREFIX,
         reasoning,
         (TEXT_END,),

@@ -12,7 +12,7 @@ fails, as in llama.cpp (the prompt's ``<think>`` meets the content's guard).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
@@ -20,12 +20,15 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, NotMarker, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
 from ..schema import parameters
+from . import has_markers
 from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "DeepSeek V3.2/V4"
+NAME = "DeepSeek V3.2/V4"
+REQUIRED = ("dsml_token", "DSML")
 PREFIX = "<｜Assistant｜>"
 DSML = "｜DSML｜"
 THINK_START = "<think>"
@@ -81,22 +84,20 @@ def _invoke(function: Mapping[str, Any]) -> peg.Parser:
     )
 
 
-def describe(
-    source: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    enable_thinking: bool,
-) -> ReplyFormat:
-    is_v4 = "function_calls" not in source
+def matches(source: str) -> bool:
+    # llama.cpp also asks for the call block's name (V3.2's or V4's)
+    return has_markers(source, REQUIRED) and ("function_calls" in source or "tool_calls" in source)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    is_v4 = "function_calls" not in request.source
     block_name = "tool_calls" if is_v4 else "function_calls"
     fc_start = f"<{DSML}{block_name}>"
     fc_end = f"</{DSML}{block_name}>"
-    functions = tool_functions(tools)
-    has_calls = bool(functions) and tool_choice != "none"
+    functions = tool_functions(request.tools)
+    has_calls = bool(functions) and request.tool_choice != "none"
     reasoning: ReasoningBlock | None = None
-    if reasoning_format != "none" and enable_thinking:
+    if request.reasoning_format != "none" and request.enable_thinking:
         call_stops = ("\n\n" + fc_start, fc_start) if has_calls else ()
         reasoning = ReasoningBlock(
             start=THINK_START,
@@ -105,7 +106,7 @@ def describe(
             space_after_start=False,
             call_stops=call_stops,
         )
-    elif reasoning_format != "none":
+    elif request.reasoning_format != "none":
         # the prompt's pre-closed thought: a bare </think> (V4) or an empty pair (V3.2)
         reasoning = ReasoningBlock(
             start=THINK_END if is_v4 else THINK_START,
@@ -116,7 +117,7 @@ def describe(
         )
     if not has_calls:
         return ReplyFormat(
-            HANDLER,
+            NAME,
             PREFIX,
             reasoning,
             None,
@@ -126,7 +127,7 @@ def describe(
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))
     more: list[peg.Parser] = (
-        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if request.parallel_tool_calls else []
     )
     # the leading space: calls that begin inside a thought follow its `\n\n`
     block = peg.Seq(
@@ -141,14 +142,14 @@ def describe(
     section = CallSection(
         first=block,
         next=None,
-        required=tool_choice == "required",
+        required=request.tool_choice == "required",
         commit=fc_end,
         openers=(fc_start,),
         tool_names=frozenset(str(f["name"]) for f in functions),
         space_after=False,
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         PREFIX,
         reasoning,
         ("\n\n" + fc_start, fc_start),

@@ -10,19 +10,19 @@ the calls is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..mapper import Gemma4Mapper
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Gemma4 (inferred from format)"
+NAME = "Gemma4 (inferred from format)"
+REQUIRED = ("'<|tool_call>call:'",)
 TURN = "<|turn>model\n"
 CHANNEL = "<|channel>"
 CHANNEL_END = "<channel|>"
@@ -78,21 +78,20 @@ def _value_grammar() -> peg.Parser:
     return mapping
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    functions = tool_functions(tools)
-    calls = bool(functions) and tool_choice != "none"
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    functions = tool_functions(request.tools)
+    calls = bool(functions) and request.tool_choice != "none"
     # empty channel tokens before a thought are skipped
     empty_channels = peg.Repeat(
         peg.Seq(peg.Literal(CHANNEL), peg.Not(peg.Literal("thought"))), 0, -1
     )
     header = peg.Seq(peg.Literal(CHANNEL + "thought"), peg.Space())
     closer = peg.Literal(CHANNEL_END)
-    if reasoning_format != "none":
+    if request.reasoning_format != "none":
         thought = TextMessage(header, "reasoning", (CHANNEL_END,), closer, lead=empty_channels)
     else:
         thought = TextMessage(
@@ -133,8 +132,8 @@ def describe(
             )
         )
         one = peg.Seq(peg.Literal(CALL_OPEN + "call:"), choice, peg.Literal(CALL_CLOSE))
-        more = "calls" if parallel_tool_calls else ""
-        required = tool_choice == "required"
+        more = "calls" if request.parallel_tool_calls else ""
+        required = request.tool_choice == "required"
         states["calls0"] = FlowState(
             (CallMessage(one, CALL_CLOSE, then=more),), otherwise="!" if required else ""
         )
@@ -158,7 +157,7 @@ def describe(
         tool_names=tool_names(functions),
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         "",
         None,
         None,

@@ -7,18 +7,19 @@ most, whatever parallel_tool_calls says; text after it is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
 from ..description import CallSection, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "GigaChatV3"
+NAME = "GigaChatV3"
+REQUIRED = ("<|role_sep|>", "<|message_sep|>")
+EXCLUDED = ("<|function_call|>",)
 PREFIX = "assistant<|role_sep|>\n"
 SEPARATOR = "<|message_sep|>\n\n"
 CALL_START = SEPARATOR + "function call<|role_sep|>\n"
@@ -58,11 +59,15 @@ def _call(name: str) -> peg.Parser:
     )
 
 
-def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> ReplyFormat:
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED, EXCLUDED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
         return ReplyFormat(
-            HANDLER, PREFIX, None, None, space_before_content=False, continuation=CONTINUATION
+            NAME, PREFIX, None, None, space_before_content=False, continuation=CONTINUATION
         )
     call = peg.Seq(
         peg.Literal(CALL_START), peg.Choice(*(_call(str(fn["name"])) for fn in functions))
@@ -70,7 +75,7 @@ def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> Rep
     section = CallSection(
         first=call,
         next=None,
-        required=tool_choice == "required",
+        required=request.tool_choice == "required",
         commit="",
         openers=(CALL_START,),
         name_marker='"name"',
@@ -78,7 +83,7 @@ def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> Rep
         tool_names=tool_names(functions),
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         PREFIX,
         None,
         (SEPARATOR,),

@@ -9,18 +9,18 @@ the role header or in the channel header and its arguments JSON as the model wro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "GPT-OSS"
+NAME = "GPT-OSS"
+REQUIRED = ("<|channel|>",)
 START = "<|start|>assistant"
 END = "<|end|>"
 # the prefill: the analysis message, then (continuing the content) the final one
@@ -64,12 +64,11 @@ def _constraint() -> peg.Parser:
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    reasoning_format: str,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
     start = peg.Literal(START)
     end = peg.Literal(END)
     # gpt-oss-20b sometimes opens a message with a stray commentary channel
@@ -77,7 +76,7 @@ def describe(
         peg.Seq(peg.Literal("<|channel|>commentary"), _optional(peg.Literal(" to=assistant")))
     )
     analysis_header = peg.Seq(stray, peg.Literal("<|channel|>analysis<|message|>"))
-    if reasoning_format != "none":
+    if request.reasoning_format != "none":
         analysis = TextMessage(
             analysis_header, "reasoning", (END,), end, lead=start, then="messages"
         )
@@ -103,7 +102,7 @@ def describe(
     unsolicited = TextMessage(
         peg.Seq(_optional(channel), peg.Literal(" to=")), "", (END,), end, lead=start
     )
-    if json_schema:
+    if request.json_schema:
         # a response format: analysis messages, then the final message holding one JSON value
         # (its text is the content; what follows it is dropped)
         value = CallMessage(
@@ -123,7 +122,7 @@ def describe(
             start="messages",
         )
         return ReplyFormat(
-            HANDLER,
+            NAME,
             "",
             None,
             None,
@@ -132,13 +131,13 @@ def describe(
             stop=("<|return|>", "<|call|>"),
             continuation=CONTINUATION,
         )
-    functions = tool_functions(tools)
+    functions = tool_functions(request.tools)
     last: tuple[TextMessage | CallMessage, ...]
-    if functions and tool_choice != "none":
+    if functions and request.tool_choice != "none":
         call = CallMessage(
             peg.Seq(start, peg.Choice(*(_tool(str(fn["name"])) for fn in functions)))
         )
-        last = (call,) if tool_choice == "required" else (call, final)
+        last = (call,) if request.tool_choice == "required" else (call, final)
     else:
         last = (final, unsolicited)
     flow = Flow(
@@ -153,7 +152,7 @@ def describe(
         tool_names=tool_names(functions),
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         "",
         None,
         None,

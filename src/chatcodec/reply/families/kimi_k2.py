@@ -8,19 +8,19 @@ optional, and nothing after them (the parse fails). The call id is ``functions.N
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 from ._tagged import atomic_tag, optional, tag, tool_name
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Kimi K2 Thinking"
+NAME = "Kimi K2 Thinking"
+REQUIRED = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>")
 PREFIX = "<|im_assistant|>assistant<|im_middle|>"
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
 SECTION_END = "<|tool_calls_section_end|>"
@@ -54,17 +54,16 @@ def _call(name: str) -> peg.Parser:
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    reasoning = THOUGHT if reasoning_format != "none" else None
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    reasoning = THOUGHT if request.reasoning_format != "none" else None
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
         return ReplyFormat(
-            HANDLER,
+            NAME,
             PREFIX,
             reasoning,
             None,
@@ -75,8 +74,8 @@ def describe(
     call = peg.Seq(peg.Literal(CALL_BEGIN), peg.Choice(*(_call(str(f["name"])) for f in functions)))
     section = CallSection(
         first=call,
-        next=call if parallel_tool_calls else None,
-        required=tool_choice == "required",
+        next=call if request.parallel_tool_calls else None,
+        required=request.tool_choice == "required",
         commit=CALL_END,
         openers=(CALL_BEGIN,),
         tool_names=frozenset(str(f["name"]) for f in functions),
@@ -86,7 +85,7 @@ def describe(
         settle=True,
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         PREFIX,
         reasoning,
         (SECTION_BEGIN, CALL_BEGIN),

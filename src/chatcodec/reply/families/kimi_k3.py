@@ -10,7 +10,7 @@ calls (``parallel_tool_calls`` is ignored); nothing may follow the message (the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
@@ -18,11 +18,14 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 from ._tagged import arg_name, atomic_tag, function_parameters, optional, tag, tool_name
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Kimi K3"
+NAME = "Kimi K3"
+REQUIRED = ("<|open|>", "<|close|>", "<|end_of_msg|>")
 SEP = "<|sep|>"
 MSG_START = '<|open|>message role="assistant"<|sep|>'
 THINK_START = "<|open|>think<|sep|>"
@@ -78,16 +81,18 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None, tool_choice: str, reasoning_format: str
-) -> ReplyFormat:
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
     thought = ReasoningBlock(
         start=THINK_START,
         stops=(THINK_END, RESP_START),
         closers=((THINK_END, True), (RESP_START, False)),
         space_after_start=False,
         start_may_be_absent=True,
-        body_target="reasoning" if reasoning_format != "none" else "content",
+        body_target="reasoning" if request.reasoning_format != "none" else "content",
     )
     frame: dict[str, Any] = dict(
         space_before_content=False,
@@ -98,9 +103,9 @@ def describe(
         tail=(Marker(MSG_END), Marker(EOM)),
     )
     stops = (RESP_END, TOOLS_START, MSG_END)
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return ReplyFormat(HANDLER, MSG_START, thought, stops, **frame, continuation=CONTINUATION)
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(NAME, MSG_START, thought, stops, **frame, continuation=CONTINUATION)
     block = peg.Seq(
         peg.Literal(TOOLS_START),
         peg.Repeat(peg.Choice(*(_call(f) for f in functions)), 1, -1),
@@ -111,13 +116,11 @@ def describe(
     section = CallSection(
         first=block,
         next=None,
-        required=tool_choice == "required",
+        required=request.tool_choice == "required",
         commit=TOOLS_END,
         openers=(TOOLS_START,),
         tool_names=frozenset(str(f["name"]) for f in functions),
         space_after=False,
         settle=True,
     )
-    return ReplyFormat(
-        HANDLER, MSG_START, thought, stops, section, **frame, continuation=CONTINUATION
-    )
+    return ReplyFormat(NAME, MSG_START, thought, stops, section, **frame, continuation=CONTINUATION)

@@ -1,6 +1,6 @@
 """LFM2 / LFM2.5: Python-style calls ``[name(arg="v", n=1)]`` between tool-call markers.
 
-llama.cpp's "LFM2" and "LFM2.5" handlers (one parser; they differ only in dispatch). The
+llama.cpp's "LFM2" handler; its "LFM2.5" handler (``lfm25.py``) reads replies the same way. The
 reply is ``<|im_start|>assistant\\n`` (the generation prompt), an optional ``<think>`` block
 (read only with reasoning extraction on and a template that has ``<think>``), the content up
 to ``<|tool_call_start|>``, then exactly one ``<|tool_call_start|>[...]<|tool_call_end|>``
@@ -21,11 +21,13 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER_LFM2", "HANDLER_LFM25", "describe"]
+__all__ = ["NAME", "matches", "describe", "reply_format"]
 
-HANDLER_LFM2 = "LFM2"
-HANDLER_LFM25 = "LFM2.5"
+NAME = "LFM2"
+REQUIRED = ("<|tool_list_start|>", "<|tool_list_end|>")
 PREFIX = "<|im_start|>assistant\n"
 CALL_START = "<|tool_call_start|>"
 CALL_END = "<|tool_call_end|>"
@@ -103,22 +105,23 @@ def _section(functions: Sequence[Mapping[str, Any]], parallel: bool) -> peg.Pars
     )
 
 
-def describe(
-    name: str,
-    source: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
-    thinking = reasoning_format != "none" and "<think>" in source
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return reply_format(NAME, request)
+
+
+def reply_format(name: str, request: ReplyRequest) -> ReplyFormat:
+    """The reply format of LFM2 and LFM2.5 (``name``: the handler's)."""
+    thinking = request.reasoning_format != "none" and "<think>" in request.source
     reasoning = THOUGHT if thinking else None
-    functions = tool_functions(tools)
+    functions = tool_functions(request.tools)
     stop = ("<|im_end|>",)
-    if not functions or tool_choice == "none":
+    if not functions or request.tool_choice == "none":
         # a response format makes the content one JSON value
-        value = peg.Tag("content", peg.json_value) if json_schema else None
+        value = peg.Tag("content", peg.json_value) if request.json_schema else None
         return ReplyFormat(
             name,
             PREFIX,
@@ -131,7 +134,7 @@ def describe(
             continuation=CONTINUATION,
         )
     section = CallSection(
-        first=_section(functions, parallel_tool_calls),
+        first=_section(functions, request.parallel_tool_calls),
         next=None,
         required=False,  # the section is not optional anyway: a failed one fails the parse
         commit=CALL_END,

@@ -10,7 +10,7 @@ required arguments in any order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
@@ -18,12 +18,15 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Text
 from ..prefill import Continuation
+from ..request import ReplyRequest
 from ..schema import parameters, value_types
+from . import has_markers
 from ._tagged import arg_name, atomic_tag, optional, tag, tool_name
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Ling 3.0 (Bailing V3)"
+NAME = "Ling 3.0 (Bailing V3)"
+REQUIRED = ("<role>ASSISTANT</role>", "<arg_key>")
 ROLE = "<role>ASSISTANT</role>"
 THINK_START = "<think>"
 THINK_END = "</think>"
@@ -78,27 +81,24 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
     )
 
 
-def describe(
-    generation_prompt: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    continue_final_message: str = "none",
-) -> ReplyFormat:
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
     # the prompt left a thought open: it also ends where a call begins; a continued message
     # leaves it open unless its content is continued
-    last_open = generation_prompt.rfind(THINK_START)
-    think_open = last_open >= 0 and last_open > generation_prompt.rfind(THINK_END)
-    if continue_final_message != "none":
-        think_open = continue_final_message != "content"
+    last_open = request.generation_prompt.rfind(THINK_START)
+    think_open = last_open >= 0 and last_open > request.generation_prompt.rfind(THINK_END)
+    if request.continue_final_message != "none":
+        think_open = request.continue_final_message != "content"
     thought = ReasoningBlock(
         start=THINK_START,
         stops=(THINK_END, CALL_START) if think_open else (THINK_END,),
         closers=((THINK_END, True), (CALL_START, False)),
         space_after_start=False,
         start_may_be_absent=True,
-        body_target="reasoning" if reasoning_format != "none" else "content",
+        body_target="reasoning" if request.reasoning_format != "none" else "content",
     )
     frame: dict[str, Any] = dict(
         space_after_prefix=True,
@@ -106,10 +106,10 @@ def describe(
         space_before_calls=False,
         end_anchor=True,
     )
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
         return ReplyFormat(
-            HANDLER,
+            NAME,
             ROLE,
             thought,
             (ROLE_END,),
@@ -120,14 +120,14 @@ def describe(
     call = peg.Choice(*(_call(f) for f in functions))
     section = CallSection(
         first=call,
-        next=call if parallel_tool_calls else None,
-        required=tool_choice == "required",
+        next=call if request.parallel_tool_calls else None,
+        required=request.tool_choice == "required",
         commit=CALL_END,
         openers=(CALL_START,),
         tool_names=frozenset(str(f["name"]) for f in functions),
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         ROLE,
         thought,
         (CALL_START,),

@@ -8,7 +8,7 @@ fails). String parameters are raw text, or CDATA; other parameters are JSON.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
@@ -16,12 +16,15 @@ from .. import peg
 from ..arguments import tool_functions
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
 from ..schema import parameters
+from . import has_markers
 from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "MiniCPM5"
+NAME = "MiniCPM5"
+REQUIRED = ("Tool usage guidelines:", '<function name="', '<param name="')
 PREFIX = "<|im_start|>assistant\n"
 PARAM_END = "</param>"
 CONTINUATION = Continuation(PREFIX, think_start="<think>\n", think_end="\n</think>\n\n")
@@ -69,17 +72,16 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    reasoning = THOUGHT if reasoning_format != "none" else None
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    reasoning = THOUGHT if request.reasoning_format != "none" else None
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
         return ReplyFormat(
-            HANDLER,
+            NAME,
             PREFIX,
             reasoning,
             None,
@@ -90,7 +92,7 @@ def describe(
     call = peg.Choice(*(_call(f) for f in functions))
     section = CallSection(
         first=call,
-        next=call if parallel_tool_calls else None,
+        next=call if request.parallel_tool_calls else None,
         # at least one call once the content stops at `<function` (tool_choice aside)
         required=True,
         commit="</function>",
@@ -98,7 +100,7 @@ def describe(
         tool_names=frozenset(str(f["name"]) for f in functions),
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         PREFIX,
         reasoning,
         ("<function",),

@@ -12,7 +12,7 @@ follow the block (the parse fails).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import mapper as t
@@ -22,11 +22,14 @@ from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..mapper import CallMapper, MappedCall, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 from ._tagged import arg_name, atomic_tag, function_parameters, may_be_string, tag, tool_name
 
-__all__ = ["HANDLER", "describe", "MiniMaxM3Mapper"]
+__all__ = ["NAME", "matches", "describe", "MiniMaxM3Mapper"]
 
-HANDLER = "MiniMax-M3"
+NAME = "MiniMax-M3"
+REQUIRED = ("]<]minimax[>[", "<tool_call>", "<invoke name=")
 NS = "]<]minimax[>["
 THINK_START = "<mm:think>"
 THINK_END = "</mm:think>"
@@ -219,30 +222,27 @@ class MiniMaxM3Mapper(CallMapper):
 # ---------------------------------------------------------------------------- the format
 
 
-def describe(
-    generation_prompt: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    enable_thinking: bool,
-) -> ReplyFormat:
-    at = generation_prompt.find(THINK_START)
-    prefix = generation_prompt[:at] if at >= 0 else generation_prompt
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    at = request.generation_prompt.find(THINK_START)
+    prefix = request.generation_prompt[:at] if at >= 0 else request.generation_prompt
     reasoning = None
-    if reasoning_format != "none":
+    if request.reasoning_format != "none":
         reasoning = ReasoningBlock(
             start=THINK_START,
             stops=(THINK_END,),
             closers=((THINK_END, True),),
-            space_after_start=enable_thinking,
-            body_target="reasoning" if enable_thinking else "",
+            space_after_start=request.enable_thinking,
+            body_target="reasoning" if request.enable_thinking else "",
             bare=THINK_END,
         )
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
         return ReplyFormat(
-            HANDLER,
+            NAME,
             prefix,
             reasoning,
             None,
@@ -252,7 +252,7 @@ def describe(
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))
     more: list[peg.Parser] = (
-        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if request.parallel_tool_calls else []
     )
     block = peg.Seq(
         peg.Literal(FC_START), peg.Space(), invoke, *more, peg.Space(), peg.Literal(FC_END)
@@ -260,7 +260,7 @@ def describe(
     section = CallSection(
         first=block,
         next=None,
-        required=tool_choice == "required",
+        required=request.tool_choice == "required",
         commit=FC_END,
         openers=(FC_START,),
         tool_names=frozenset(str(f["name"]) for f in functions),
@@ -268,7 +268,7 @@ def describe(
         make_mapper=MiniMaxM3Mapper,
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         prefix,
         reasoning,
         (FC_START,),

@@ -18,10 +18,14 @@ from .. import peg
 from ..arguments import tool_functions, tool_names
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Ministral/Magistral Large 3"
+NAME = "Ministral/Magistral Large 3"
+REQUIRED = ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")
+EXCLUDED = ("[CALL_ID]",)
 CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
 CONTINUATION = Continuation("", think_start="[THINK]", think_end="[/THINK]")
@@ -50,31 +54,29 @@ def _call(functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     return peg.Seq(peg.Literal(CALLS), peg.Choice(*choices))
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
-    reasoning = THOUGHT if reasoning_format != "none" else None
-    if json_schema:
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED, EXCLUDED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    reasoning = THOUGHT if request.reasoning_format != "none" else None
+    if request.json_schema:
         # a response format wins over tools: the JSON fenced in ```json ... ```
         ws = peg.Space()
         fenced = peg.Seq(
             peg.Literal("```json"), ws, peg.Tag("content", peg.json_value), ws, peg.Literal("```")
         )
         return ReplyFormat(
-            HANDLER, "", reasoning, None, content_value=fenced, continuation=CONTINUATION
+            NAME, "", reasoning, None, content_value=fenced, continuation=CONTINUATION
         )
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return ReplyFormat(HANDLER, "", reasoning, None, continuation=CONTINUATION)
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(NAME, "", reasoning, None, continuation=CONTINUATION)
     call = _call(functions)
     section = CallSection(
         first=call,
-        next=call if parallel_tool_calls else None,
-        required=tool_choice == "required",
+        next=call if request.parallel_tool_calls else None,
+        required=request.tool_choice == "required",
         commit="}",
         openers=(CALLS,),
         name_marker=CALLS,
@@ -83,4 +85,4 @@ def describe(
         space_after=False,
         commit_balance=("{", "}", '"'),
     )
-    return ReplyFormat(HANDLER, "", reasoning, (CALLS,), section, continuation=CONTINUATION)
+    return ReplyFormat(NAME, "", reasoning, (CALLS,), section, continuation=CONTINUATION)

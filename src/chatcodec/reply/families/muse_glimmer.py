@@ -10,7 +10,7 @@ follow ``<|eom|>``; the generation prompt is always ``<|start|>assistant``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
@@ -18,11 +18,14 @@ from .. import peg
 from ..arguments import tool_functions, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..prefill import Continuation
+from ..request import ReplyRequest
 from ..schema import ALL_TYPES, parameters, value_types
+from . import has_markers
 
-__all__ = ["HANDLER", "GENERATION_PROMPT", "describe"]
+__all__ = ["NAME", "matches", "GENERATION_PROMPT", "describe"]
 
-HANDLER = "Muse Glimmer"
+NAME = "Muse Glimmer"
+REQUIRED = ("<atem:function_calls>", "<|eom|>")
 GENERATION_PROMPT = "<|start|>assistant"
 EOM = "<|eom|>"
 EOT = "<|eot|>"
@@ -87,19 +90,18 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
     return peg.Tag(t.TOOL, peg.Seq(opener, ws, peg.Tag(t.TOOL_ARGS, body), ws, closer))
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    functions = tool_functions(tools)
-    calls = bool(functions) and tool_choice != "none"
-    extract = reasoning_format != "none"
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    functions = tool_functions(request.tools)
+    calls = bool(functions) and request.tool_choice != "none"
+    extract = request.reasoning_format != "none"
     if not extract and not calls:
         # everything after the generation prompt is content, verbatim
         return ReplyFormat(
-            HANDLER,
+            NAME,
             GENERATION_PROMPT,
             None,
             None,
@@ -123,11 +125,11 @@ def describe(
         states["last"] = FlowState((TextMessage(answer_header, "content", (EOT, EOM), lead=start),))
     else:
         choice = peg.Choice(*(_call(fn) for fn in functions))
-        more = "calls" if parallel_tool_calls else ""
+        more = "calls" if request.parallel_tool_calls else ""
         first = CallMessage(peg.Seq(start, choice), CALLS_CLOSE, then=more)
         following = CallMessage(peg.Seq(peg.Literal(EOM), start, choice), CALLS_CLOSE, then=more)
         answer = TextMessage(answer_header, "content", (EOT, EOM), lead=start, then="after")
-        if tool_choice == "required":
+        if request.tool_choice == "required":
             states["last"] = FlowState((first,))
         else:
             states["last"] = FlowState((first, answer))
@@ -143,7 +145,7 @@ def describe(
         tool_names=tool_names(functions),
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         "",
         None,
         None,

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import peg
 from ..arguments import XmlCallSyntax, tool_functions, tool_names, xml_call_parsers
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
 
-__all__ = ["HANDLER", "matches", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Qwen3-Coder"
+NAME = "Qwen3-Coder"
 PREFIX = "<|im_start|>assistant\n"
 # the prefill: the thought (templates with one), then the content
 CONTINUATION = Continuation(PREFIX, think_start="<think>\n", think_end="\n</think>\n\n")
@@ -45,21 +43,15 @@ def matches(source: str) -> bool:
     )
 
 
-def describe(
-    source: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    thinking = "<think>" in source
+def describe(request: ReplyRequest) -> ReplyFormat:
+    thinking = "<think>" in request.source
     # Qwen3-Coder (no <think> in its template) may open a call with a bare <function=NAME>
     bare_function = not thinking
-    reasoning = THOUGHT if thinking and reasoning_format != "none" else None
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
+    reasoning = THOUGHT if thinking and request.reasoning_format != "none" else None
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
         return ReplyFormat(
-            HANDLER,
+            NAME,
             PREFIX,
             reasoning,
             None,
@@ -76,8 +68,8 @@ def describe(
         starts += [f"{SYNTAX.function_open}{fn['name']}>" for fn in functions]
     section = CallSection(
         first=first,
-        next=call if parallel_tool_calls else None,
-        required=tool_choice == "required",
+        next=call if request.parallel_tool_calls else None,
+        required=request.tool_choice == "required",
         commit=SYNTAX.scope_close,
         openers=("<tool_call>", SYNTAX.function_open),
         name_marker=SYNTAX.function_open,
@@ -85,7 +77,7 @@ def describe(
         tool_names=tool_names(functions),
     )
     return ReplyFormat(
-        HANDLER,
+        NAME,
         PREFIX,
         reasoning,
         tuple(starts),
