@@ -19,8 +19,9 @@ def _corpus_handlers() -> dict[str, str]:
     handlers: dict[str, str] = {}
     for case in corpus_cases():
         if case["llama_cpp"] is not None:
-            assert handlers.setdefault(case["template"], case["llama_cpp"]["handler"]) == (
-                case["llama_cpp"]["handler"]
+            assert (
+                handlers.setdefault(case["template"], case["llama_cpp"]["handler"])
+                == (case["llama_cpp"]["handler"])
             ), case["id"]
     return handlers
 

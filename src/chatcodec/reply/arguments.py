@@ -10,7 +10,14 @@ from . import mapper as t
 from . import peg
 from .schema import parameters, value_types
 
-__all__ = ["XmlCallSyntax", "xml_call_parsers", "tool_functions", "tool_names"]
+__all__ = [
+    "XmlCallSyntax",
+    "xml_call_parsers",
+    "tool_functions",
+    "tool_names",
+    "tool_name",
+    "arg_name",
+]
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,16 @@ def tool_names(functions: Sequence[Mapping[str, Any]]) -> frozenset[str]:
     return frozenset(str(fn["name"]) for fn in functions)
 
 
+def tool_name(name: str) -> peg.Parser:
+    """A declared tool's name, tagged for the mapper once complete."""
+    return peg.atomic_tag(t.TOOL_NAME, peg.Literal(name))
+
+
+def arg_name(name: str) -> peg.Parser:
+    """A declared parameter's name, tagged for the mapper once complete."""
+    return peg.atomic_tag(t.TOOL_ARG_NAME, peg.Literal(name))
+
+
 def _value(types: frozenset[str], arg_close: peg.Parser, arg_string: peg.Parser) -> peg.Parser:
     if "string" not in types:
         return peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), arg_close)
@@ -69,7 +86,7 @@ def _value(types: frozenset[str], arg_close: peg.Parser, arg_string: peg.Parser)
 
 def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     """A choice of one parser per declared function (unknown names never match)."""
-    arg_close = peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Literal(syntax.param_close)))
+    arg_close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(syntax.param_close))
     arg_string = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(syntax.param_close)), arg_close)
     funcs: list[peg.Parser] = []
     for fn in functions:
@@ -77,15 +94,13 @@ def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any
         required: list[peg.Parser] = []
         optional: list[peg.Parser] = []
         for pname, schema, is_required, root in parameters(fn):
-            arg_open = peg.Atomic(
-                peg.Tag(
-                    t.TOOL_ARG_OPEN,
-                    peg.Seq(
-                        peg.Literal(syntax.param_open),
-                        peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(pname))),
-                        peg.Literal(syntax.param_name_end),
-                    ),
-                )
+            arg_open = peg.atomic_tag(
+                t.TOOL_ARG_OPEN,
+                peg.Seq(
+                    peg.Literal(syntax.param_open),
+                    peg.atomic_tag(t.TOOL_ARG_NAME, peg.Literal(pname)),
+                    peg.Literal(syntax.param_name_end),
+                ),
             )
             value = _value(value_types(schema, root), arg_close, arg_string)
             arg = peg.Tag(t.TOOL_ARG, peg.Seq(arg_open, value))
@@ -95,16 +110,14 @@ def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any
         )
         if optional:
             args = peg.Seq(args, peg.Repeat(peg.Choice(*optional)))
-        opener = peg.Atomic(
-            peg.Tag(
-                t.TOOL_OPEN,
-                peg.Seq(
-                    peg.Literal(syntax.function_open),
-                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name))),
-                    peg.Literal(syntax.function_name_end),
-                ),
-            )
+        opener = peg.atomic_tag(
+            t.TOOL_OPEN,
+            peg.Seq(
+                peg.Literal(syntax.function_open),
+                peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)),
+                peg.Literal(syntax.function_name_end),
+            ),
         )
-        closer = peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal(syntax.function_close)))
+        closer = peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(syntax.function_close))
         funcs.append(peg.Tag(t.TOOL, peg.Seq(opener, peg.Tag(t.TOOL_ARGS, args), closer)))
     return peg.Choice(*funcs)

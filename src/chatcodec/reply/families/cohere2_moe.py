@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_name
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
@@ -68,10 +68,10 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
             peg.Choice(
                 peg.Seq(
                     peg.Literal('"'),
-                    peg.Atomic(peg.Tag(t.TOOL_ID, peg.StringBody('"'))),
+                    peg.atomic_tag(t.TOOL_ID, peg.StringBody('"')),
                     peg.Literal('"'),
                 ),
-                peg.Atomic(peg.Tag(t.TOOL_ID, peg.json_number)),
+                peg.atomic_tag(t.TOOL_ID, peg.json_number),
             ),
         )
     )
@@ -80,7 +80,7 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
         peg.Atomic(
             peg.Seq(
                 peg.Literal('"'),
-                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
+                tool_name(str(fn["name"])),
                 peg.Literal('"'),
             )
         ),
@@ -90,15 +90,15 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
     return peg.Tag(
         t.TOOL,
         peg.Seq(
-            peg.Atomic(peg.Tag(t.TOOL_OPEN, peg.Literal("{"))),
+            peg.atomic_tag(t.TOOL_OPEN, peg.Literal("{")),
             ws,
-            peg.Repeat(call_id, 0, 1),
+            peg.optional(call_id),
             comma,
             name,
             comma,
             arguments,
             ws,
-            peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal("}"))),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("}")),
         ),
     )
 
@@ -134,7 +134,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         value = peg.Seq(
             peg.Literal(TEXT_START),
             peg.Tag("content", peg.json_value),
-            peg.Repeat(peg.Literal(TEXT_END), 0, 1),
+            peg.optional(peg.Literal(TEXT_END)),
         )
     functions = tool_functions(request.tools)
     section = None

@@ -17,13 +17,12 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..description import CallSection, NotMarker, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
-from ..schema import parameters
+from ..schema import may_be_string, parameters
 from . import has_markers
-from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
 
 __all__ = ["NAME", "matches", "describe"]
 
@@ -54,16 +53,16 @@ def _invoke(function: Mapping[str, Any]) -> peg.Parser:
             peg.Literal(f'" string="{"true" if is_string else "false"}">'),
         )
         value = (
-            tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END))
+            peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END))
             if is_string
-            else tag(t.TOOL_ARG_VALUE, peg.json_value)
+            else peg.Tag(t.TOOL_ARG_VALUE, peg.json_value)
         )
-        arg = tag(
+        arg: peg.Parser = peg.Tag(
             t.TOOL_ARG,
             peg.Seq(
-                atomic_tag(t.TOOL_ARG_OPEN, opener),
+                peg.atomic_tag(t.TOOL_ARG_OPEN, opener),
                 value,
-                atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END)),
+                peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END)),
             ),
         )
         (required if is_required else optional).append(arg)
@@ -73,13 +72,13 @@ def _invoke(function: Mapping[str, Any]) -> peg.Parser:
     if optional:
         parts.append(peg.Repeat(peg.Seq(peg.Space(), peg.Choice(*optional))))
     opener = peg.Seq(peg.Literal(f'<{DSML}invoke name="'), tool_name(name), peg.Literal('">\n'))
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
             *parts,
             peg.Space(),
-            atomic_tag(t.TOOL_CLOSE, peg.Literal(INVOKE_END)),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(INVOKE_END)),
         ),
     )
 
@@ -145,7 +144,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         required=request.tool_choice == "required",
         commit=fc_end,
         openers=(fc_start,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
         space_after=False,
     )
     return ReplyFormat(

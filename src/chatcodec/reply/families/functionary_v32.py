@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
+from ..arguments import tool_functions, tool_name, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..prefill import Continuation
 from ..request import ReplyRequest
@@ -43,14 +43,12 @@ def describe(request: ReplyRequest) -> ReplyFormat:
                 peg.Tag(
                     t.TOOL,
                     peg.Seq(
-                        peg.Atomic(
-                            peg.Tag(
-                                t.TOOL_OPEN,
-                                peg.Seq(
-                                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
-                                    peg.Literal("\n"),
-                                ),
-                            )
+                        peg.atomic_tag(
+                            t.TOOL_OPEN,
+                            peg.Seq(
+                                tool_name(str(fn["name"])),
+                                peg.Literal("\n"),
+                            ),
                         ),
                         peg.Tag(t.TOOL_ARGS, peg.json_value),
                     ),

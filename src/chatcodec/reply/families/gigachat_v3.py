@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
+from ..arguments import tool_functions, tool_name, tool_names
 from ..description import CallSection, ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
@@ -28,21 +28,19 @@ CONTINUATION = Continuation(PREFIX, content_always=True)
 
 def _call(name: str) -> peg.Parser:
     ws = peg.Space()
-    opener = peg.Atomic(
-        peg.Tag(
-            t.TOOL_OPEN,
-            peg.Seq(
-                peg.Literal("{"),
-                ws,
-                peg.Literal('"name"'),
-                ws,
-                peg.Literal(":"),
-                ws,
-                peg.Literal('"'),
-                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name))),
-                peg.Literal('"'),
-            ),
-        )
+    opener = peg.atomic_tag(
+        t.TOOL_OPEN,
+        peg.Seq(
+            peg.Literal("{"),
+            ws,
+            peg.Literal('"name"'),
+            ws,
+            peg.Literal(":"),
+            ws,
+            peg.Literal('"'),
+            tool_name(name),
+            peg.Literal('"'),
+        ),
     )
     return peg.Seq(
         opener,

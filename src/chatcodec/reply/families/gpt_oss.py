@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
+from ..arguments import tool_functions, tool_name, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..prefill import Continuation
 from ..request import ReplyRequest
@@ -31,34 +31,28 @@ CONTINUATION = Continuation(
 )
 
 
-def _optional(p: peg.Parser) -> peg.Parser:
-    return peg.Repeat(p, 0, 1)
-
-
 def _tool(name: str) -> peg.Parser:
     channel = peg.Seq(
         peg.Literal("<|channel|>"), peg.Choice(peg.Literal("commentary"), peg.Literal("analysis"))
     )
-    recipient = peg.Seq(
-        peg.Literal(" to=functions."), peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name)))
-    )
+    recipient = peg.Seq(peg.Literal(" to=functions."), tool_name(name))
     constraint = _constraint()
     args = peg.Tag(t.TOOL_ARGS, peg.json_value)
     # the recipient in the role header, or in the channel header
     in_role = peg.Seq(recipient, channel, constraint, peg.Literal("<|message|>"))
     in_channel = peg.Seq(channel, recipient, constraint, peg.Literal("<|message|>"))
     return peg.Choice(
-        peg.Tag(t.TOOL, peg.Seq(peg.Atomic(peg.Tag(t.TOOL_OPEN, in_role)), args)),
-        peg.Tag(t.TOOL, peg.Seq(peg.Atomic(peg.Tag(t.TOOL_OPEN, in_channel)), args)),
+        peg.Tag(t.TOOL, peg.Seq(peg.atomic_tag(t.TOOL_OPEN, in_role), args)),
+        peg.Tag(t.TOOL, peg.Seq(peg.atomic_tag(t.TOOL_OPEN, in_channel), args)),
     )
 
 
 def _constraint() -> peg.Parser:
     """`` <|constrain|>json`` (or any type name) after a recipient or a channel."""
-    return _optional(
+    return peg.optional(
         peg.Seq(
             peg.Space(),
-            _optional(peg.Literal("<|constrain|>")),
+            peg.optional(peg.Literal("<|constrain|>")),
             peg.Chars("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", 1, -1),
         )
     )
@@ -72,8 +66,8 @@ def describe(request: ReplyRequest) -> ReplyFormat:
     start = peg.Literal(START)
     end = peg.Literal(END)
     # gpt-oss-20b sometimes opens a message with a stray commentary channel
-    stray = _optional(
-        peg.Seq(peg.Literal("<|channel|>commentary"), _optional(peg.Literal(" to=assistant")))
+    stray = peg.optional(
+        peg.Seq(peg.Literal("<|channel|>commentary"), peg.optional(peg.Literal(" to=assistant")))
     )
     analysis_header = peg.Seq(stray, peg.Literal("<|channel|>analysis<|message|>"))
     if request.reasoning_format != "none":
@@ -100,7 +94,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
     )
     # a call to a builtin tool (to=python, to=container.exec): read, kept nowhere
     unsolicited = TextMessage(
-        peg.Seq(_optional(channel), peg.Literal(" to=")), "", (END,), end, lead=start
+        peg.Seq(peg.optional(channel), peg.Literal(" to=")), "", (END,), end, lead=start
     )
     if request.json_schema:
         # a response format: analysis messages, then the final message holding one JSON value

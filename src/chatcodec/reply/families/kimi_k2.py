@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import tool_functions, tool_name, tool_names
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
-from ._tagged import atomic_tag, optional, tag, tool_name
 
 __all__ = ["NAME", "matches", "describe"]
 
@@ -38,18 +37,18 @@ THOUGHT = ReasoningBlock(
 
 
 def _call(name: str) -> peg.Parser:
-    call_id = atomic_tag(
+    call_id = peg.atomic_tag(
         t.TOOL_ID,
         peg.Seq(
             peg.Literal("functions."), tool_name(name), peg.Literal(":"), peg.Chars("0123456789")
         ),
     )
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, peg.Seq(call_id, peg.Literal(ARGS_BEGIN))),
-            tag(t.TOOL_ARGS, peg.json_value),
-            atomic_tag(t.TOOL_CLOSE, optional(peg.Literal(CALL_END))),
+            peg.atomic_tag(t.TOOL_OPEN, peg.Seq(call_id, peg.Literal(ARGS_BEGIN))),
+            peg.Tag(t.TOOL_ARGS, peg.json_value),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.optional(peg.Literal(CALL_END))),
         ),
     )
 
@@ -78,7 +77,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         required=request.tool_choice == "required",
         commit=CALL_END,
         openers=(CALL_BEGIN,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
         space_after=False,
         # the call's end marker is optional: a call that parses to the end of the text so far
         # may still take it

@@ -15,12 +15,12 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..schema import parameters
 from . import has_markers
-from ._tagged import arg_name, atomic_tag, function_parameters, optional, tag, tool_name
 
 __all__ = ["NAME", "matches", "describe"]
 
@@ -45,38 +45,37 @@ CONTINUATION = Continuation(MSG_START, think_start=THINK_START, think_end=THINK_
 
 def _call(function: Mapping[str, Any]) -> peg.Parser:
     name = str(function["name"])
-    props = function_parameters(function).get("properties")
     args: peg.Parser = peg.Eps()
-    if isinstance(props, Mapping) and props:
-        choices: list[peg.Parser] = []
-        for key, schema in props.items():
-            kind = schema.get("type") if isinstance(schema, Mapping) else None
-            kind = kind if isinstance(kind, str) else "string"
-            value_tag = t.TOOL_ARG_STRING_VALUE if kind == "string" else t.TOOL_ARG_VALUE
-            choices.append(
-                tag(
-                    t.TOOL_ARG,
-                    peg.Seq(
-                        atomic_tag(t.TOOL_ARG_OPEN, peg.Literal(ARG_START)),
-                        arg_name(str(key)),
-                        peg.Literal('"'),
-                        peg.Until(SEP),  # the type="..." attribute: the schema decides
-                        peg.Literal(SEP),
-                        tag(value_tag, peg.Until(ARG_END)),
-                        atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(ARG_END)),
-                    ),
-                )
+    choices: list[peg.Parser] = []
+    for key, schema, _required, _root in parameters(function):
+        kind = schema.get("type") if isinstance(schema, Mapping) else None
+        kind = kind if isinstance(kind, str) else "string"
+        value_tag = t.TOOL_ARG_STRING_VALUE if kind == "string" else t.TOOL_ARG_VALUE
+        choices.append(
+            peg.Tag(
+                t.TOOL_ARG,
+                peg.Seq(
+                    peg.atomic_tag(t.TOOL_ARG_OPEN, peg.Literal(ARG_START)),
+                    arg_name(key),
+                    peg.Literal('"'),
+                    peg.Until(SEP),  # the type="..." attribute: the schema decides
+                    peg.Literal(SEP),
+                    peg.Tag(value_tag, peg.Until(ARG_END)),
+                    peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(ARG_END)),
+                ),
             )
+        )
+    if choices:
         args = peg.Repeat(peg.Choice(*choices))
     opener = peg.Seq(
         peg.Literal(CALL_START), tool_name(name), peg.Literal('"'), peg.Until(SEP), peg.Literal(SEP)
     )
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
-            tag(t.TOOL_ARGS, args),
-            atomic_tag(t.TOOL_CLOSE, peg.Literal(CALL_END)),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
+            peg.Tag(t.TOOL_ARGS, args),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(CALL_END)),
         ),
     )
 
@@ -110,8 +109,8 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         peg.Literal(TOOLS_START),
         peg.Repeat(peg.Choice(*(_call(f) for f in functions)), 1, -1),
         peg.Literal(TOOLS_END),
-        optional(peg.Literal(MSG_END)),
-        optional(peg.Literal(EOM)),
+        peg.optional(peg.Literal(MSG_END)),
+        peg.optional(peg.Literal(EOM)),
     )
     section = CallSection(
         first=block,
@@ -119,7 +118,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         required=request.tool_choice == "required",
         commit=TOOLS_END,
         openers=(TOOLS_START,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
         space_after=False,
         settle=True,
     )

@@ -18,10 +18,11 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import arg_name, tool_functions, tool_name
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..schema import parameters
 from . import has_markers
 
 __all__ = ["NAME", "matches", "describe", "reply_format"]
@@ -40,33 +41,25 @@ THOUGHT = ReasoningBlock(
 )
 
 
-def _properties(fn: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    params = fn.get("parameters")
-    props = params.get("properties") if isinstance(params, Mapping) else None
-    return list(props.items()) if isinstance(props, Mapping) else []
-
-
 def _call(fn: Mapping[str, Any]) -> peg.Parser:
     """``name(`` arguments ``)``: every argument ``name=value``, separated by ``,`` + space."""
     arguments: list[peg.Parser] = []
-    for name, schema in _properties(fn):
+    for name, schema, _required, _root in parameters(fn):
         is_string = isinstance(schema, Mapping) and schema.get("type") == "string"
         value = peg.python_string if is_string else peg.python_or_json_value
         arguments.append(
             peg.Tag(
                 t.TOOL_ARG,
                 peg.Seq(
-                    peg.Atomic(
-                        peg.Tag(
-                            t.TOOL_ARG_OPEN,
-                            peg.Seq(
-                                peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(name))),
-                                peg.Literal("="),
-                            ),
-                        )
+                    peg.atomic_tag(
+                        t.TOOL_ARG_OPEN,
+                        peg.Seq(
+                            arg_name(name),
+                            peg.Literal("="),
+                        ),
                     ),
                     peg.Tag(t.TOOL_ARG_VALUE, value),
-                    peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Eps())),
+                    peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Eps()),
                 ),
             )
         )
@@ -74,15 +67,8 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
     if arguments:
         one = peg.Choice(*arguments)
         args = peg.Seq(one, peg.Repeat(peg.Seq(peg.Literal(","), peg.Space(), one)))
-    opener = peg.Atomic(
-        peg.Tag(
-            t.TOOL_OPEN,
-            peg.Seq(
-                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))), peg.Literal("(")
-            ),
-        )
-    )
-    closer = peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal(")")))
+    opener = peg.atomic_tag(t.TOOL_OPEN, peg.Seq(tool_name(str(fn["name"])), peg.Literal("(")))
+    closer = peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(")"))
     return peg.Tag(
         t.TOOL, peg.Seq(opener, peg.Space(), peg.Tag(t.TOOL_ARGS, args), peg.Space(), closer)
     )

@@ -15,13 +15,12 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Text
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import parameters, value_types
 from . import has_markers
-from ._tagged import arg_name, atomic_tag, optional, tag, tool_name
 
 __all__ = ["NAME", "matches", "describe"]
 
@@ -38,9 +37,9 @@ CONTINUATION = Continuation(ROLE + "\n", think_start=THINK_START, think_end=THIN
 
 
 def _value(types: frozenset[str]) -> peg.Parser:
-    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(VALUE_END))
-    raw = peg.Seq(tag(t.TOOL_ARG_STRING_VALUE, peg.Until(VALUE_END)), close)
-    typed = peg.Seq(tag(t.TOOL_ARG_VALUE, peg.json_value), close)
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(VALUE_END))
+    raw = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(VALUE_END)), close)
+    typed = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
     if "string" not in types:
         return typed
     if types == {"string"}:
@@ -55,12 +54,12 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
     for pname, schema, is_required, root in parameters(function):
         opener = peg.Seq(peg.Literal("<arg_key>"), arg_name(pname), peg.Literal("</arg_key>"))
         arg = peg.Seq(
-            optional(peg.Space()),
-            tag(
+            peg.optional(peg.Space()),
+            peg.Tag(
                 t.TOOL_ARG,
                 peg.Seq(
-                    atomic_tag(t.TOOL_ARG_OPEN, opener),
-                    optional(peg.Space()),
+                    peg.atomic_tag(t.TOOL_ARG_OPEN, opener),
+                    peg.optional(peg.Space()),
                     peg.Literal("<arg_value>"),
                     _value(value_types(schema, root)),
                 ),
@@ -70,13 +69,13 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
     args = peg.permute(required)
     if optionals:
         args = peg.Seq(args, peg.Repeat(peg.Choice(*optionals)))
-    opener = peg.Seq(peg.Literal(CALL_START), tool_name(name), optional(peg.Space()))
-    return tag(
+    opener = peg.Seq(peg.Literal(CALL_START), tool_name(name), peg.optional(peg.Space()))
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
-            tag(t.TOOL_ARGS, args),
-            atomic_tag(t.TOOL_CLOSE, peg.Seq(optional(peg.Space()), peg.Literal(CALL_END))),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
+            peg.Tag(t.TOOL_ARGS, args),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Seq(peg.optional(peg.Space()), peg.Literal(CALL_END))),
         ),
     )
 
@@ -124,7 +123,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         required=request.tool_choice == "required",
         commit=CALL_END,
         openers=(CALL_START,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
     )
     return ReplyFormat(
         NAME,

@@ -13,13 +13,12 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
-from ..schema import parameters
+from ..schema import may_be_string, parameters
 from . import has_markers
-from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
 
 __all__ = ["NAME", "matches", "describe"]
 
@@ -34,40 +33,42 @@ THOUGHT = ReasoningBlock(
 
 
 def _string_value() -> peg.Parser:
-    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
     cdata = peg.Seq(
         peg.Literal("<![CDATA["),
-        tag(t.TOOL_ARG_STRING_VALUE, peg.Until("]]>")),
+        peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until("]]>")),
         peg.Literal("]]>"),
         close,
     )
     raw = peg.Seq(
-        peg.Not(peg.Literal("<![CDATA[")), tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END)), close
+        peg.Not(peg.Literal("<![CDATA[")),
+        peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END)),
+        close,
     )
     return peg.Choice(cdata, raw)
 
 
 def _call(function: Mapping[str, Any]) -> peg.Parser:
     name = str(function["name"])
-    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
     args: list[peg.Parser] = []
     for pname, schema, _required, root in parameters(function):
         if may_be_string(schema, root):
             value = _string_value()
         else:
-            value = peg.Seq(tag(t.TOOL_ARG_VALUE, peg.json_value), close)
+            value = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
         opener = peg.Seq(peg.Literal('<param name="'), arg_name(pname), peg.Literal('">'))
-        args.append(tag(t.TOOL_ARG, peg.Seq(atomic_tag(t.TOOL_ARG_OPEN, opener), value)))
+        args.append(peg.Tag(t.TOOL_ARG, peg.Seq(peg.atomic_tag(t.TOOL_ARG_OPEN, opener), value)))
     body: peg.Parser = peg.Repeat(peg.Seq(peg.Choice(*args), peg.Space())) if args else peg.Eps()
     opener = peg.Seq(peg.Literal('<function name="'), tool_name(name), peg.Literal('">'))
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
             peg.Space(),
-            tag(t.TOOL_ARGS, body),
+            peg.Tag(t.TOOL_ARGS, body),
             peg.Space(),
-            atomic_tag(t.TOOL_CLOSE, peg.Literal("</function>")),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("</function>")),
         ),
     )
 
@@ -97,7 +98,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         required=True,
         commit="</function>",
         openers=("<function",),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
     )
     return ReplyFormat(
         NAME,

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
+from ..arguments import tool_functions, tool_name, tool_names
 from ..description import CallSection, ReasoningBlock, ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
@@ -41,14 +41,12 @@ def _call(functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     """``[TOOL_CALLS]`` and one call: a declared name, ``[ARGS]``, a JSON value (raw)."""
     choices: list[peg.Parser] = []
     for fn in functions:
-        opener = peg.Atomic(
-            peg.Tag(
-                t.TOOL_OPEN,
-                peg.Seq(
-                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
-                    peg.Literal(ARGS),
-                ),
-            )
+        opener = peg.atomic_tag(
+            t.TOOL_OPEN,
+            peg.Seq(
+                tool_name(str(fn["name"])),
+                peg.Literal(ARGS),
+            ),
         )
         choices.append(peg.Seq(opener, peg.Tag(t.TOOL_ARGS, peg.json_value)))
     return peg.Seq(peg.Literal(CALLS), peg.Choice(*choices))

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage
 from ..prefill import Continuation
 from ..request import ReplyRequest
@@ -47,45 +47,41 @@ def _may_be_string(schema: Any, root: Mapping[str, Any]) -> bool:
 
 def _call(fn: Mapping[str, Any]) -> peg.Parser:
     name = str(fn["name"])
-    close = peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_CLOSE)))
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_CLOSE))
     args: list[peg.Parser] = []
     for pname, schema, _required, root in parameters(fn):
         if _may_be_string(schema, root):
             value = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_CLOSE)), close)
         else:
             value = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
-        opener = peg.Atomic(
-            peg.Tag(
-                t.TOOL_ARG_OPEN,
-                peg.Seq(
-                    peg.Literal('<atem:parameter name="'),
-                    peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(pname))),
-                    peg.Literal('">'),
-                ),
-            )
+        opener = peg.atomic_tag(
+            t.TOOL_ARG_OPEN,
+            peg.Seq(
+                peg.Literal('<atem:parameter name="'),
+                arg_name(pname),
+                peg.Literal('">'),
+            ),
         )
         args.append(peg.Tag(t.TOOL_ARG, peg.Seq(opener, value)))
     body: peg.Parser = peg.Eps()
     if args:
         body = peg.Repeat(peg.Seq(peg.Choice(*args), peg.Space()), 0, -1)
     ws = peg.Space()
-    opener = peg.Atomic(
-        peg.Tag(
-            t.TOOL_OPEN,
-            peg.Seq(
-                peg.Literal(" to="),
-                peg.Until("<|message|>"),
-                peg.Literal("<|message|><atem:function_calls>"),
-                ws,
-                peg.Literal('<atem:invoke name="'),
-                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name))),
-                peg.Literal('">'),
-                ws,
-            ),
-        )
+    opener = peg.atomic_tag(
+        t.TOOL_OPEN,
+        peg.Seq(
+            peg.Literal(" to="),
+            peg.Until("<|message|>"),
+            peg.Literal("<|message|><atem:function_calls>"),
+            ws,
+            peg.Literal('<atem:invoke name="'),
+            tool_name(name),
+            peg.Literal('">'),
+            ws,
+        ),
     )
-    closer = peg.Atomic(
-        peg.Tag(t.TOOL_CLOSE, peg.Seq(peg.Literal("</atem:invoke>"), ws, peg.Literal(CALLS_CLOSE)))
+    closer = peg.atomic_tag(
+        t.TOOL_CLOSE, peg.Seq(peg.Literal("</atem:invoke>"), ws, peg.Literal(CALLS_CLOSE))
     )
     return peg.Tag(t.TOOL, peg.Seq(opener, ws, peg.Tag(t.TOOL_ARGS, body), ws, closer))
 
@@ -117,7 +113,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         lead=start,
         then="messages",
     )
-    answer_header = peg.Seq(peg.Repeat(peg.Literal(" to=user"), 0, 1), peg.Literal("<|message|>"))
+    answer_header = peg.Seq(peg.optional(peg.Literal(" to=user")), peg.Literal("<|message|>"))
     states: dict[str, FlowState] = {
         "messages": FlowState((analysis,), otherwise="last", loop=True),
     }

@@ -60,9 +60,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         )
     body = peg.Seq(xml_call_parsers(SYNTAX, functions), peg.Literal(SYNTAX.scope_close))
     call = peg.Seq(peg.Literal(SYNTAX.scope_open), body)
-    first = (
-        peg.Seq(peg.Repeat(peg.Literal(SYNTAX.scope_open), 0, 1), body) if bare_function else call
-    )
+    first = peg.Seq(peg.optional(peg.Literal(SYNTAX.scope_open)), body) if bare_function else call
     starts = ["<tool_call>"]
     if bare_function:
         starts += [f"{SYNTAX.function_open}{fn['name']}>" for fn in functions]
