@@ -25,7 +25,8 @@ class XmlCallSyntax:
     """A call as XML-ish tags with one typed parameter per tag (``<function=f>`` ... style).
 
     String parameters are raw text; other types are JSON read per the tool's schema; a union
-    with string tries JSON first (llama.cpp's typed XML parameters).
+    with string tries JSON first (llama.cpp's typed XML parameters). Required parameters come
+    in any order, then any number of optional ones.
     """
 
     scope_open: str
@@ -36,7 +37,6 @@ class XmlCallSyntax:
     param_open: str
     param_name_end: str
     param_close: str
-    required_any_order: bool = True
 
 
 def tool_functions(tools: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
@@ -105,9 +105,7 @@ def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any
             value = _value(value_types(schema, root), arg_close, arg_string)
             arg = peg.Tag(t.TOOL_ARG, peg.Seq(arg_open, value))
             (required if is_required else optional).append(arg)
-        args: peg.Parser = (
-            peg.permute(required) if syntax.required_any_order else peg.Seq(*required)
-        )
+        args = peg.permute(required)
         if optional:
             args = peg.Seq(args, peg.Repeat(peg.Choice(*optional)))
         opener = peg.atomic_tag(

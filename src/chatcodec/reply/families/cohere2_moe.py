@@ -77,13 +77,7 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
     )
     name = _member(
         "tool_name",
-        peg.Atomic(
-            peg.Seq(
-                peg.Literal('"'),
-                tool_name(str(fn["name"])),
-                peg.Literal('"'),
-            )
-        ),
+        peg.Atomic(peg.Seq(peg.Literal('"'), tool_name(str(fn["name"])), peg.Literal('"'))),
     )
     arguments = _member("parameters", peg.Tag(t.TOOL_ARGS, peg.json_value))
     comma = peg.Seq(ws, peg.Literal(","), ws)

@@ -44,11 +44,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
                     t.TOOL,
                     peg.Seq(
                         peg.atomic_tag(
-                            t.TOOL_OPEN,
-                            peg.Seq(
-                                tool_name(str(fn["name"])),
-                                peg.Literal("\n"),
-                            ),
+                            t.TOOL_OPEN, peg.Seq(tool_name(str(fn["name"])), peg.Literal("\n"))
                         ),
                         peg.Tag(t.TOOL_ARGS, peg.json_value),
                     ),

@@ -109,9 +109,7 @@ def _value_grammar() -> peg.Parser:
     string = peg.Tag(
         GEMMA4_STRING,
         peg.Seq(
-            peg.Literal(QUOTE),
-            peg.Tag(GEMMA4_STRING_CONTENT, peg.Until(QUOTE)),
-            peg.Literal(QUOTE),
+            peg.Literal(QUOTE), peg.Tag(GEMMA4_STRING_CONTENT, peg.Until(QUOTE)), peg.Literal(QUOTE)
         ),
     )
     key = peg.Tag(
@@ -139,8 +137,7 @@ def _value_grammar() -> peg.Parser:
     )
     scalar = peg.Choice(peg.json_number, peg.json_bool, peg.json_null)
     value.target = peg.Tag(
-        GEMMA4_VALUE,
-        peg.Choice(string, mapping, array, peg.Tag(GEMMA4_SCALAR, scalar)),
+        GEMMA4_VALUE, peg.Choice(string, mapping, array, peg.Tag(GEMMA4_SCALAR, scalar))
     )
     return mapping
 
@@ -185,10 +182,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
                     peg.Seq(
                         peg.atomic_tag(
                             t.TOOL_OPEN,
-                            peg.Seq(
-                                tool_name(str(fn["name"])),
-                                peg.Peek(peg.Literal("{")),
-                            ),
+                            peg.Seq(tool_name(str(fn["name"])), peg.Peek(peg.Literal("{"))),
                         ),
                         peg.Tag(t.TOOL_ARGS, dict_grammar),
                     ),

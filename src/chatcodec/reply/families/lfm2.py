@@ -34,10 +34,7 @@ CALL_START = "<|tool_call_start|>"
 CALL_END = "<|tool_call_end|>"
 CONTINUATION = Continuation(PREFIX, think_start="<think>", think_end="</think>")
 THOUGHT = ReasoningBlock(
-    start="<think>",
-    stops=("</think>",),
-    closers=(("</think>", True),),
-    space_after_start=False,
+    start="<think>", stops=("</think>",), closers=(("</think>", True),), space_after_start=False
 )
 
 
@@ -51,13 +48,7 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
             peg.Tag(
                 t.TOOL_ARG,
                 peg.Seq(
-                    peg.atomic_tag(
-                        t.TOOL_ARG_OPEN,
-                        peg.Seq(
-                            arg_name(name),
-                            peg.Literal("="),
-                        ),
-                    ),
+                    peg.atomic_tag(t.TOOL_ARG_OPEN, peg.Seq(arg_name(name), peg.Literal("="))),
                     peg.Tag(t.TOOL_ARG_VALUE, value),
                     peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Eps()),
                 ),

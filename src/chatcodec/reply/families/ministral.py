@@ -30,10 +30,7 @@ CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
 CONTINUATION = Continuation("", think_start="[THINK]", think_end="[/THINK]")
 THOUGHT = ReasoningBlock(
-    start="[THINK]",
-    stops=("[/THINK]",),
-    closers=(("[/THINK]", True),),
-    space_after_start=False,
+    start="[THINK]", stops=("[/THINK]",), closers=(("[/THINK]", True),), space_after_start=False
 )
 
 
@@ -41,13 +38,7 @@ def _call(functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     """``[TOOL_CALLS]`` and one call: a declared name, ``[ARGS]``, a JSON value (raw)."""
     choices: list[peg.Parser] = []
     for fn in functions:
-        opener = peg.atomic_tag(
-            t.TOOL_OPEN,
-            peg.Seq(
-                tool_name(str(fn["name"])),
-                peg.Literal(ARGS),
-            ),
-        )
+        opener = peg.atomic_tag(t.TOOL_OPEN, peg.Seq(tool_name(str(fn["name"])), peg.Literal(ARGS)))
         choices.append(peg.Seq(opener, peg.Tag(t.TOOL_ARGS, peg.json_value)))
     return peg.Seq(peg.Literal(CALLS), peg.Choice(*choices))
 

@@ -22,7 +22,7 @@ from ..request import ReplyRequest
 from ..schema import ALL_TYPES, parameters, value_types
 from . import has_markers
 
-__all__ = ["NAME", "matches", "GENERATION_PROMPT", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
 NAME = "Muse Glimmer"
 REQUIRED = ("<atem:function_calls>", "<|eom|>")
@@ -56,11 +56,7 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
             value = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
         opener = peg.atomic_tag(
             t.TOOL_ARG_OPEN,
-            peg.Seq(
-                peg.Literal('<atem:parameter name="'),
-                arg_name(pname),
-                peg.Literal('">'),
-            ),
+            peg.Seq(peg.Literal('<atem:parameter name="'), arg_name(pname), peg.Literal('">')),
         )
         args.append(peg.Tag(t.TOOL_ARG, peg.Seq(opener, value)))
     body: peg.Parser = peg.Eps()
@@ -114,9 +110,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         then="messages",
     )
     answer_header = peg.Seq(peg.optional(peg.Literal(" to=user")), peg.Literal("<|message|>"))
-    states: dict[str, FlowState] = {
-        "messages": FlowState((analysis,), otherwise="last", loop=True),
-    }
+    states: dict[str, FlowState] = {"messages": FlowState((analysis,), otherwise="last", loop=True)}
     if not calls:
         states["last"] = FlowState((TextMessage(answer_header, "content", (EOT, EOM), lead=start),))
     else:
