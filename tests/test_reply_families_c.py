@@ -12,6 +12,7 @@ import pytest
 from chatcodec import Codec, ReplyError
 from chatcodec.reply import ReplyStream, fold
 from chatcodec.reply.cli import prepare_request
+from chatcodec.reply.request import ReplyRequest
 from chatcodec.reply.select import describe
 from chatcodec.reply.turn import Turn
 
@@ -63,13 +64,15 @@ def test_response_format_vectors() -> None:
     for v in with_schema:
         turn = _turn(v)
         fmt = describe(
-            vector_template(v),
-            turn.generation_prompt,
-            tools=openai_tools(v["tools"]),
-            tool_choice=v["tool_choice"],
-            parallel_tool_calls=v["parallel_tool_calls"],
-            reasoning_format=v["reasoning_format"],
-            json_schema=v["json_schema"],
+            ReplyRequest(
+                vector_template(v),
+                turn.generation_prompt,
+                tools=openai_tools(v["tools"]),
+                tool_choice=v["tool_choice"],
+                parallel_tool_calls=v["parallel_tool_calls"],
+                reasoning_format=v["reasoning_format"],
+                json_schema=v["json_schema"],
+            )
         )
         observed = v["observed_llama_cpp"]
         # a continued message is prefilled into the generation prompt (llama.cpp builds it)
@@ -88,7 +91,10 @@ def test_response_format_content_is_one_json_value() -> None:
     def turn(template: str, tools: Any = None) -> Turn:
         codec = Codec(template_source(template), bos_token="", eos_token="")
         base = codec.prepare([{"role": "user", "content": "JSON?"}], tools=tools)
-        fmt = describe(codec.template.source, base.generation_prompt, tools, json_schema=schema)
+        request = ReplyRequest(
+            codec.template.source, base.generation_prompt, tools, json_schema=schema
+        )
+        fmt = describe(request)
         return replace(base, format=fmt)
 
     mistral = turn("mistralai-Ministral-3-14B-Reasoning-2512.jinja", WEATHER)

@@ -184,6 +184,7 @@ class Codec:
         import secrets
 
         from .reply.prefill import message_content
+        from .reply.request import ReplyRequest
         from .reply.select import describe
         from .reply.turn import Turn
 
@@ -216,16 +217,18 @@ class Codec:
         if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
             parallel_tool_calls = _supports_parallel_tool_calls(template)
         fmt = describe(
-            template.source,
-            generation_prompt,
-            tools=tools,
-            tool_choice=tool_choice,
-            parallel_tool_calls=parallel_tool_calls,
-            reasoning_format=reasoning_format,
-            enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
-            special_tokens=template.special_tokens,
-            json_schema=json_schema,
-            continue_final_message=mode if continuing else "none",
+            ReplyRequest(
+                template.source,
+                generation_prompt,
+                tools=tools,
+                tool_choice=tool_choice,
+                parallel_tool_calls=parallel_tool_calls,
+                reasoning_format=reasoning_format,
+                enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
+                special_tokens=template.special_tokens,
+                json_schema=json_schema,
+                continue_final_message=mode if continuing else "none",
+            )
         )
         if final is not None and continuing:
             reasoning = final.get("reasoning_content")

@@ -2,6 +2,7 @@
 
 from .description import CallSection, ReasoningBlock, ReplyFormat
 from .message import AssistantMessage, Delta, Dropped, ToolCall, ToolCallDelta, fold
+from .request import ReplyRequest
 from .select import describe, handler_for
 from .stream import ReplyStream, parse_reply
 from .turn import Turn
@@ -13,6 +14,7 @@ __all__ = [
     "Dropped",
     "ReasoningBlock",
     "ReplyFormat",
+    "ReplyRequest",
     "ReplyStream",
     "ToolCall",
     "ToolCallDelta",

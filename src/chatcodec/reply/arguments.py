@@ -10,7 +10,14 @@ from . import mapper as t
 from . import peg
 from .schema import parameters, value_types
 
-__all__ = ["XmlCallSyntax", "xml_call_parsers", "tool_functions", "tool_names"]
+__all__ = [
+    "XmlCallSyntax",
+    "xml_call_parsers",
+    "tool_functions",
+    "tool_names",
+    "tool_name",
+    "arg_name",
+]
 
 
 @dataclass(frozen=True)
@@ -18,7 +25,8 @@ class XmlCallSyntax:
     """A call as XML-ish tags with one typed parameter per tag (``<function=f>`` ... style).
 
     String parameters are raw text; other types are JSON read per the tool's schema; a union
-    with string tries JSON first (llama.cpp's typed XML parameters).
+    with string tries JSON first (llama.cpp's typed XML parameters). Required parameters come
+    in any order, then any number of optional ones.
     """
 
     scope_open: str
@@ -29,7 +37,6 @@ class XmlCallSyntax:
     param_open: str
     param_name_end: str
     param_close: str
-    required_any_order: bool = True
 
 
 def tool_functions(tools: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
@@ -45,6 +52,16 @@ def tool_functions(tools: Sequence[Mapping[str, Any]] | None) -> list[Mapping[st
 def tool_names(functions: Sequence[Mapping[str, Any]]) -> frozenset[str]:
     """The names of the tools a reply may call (anything else is an unknown tool)."""
     return frozenset(str(fn["name"]) for fn in functions)
+
+
+def tool_name(name: str) -> peg.Parser:
+    """A declared tool's name, tagged for the mapper once complete."""
+    return peg.atomic_tag(t.TOOL_NAME, peg.Literal(name))
+
+
+def arg_name(name: str) -> peg.Parser:
+    """A declared parameter's name, tagged for the mapper once complete."""
+    return peg.atomic_tag(t.TOOL_ARG_NAME, peg.Literal(name))
 
 
 def _value(types: frozenset[str], arg_close: peg.Parser, arg_string: peg.Parser) -> peg.Parser:
@@ -69,7 +86,7 @@ def _value(types: frozenset[str], arg_close: peg.Parser, arg_string: peg.Parser)
 
 def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     """A choice of one parser per declared function (unknown names never match)."""
-    arg_close = peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Literal(syntax.param_close)))
+    arg_close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(syntax.param_close))
     arg_string = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(syntax.param_close)), arg_close)
     funcs: list[peg.Parser] = []
     for fn in functions:
@@ -77,34 +94,28 @@ def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any
         required: list[peg.Parser] = []
         optional: list[peg.Parser] = []
         for pname, schema, is_required, root in parameters(fn):
-            arg_open = peg.Atomic(
-                peg.Tag(
-                    t.TOOL_ARG_OPEN,
-                    peg.Seq(
-                        peg.Literal(syntax.param_open),
-                        peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(pname))),
-                        peg.Literal(syntax.param_name_end),
-                    ),
-                )
+            arg_open = peg.atomic_tag(
+                t.TOOL_ARG_OPEN,
+                peg.Seq(
+                    peg.Literal(syntax.param_open),
+                    peg.atomic_tag(t.TOOL_ARG_NAME, peg.Literal(pname)),
+                    peg.Literal(syntax.param_name_end),
+                ),
             )
             value = _value(value_types(schema, root), arg_close, arg_string)
             arg = peg.Tag(t.TOOL_ARG, peg.Seq(arg_open, value))
             (required if is_required else optional).append(arg)
-        args: peg.Parser = (
-            peg.permute(required) if syntax.required_any_order else peg.Seq(*required)
-        )
+        args = peg.permute(required)
         if optional:
             args = peg.Seq(args, peg.Repeat(peg.Choice(*optional)))
-        opener = peg.Atomic(
-            peg.Tag(
-                t.TOOL_OPEN,
-                peg.Seq(
-                    peg.Literal(syntax.function_open),
-                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name))),
-                    peg.Literal(syntax.function_name_end),
-                ),
-            )
+        opener = peg.atomic_tag(
+            t.TOOL_OPEN,
+            peg.Seq(
+                peg.Literal(syntax.function_open),
+                peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)),
+                peg.Literal(syntax.function_name_end),
+            ),
         )
-        closer = peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal(syntax.function_close)))
+        closer = peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(syntax.function_close))
         funcs.append(peg.Tag(t.TOOL, peg.Seq(opener, peg.Tag(t.TOOL_ARGS, args), closer)))
     return peg.Choice(*funcs)

@@ -31,6 +31,7 @@ __all__ = [
     "Messages",
     "End",
     "Step",
+    "steps",
     "TextMessage",
     "CallMessage",
     "FlowState",
@@ -209,6 +210,11 @@ Step = (
     | Messages
     | End
 )
+
+
+def steps(*items: Step | None) -> tuple[Step, ...]:
+    """The steps given, in order, without the ones left out (None)."""
+    return tuple(s for s in items if s is not None)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ __all__ = [
     "MappedCall",
     "json_escape_inner",
     "normalize_quotes_to_json",
-    "Gemma4Mapper",
+    "find_node",
 ]
 
 TOOL = "tool"
@@ -140,6 +140,19 @@ def normalize_quotes_to_json(text: str) -> str:
             out.append(c)
         i += 1
     return "".join(out)
+
+
+def find_node(node: Node, tag: str, depth: int = -1) -> Node | None:
+    """The first node tagged ``tag`` below ``node`` (depth first, at most ``depth`` levels
+    down; -1: any)."""
+    for child in node.children:
+        if child.tag == tag:
+            return child
+        if depth != 1:
+            found = find_node(child, tag, depth - 1)
+            if found is not None:
+                return found
+    return None
 
 
 @dataclass
@@ -260,74 +273,3 @@ class CallMapper:
                 if cur.name:
                     self.calls.append(self.pending)
                 self.pending = None
-
-
-# Gemma 4's value nodes (llama.cpp's gemma4-* rules)
-GEMMA4_STRING = "gemma4-string"
-GEMMA4_STRING_CONTENT = "gemma4-string-content"
-GEMMA4_SCALAR = "gemma4-scalar"
-GEMMA4_ARRAY = "gemma4-array"
-GEMMA4_DICT = "gemma4-dict"
-GEMMA4_DICT_KV = "gemma4-dict-kv"
-GEMMA4_DICT_KEY = "gemma4-dict-key"
-GEMMA4_DICT_KEY_NAME = "gemma4-dict-key-name"
-GEMMA4_VALUE = "gemma4-value"
-
-
-def _gemma4_json(node: Node, text: str) -> str:
-    """A Gemma 4 value node as compact JSON; containers and strings stay open while cut short."""
-    if node.end <= node.start:
-        return ""
-    tag = node.tag
-    if tag == GEMMA4_SCALAR:
-        return text[node.start : node.end]
-    if tag == GEMMA4_STRING_CONTENT:
-        return json_escape_inner(text[node.start : node.end])
-    if tag == GEMMA4_DICT_KEY_NAME:
-        return text[node.start : node.end]
-    if tag == GEMMA4_STRING:
-        if not node.children:
-            return '"'
-        return '"' + _gemma4_json(node.children[0], text) + ("" if node.partial else '"')
-    if tag in (GEMMA4_ARRAY, GEMMA4_DICT):
-        inner = ",".join(_gemma4_json(c, text) for c in node.children)
-        close = "]" if tag == GEMMA4_ARRAY else "}"
-        return ("[" if tag == GEMMA4_ARRAY else "{") + inner + ("" if node.partial else close)
-    if tag == GEMMA4_DICT_KEY:
-        name = json_escape_inner(_gemma4_json(node.children[0], text)) if node.children else ""
-        return '"' + name + ("" if node.partial else '":')
-    if tag == GEMMA4_DICT_KV:
-        return "".join(_gemma4_json(c, text) for c in node.children)
-    if tag == GEMMA4_VALUE:
-        return _gemma4_json(node.children[0], text) if node.children else ""
-    return ""
-
-
-def _find(node: Node, tag: str) -> Node | None:
-    for child in node.children:
-        if child.tag == tag:
-            return child
-        found = _find(child, tag)
-        if found is not None:
-            return found
-    return None
-
-
-class Gemma4Mapper(CallMapper):
-    """llama.cpp's PEG_GEMMA4 mapper: a ``tool`` node is a call once its name is complete; its
-    arguments are rebuilt from the value nodes as compact JSON."""
-
-    def visit(self, nodes: Iterable[Node], text: str) -> None:
-        for node in nodes:
-            if node.tag != TOOL:
-                self.visit(node.children, text)
-                continue
-            name = _find(node, TOOL_NAME)
-            args = _find(node, TOOL_ARGS)
-            if name is None or args is None or name.partial:
-                continue
-            arguments = _gemma4_json(args.children[0], text) if args.children else ""
-            self.calls.append(MappedCall(text[name.start : name.end], arguments))
-
-    def flush(self) -> None:
-        return

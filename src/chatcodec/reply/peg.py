@@ -31,6 +31,8 @@ __all__ = [
     "Tag",
     "Atomic",
     "Eps",
+    "optional",
+    "atomic_tag",
     "json_value",
     "json_object",
     "json_array",
@@ -313,6 +315,17 @@ class Atomic(Parser):
         if r.status == NEED_MORE:
             return Result(NEED_MORE, r.end)
         return r
+
+
+def optional(parser: Parser) -> Parser:
+    """Zero or one ``parser`` (llama.cpp's ``optional``)."""
+    return Repeat(parser, 0, 1)
+
+
+def atomic_tag(tag: str, parser: Parser) -> Parser:
+    """A node for what ``parser`` matched, only once complete (llama.cpp's atomic tags:
+    ``tool_open``, ``tool_name``, ``tool_arg_close``, ...)."""
+    return Atomic(Tag(tag, parser))
 
 
 class _Ref(Parser):

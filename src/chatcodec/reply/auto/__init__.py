@@ -7,19 +7,22 @@ llama.cpp's analysis throws, the request fails the same way (:class:`~chatcodec.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
 
 from ...errors import ReplyError
 from ...template.compat import LlamaCompatTemplate
 from ..description import ReplyFormat
 from ..prefill import Continuation
+from ..request import ReplyRequest
 from .analysis import Analysis, AnalysisFailed, analyze
 from .build import HANDLER, build_format
 
-__all__ = ["HANDLER", "Analysis", "analysis_for", "describe"]
+__all__ = ["NAME", "HANDLER", "Analysis", "analysis_for", "matches", "describe"]
+
+# llama.cpp's name for the handler; the formats it builds are named HANDLER ("auto")
+NAME = "autoparser"
 
 
 @lru_cache(maxsize=128)
@@ -46,25 +49,21 @@ def analysis_for(source: str, special_tokens: Mapping[str, str] | None = None) -
     return found
 
 
-def describe(
-    source: str,
-    generation_prompt: str,
-    tools: Sequence[Mapping[str, Any]] | None = None,
-    tool_choice: str = "auto",
-    parallel_tool_calls: bool = True,
-    reasoning_format: str = "deepseek",
-    special_tokens: Mapping[str, str] | None = None,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
-    analysis = analysis_for(source, special_tokens)
+def matches(source: str) -> bool:
+    """Every template: llama.cpp falls back to the auto parser (the last in its dispatch)."""
+    return True
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    analysis = analysis_for(request.source, request.special_tokens)
     fmt = build_format(
         analysis,
-        generation_prompt,
-        tools,
-        tool_choice,
-        parallel_tool_calls,
-        reasoning_format,
-        json_schema,
+        request.generation_prompt,
+        request.tools,
+        request.tool_choice,
+        request.parallel_tool_calls,
+        request.reasoning_format,
+        request.json_schema,
     )
     return replace(fmt, continuation=continuation(analysis))
 

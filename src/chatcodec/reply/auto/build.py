@@ -50,14 +50,6 @@ def _seq(*parts: peg.Parser) -> peg.Parser:
     return kept[0] if len(kept) == 1 else peg.Seq(*kept)
 
 
-def _opt(p: peg.Parser) -> peg.Parser:
-    return peg.Repeat(p, 0, 1)
-
-
-def _atomic_tag(tag: str, p: peg.Parser) -> peg.Parser:
-    return peg.Atomic(peg.Tag(tag, p))
-
-
 def _split_space(tag: str) -> tuple[str, str, str]:
     """optspace: (leading whitespace, core, trailing whitespace)."""
     core = tag.strip(_SPACE)
@@ -80,8 +72,8 @@ def _prefix(generation_prompt: str, delimiter: str) -> str:
 
 def _id_value() -> peg.Parser:
     return peg.Choice(
-        peg.Seq(peg.Literal('"'), _atomic_tag(t.TOOL_ID, peg.StringBody('"')), peg.Literal('"')),
-        _atomic_tag(t.TOOL_ID, peg.json_number),
+        peg.Seq(peg.Literal('"'), peg.atomic_tag(t.TOOL_ID, peg.StringBody('"')), peg.Literal('"')),
+        peg.atomic_tag(t.TOOL_ID, peg.json_number),
     )
 
 
@@ -97,16 +89,20 @@ def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser
     name_p = peg.Seq(
         _key(name_key),
         peg.Atomic(
-            peg.Seq(peg.Literal('"'), _atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"'))
+            peg.Seq(
+                peg.Literal('"'), peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"')
+            )
         ),
     )
     args_p = peg.Seq(_key(args_key), peg.Tag(t.TOOL_ARGS, peg.json_value))
     pairs: list[tuple[peg.Parser, str]] = [(name_p, name_key), (args_p, args_key)]
     if tl.id_field:
-        pairs.append((_opt(peg.Atomic(peg.Seq(_key(tl.id_field), _id_value()))), tl.id_field))
+        pairs.append(
+            (peg.optional(peg.Atomic(peg.Seq(_key(tl.id_field), _id_value()))), tl.id_field)
+        )
     if tl.gen_id_field:
         pairs.append(
-            (_opt(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value()))), tl.gen_id_field)
+            (peg.optional(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value()))), tl.gen_id_field)
         )
     order = tl.parameter_order
 
@@ -114,10 +110,10 @@ def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser
         return order.index(key) if key in order else len(order)
 
     pairs.sort(key=lambda pair: rank(pair[1]))
-    parts: list[peg.Parser] = [_atomic_tag(t.TOOL_OPEN, peg.Literal("{")), peg.Space()]
+    parts: list[peg.Parser] = [peg.atomic_tag(t.TOOL_OPEN, peg.Literal("{")), peg.Space()]
     if tl.openai_wrapper:
         parts.append(
-            _opt(
+            peg.optional(
                 peg.Seq(
                     _key("type"),
                     peg.Literal('"function"'),
@@ -131,7 +127,7 @@ def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser
         parts.append(p)
         if i < len(pairs) - 1:
             parts.append(_comma())
-    parts += [peg.Space(), _atomic_tag(t.TOOL_CLOSE, peg.Literal("}"))]
+    parts += [peg.Space(), peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("}"))]
     return peg.Tag(t.TOOL, peg.Seq(*parts))
 
 
@@ -146,7 +142,9 @@ def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Pars
         peg.Space(),
         _key(nested_name),
         peg.Atomic(
-            peg.Seq(peg.Literal('"'), _atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"'))
+            peg.Seq(
+                peg.Literal('"'), peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"')
+            )
         ),
         _comma(),
         _key(nested_args),
@@ -154,26 +152,26 @@ def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Pars
         peg.Space(),
         peg.Literal("}"),
     )
-    parts: list[peg.Parser] = [_atomic_tag(t.TOOL_OPEN, peg.Literal("{")), peg.Space()]
+    parts: list[peg.Parser] = [peg.atomic_tag(t.TOOL_OPEN, peg.Literal("{")), peg.Space()]
     if tl.id_field and "." not in tl.id_field:
         idp = peg.Atomic(
             peg.Seq(
                 _key(tl.id_field),
                 peg.Literal('"'),
-                _atomic_tag(t.TOOL_ID, peg.StringBody('"')),
+                peg.atomic_tag(t.TOOL_ID, peg.StringBody('"')),
                 peg.Literal('"'),
             )
         )
-        parts.append(_opt(peg.Seq(idp, _comma())))
+        parts.append(peg.optional(peg.Seq(idp, _comma())))
     if tl.gen_id_field and "." not in tl.gen_id_field:
         parts.append(
-            _opt(peg.Seq(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value())), _comma()))
+            peg.optional(peg.Seq(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value())), _comma()))
         )
     parts += [
         _key(nested_prefix),
         inner,
         peg.Space(),
-        _atomic_tag(t.TOOL_CLOSE, peg.Literal("}")),
+        peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("}")),
     ]
     return peg.Tag(t.TOOL, peg.Seq(*parts))
 
@@ -185,14 +183,22 @@ def _json_name_is_key(tl: Tools, name: str) -> peg.Parser:
             peg.Seq(
                 _key(tl.id_field),
                 peg.Literal('"'),
-                _atomic_tag(t.TOOL_ID, peg.StringBody('"')),
+                peg.atomic_tag(t.TOOL_ID, peg.StringBody('"')),
                 peg.Literal('"'),
             )
         )
-        fields.append(_opt(peg.Seq(idp, peg.Space(), _opt(peg.Seq(peg.Literal(","), peg.Space())))))
+        fields.append(
+            peg.optional(
+                peg.Seq(idp, peg.Space(), peg.optional(peg.Seq(peg.Literal(","), peg.Space())))
+            )
+        )
     if tl.gen_id_field:
         gid = peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value()))
-        fields.append(_opt(peg.Seq(gid, peg.Space(), _opt(peg.Seq(peg.Literal(","), peg.Space())))))
+        fields.append(
+            peg.optional(
+                peg.Seq(gid, peg.Space(), peg.optional(peg.Seq(peg.Literal(","), peg.Space())))
+            )
+        )
     args_key = tl.args_field
     if not args_key:
         args: peg.Parser = peg.Tag(t.TOOL_ARGS, peg.json_value)
@@ -212,17 +218,17 @@ def _json_name_is_key(tl: Tools, name: str) -> peg.Parser:
     return peg.Tag(
         t.TOOL,
         peg.Seq(
-            _atomic_tag(t.TOOL_OPEN, peg.Literal("{")),
+            peg.atomic_tag(t.TOOL_OPEN, peg.Literal("{")),
             peg.Space(),
             peg.Literal('"'),
-            _atomic_tag(t.TOOL_NAME, peg.Literal(name)),
+            peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)),
             peg.Literal('"'),
             peg.Space(),
             peg.Literal(":"),
             peg.Space(),
             inner,
             peg.Space(),
-            _atomic_tag(t.TOOL_CLOSE, peg.Literal("}")),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("}")),
         ),
     )
 
@@ -269,10 +275,12 @@ def _func(
     args: peg.Parser,
     atomic_peek: peg.Parser | None,
 ) -> peg.Parser:
-    opener: peg.Parser = _atomic_tag(
+    opener: peg.Parser = peg.atomic_tag(
         t.TOOL_OPEN,
         _seq(
-            _lit(tl.name_prefix), _atomic_tag(t.TOOL_NAME, peg.Literal(name)), _lit(tl.name_suffix)
+            _lit(tl.name_prefix),
+            peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)),
+            _lit(tl.name_suffix),
         ),
     )
     if tl.args_separator:
@@ -288,14 +296,14 @@ def _func(
         func = _seq(opener, call_id, peg.Space(), args)
         matched_atomic = False
     if tl.close:
-        func = peg.Seq(func, peg.Space(), _atomic_tag(t.TOOL_CLOSE, peg.Literal(tl.close)))
+        func = peg.Seq(func, peg.Space(), peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(tl.close)))
     elif tl.per_call_end:
         look: peg.Parser = peg.Literal(tl.per_call_end)
         if tl.tolerate_intertag_whitespace:
             look = peg.Seq(peg.Space(), look)
-        func = peg.Seq(func, _atomic_tag(t.TOOL_CLOSE, peg.Peek(look)))
+        func = peg.Seq(func, peg.atomic_tag(t.TOOL_CLOSE, peg.Peek(look)))
     else:
-        func = peg.Seq(func, _atomic_tag(t.TOOL_CLOSE, peg.Space()))
+        func = peg.Seq(func, peg.atomic_tag(t.TOOL_CLOSE, peg.Space()))
     return func if matched_atomic else peg.Atomic(func)
 
 
@@ -303,12 +311,16 @@ def _call_id_section(tl: Tools, tagged: bool) -> tuple[peg.Parser, bool]:
     if tl.id_pos != ID_BETWEEN or not tl.id_prefix or not (tl.id_suffix or tl.args_start):
         return peg.Eps(), False
     if tl.id_suffix:
-        ident = _atomic_tag(t.TOOL_ID, peg.Until(tl.id_suffix))
+        ident = peg.atomic_tag(t.TOOL_ID, peg.Until(tl.id_suffix))
         if tagged:
-            return _opt(_seq(peg.Literal(tl.id_prefix), ident, peg.Literal(tl.id_suffix))), True
-        return _seq(_opt(_seq(peg.Literal(tl.id_prefix), ident)), peg.Literal(tl.id_suffix)), True
-    ident = _atomic_tag(t.TOOL_ID, peg.Until(tl.args_start))
-    return _opt(_seq(peg.Literal(tl.id_prefix), ident)), True
+            return peg.optional(
+                _seq(peg.Literal(tl.id_prefix), ident, peg.Literal(tl.id_suffix))
+            ), True
+        return _seq(
+            peg.optional(_seq(peg.Literal(tl.id_prefix), ident)), peg.Literal(tl.id_suffix)
+        ), True
+    ident = peg.atomic_tag(t.TOOL_ID, peg.Until(tl.args_start))
+    return peg.optional(_seq(peg.Literal(tl.id_prefix), ident)), True
 
 
 def _tag_json_choice(tl: Tools, functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
@@ -324,17 +336,17 @@ def _tag_json_choice(tl: Tools, functions: Sequence[Mapping[str, Any]]) -> peg.P
 
 def _tag_tagged_choice(tl: Tools, functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     until_suffix = peg.Until(tl.arg_value_suffix) if tl.arg_value_suffix else peg.Until()
-    close = _atomic_tag(t.TOOL_ARG_CLOSE, _lit(tl.arg_value_suffix))
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, _lit(tl.arg_value_suffix))
     alternatives: list[peg.Parser] = []
     for fn in functions:
         required: list[peg.Parser] = []
         optional: list[peg.Parser] = []
         for pname, schema, is_required, root in parameters(fn):
-            opener = _atomic_tag(
+            opener = peg.atomic_tag(
                 t.TOOL_ARG_OPEN,
                 _seq(
                     _lit(tl.arg_name_prefix),
-                    _atomic_tag(t.TOOL_ARG_NAME, peg.Literal(pname)),
+                    peg.atomic_tag(t.TOOL_ARG_NAME, peg.Literal(pname)),
                     _lit(tl.arg_name_suffix),
                 ),
             )

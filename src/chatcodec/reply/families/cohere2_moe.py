@@ -22,13 +22,28 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
+from ..arguments import tool_functions, tool_name
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    ContentValue,
+    End,
+    Expect,
+    Marker,
+    ReasoningBlock,
+    ReplyFormat,
+    Thought,
+    steps,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Cohere2 MoE"
+NAME = "Cohere2 MoE"
+REQUIRED = ("<|START_TEXT|>", "<|START_ACTION|>")
 PREFIX = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
 THINK_START = "<|START_THINKING|>"
 THINK_END = "<|END_THINKING|>"
@@ -65,37 +80,31 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
             peg.Choice(
                 peg.Seq(
                     peg.Literal('"'),
-                    peg.Atomic(peg.Tag(t.TOOL_ID, peg.StringBody('"'))),
+                    peg.atomic_tag(t.TOOL_ID, peg.StringBody('"')),
                     peg.Literal('"'),
                 ),
-                peg.Atomic(peg.Tag(t.TOOL_ID, peg.json_number)),
+                peg.atomic_tag(t.TOOL_ID, peg.json_number),
             ),
         )
     )
     name = _member(
         "tool_name",
-        peg.Atomic(
-            peg.Seq(
-                peg.Literal('"'),
-                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
-                peg.Literal('"'),
-            )
-        ),
+        peg.Atomic(peg.Seq(peg.Literal('"'), tool_name(str(fn["name"])), peg.Literal('"'))),
     )
     arguments = _member("parameters", peg.Tag(t.TOOL_ARGS, peg.json_value))
     comma = peg.Seq(ws, peg.Literal(","), ws)
     return peg.Tag(
         t.TOOL,
         peg.Seq(
-            peg.Atomic(peg.Tag(t.TOOL_OPEN, peg.Literal("{"))),
+            peg.atomic_tag(t.TOOL_OPEN, peg.Literal("{")),
             ws,
-            peg.Repeat(call_id, 0, 1),
+            peg.optional(call_id),
             comma,
             name,
             comma,
             arguments,
             ws,
-            peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal("}"))),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("}")),
         ),
     )
 
@@ -119,47 +128,43 @@ def _actions(functions: Sequence[Mapping[str, Any]], parallel: bool) -> peg.Pars
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
-    reasoning = _thought(inline=reasoning_format == "none")
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    reasoning = _thought(inline=request.reasoning_format == "none")
     value = None
-    if json_schema:
+    if request.json_schema:
         # a response format makes the text block one JSON value
         value = peg.Seq(
             peg.Literal(TEXT_START),
             peg.Tag("content", peg.json_value),
-            peg.Repeat(peg.Literal(TEXT_END), 0, 1),
+            peg.optional(peg.Literal(TEXT_END)),
         )
-    functions = tool_functions(tools)
+    functions = tool_functions(request.tools)
     section = None
-    if functions and tool_choice != "none":
+    if functions and request.tool_choice != "none":
         section = CallSection(
-            first=_actions(functions, parallel_tool_calls),
+            first=_actions(functions, request.parallel_tool_calls),
             next=None,
-            required=tool_choice == "required",
+            required=request.tool_choice == "required",
             commit=ACTION_END,
             openers=(ACTION_START,),
             space_after=False,
         )
-    return legacy_format(
-        HANDLER,
-        PREFIX,
-        reasoning,
-        (TEXT_END,),
-        section,
-        space_before_content=False,
-        space_before_calls=False,
-        end_anchor=True,
+    content = (
+        ContentValue(value) if value is not None else Content((TEXT_END,), TEXT_START, TEXT_END)
+    )
+    return ReplyFormat(
+        NAME,
+        steps(
+            Expect(PREFIX),
+            Thought(reasoning),
+            Calls(section, otherwise=(content,)) if section is not None else content,
+            Marker(TURN_END),
+            End(),
+        ),
         stop=(TURN_END,),
-        content_start=TEXT_START,
-        content_end=TEXT_END,
-        calls_or_content=True,
-        end_marker=TURN_END,
-        content_value=value,
         continuation=CONTINUATION,
     )

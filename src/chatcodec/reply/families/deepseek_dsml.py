@@ -12,20 +12,34 @@ fails, as in llama.cpp (the prompt's ``<think>`` meets the content's guard).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
-from ..description import CallSection, NotMarker, ReasoningBlock, ReplyFormat, legacy_format
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    End,
+    Expect,
+    NotMarker,
+    ReasoningBlock,
+    ReplyFormat,
+    Thought,
+    Whitespace,
+    steps,
+)
 from ..prefill import Continuation
-from ..schema import parameters
-from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
+from ..request import ReplyRequest
+from ..schema import may_be_string, parameters
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "DeepSeek V3.2/V4"
+NAME = "DeepSeek V3.2/V4"
+REQUIRED = ("dsml_token", "DSML")
 PREFIX = "<｜Assistant｜>"
 DSML = "｜DSML｜"
 THINK_START = "<think>"
@@ -51,16 +65,16 @@ def _invoke(function: Mapping[str, Any]) -> peg.Parser:
             peg.Literal(f'" string="{"true" if is_string else "false"}">'),
         )
         value = (
-            tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END))
+            peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END))
             if is_string
-            else tag(t.TOOL_ARG_VALUE, peg.json_value)
+            else peg.Tag(t.TOOL_ARG_VALUE, peg.json_value)
         )
-        arg = tag(
+        arg: peg.Parser = peg.Tag(
             t.TOOL_ARG,
             peg.Seq(
-                atomic_tag(t.TOOL_ARG_OPEN, opener),
+                peg.atomic_tag(t.TOOL_ARG_OPEN, opener),
                 value,
-                atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END)),
+                peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END)),
             ),
         )
         (required if is_required else optional).append(arg)
@@ -70,33 +84,31 @@ def _invoke(function: Mapping[str, Any]) -> peg.Parser:
     if optional:
         parts.append(peg.Repeat(peg.Seq(peg.Space(), peg.Choice(*optional))))
     opener = peg.Seq(peg.Literal(f'<{DSML}invoke name="'), tool_name(name), peg.Literal('">\n'))
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
             *parts,
             peg.Space(),
-            atomic_tag(t.TOOL_CLOSE, peg.Literal(INVOKE_END)),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(INVOKE_END)),
         ),
     )
 
 
-def describe(
-    source: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    enable_thinking: bool,
-) -> ReplyFormat:
-    is_v4 = "function_calls" not in source
+def matches(source: str) -> bool:
+    # llama.cpp also asks for the call block's name (V3.2's or V4's)
+    return has_markers(source, REQUIRED) and ("function_calls" in source or "tool_calls" in source)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    is_v4 = "function_calls" not in request.source
     block_name = "tool_calls" if is_v4 else "function_calls"
     fc_start = f"<{DSML}{block_name}>"
     fc_end = f"</{DSML}{block_name}>"
-    functions = tool_functions(tools)
-    has_calls = bool(functions) and tool_choice != "none"
+    functions = tool_functions(request.tools)
+    has_calls = bool(functions) and request.tool_choice != "none"
     reasoning: ReasoningBlock | None = None
-    if reasoning_format != "none" and enable_thinking:
+    if request.reasoning_format != "none" and request.enable_thinking:
         call_stops = ("\n\n" + fc_start, fc_start) if has_calls else ()
         reasoning = ReasoningBlock(
             start=THINK_START,
@@ -105,7 +117,7 @@ def describe(
             space_after_start=False,
             call_stops=call_stops,
         )
-    elif reasoning_format != "none":
+    elif request.reasoning_format != "none":
         # the prompt's pre-closed thought: a bare </think> (V4) or an empty pair (V3.2)
         reasoning = ReasoningBlock(
             start=THINK_END if is_v4 else THINK_START,
@@ -115,18 +127,14 @@ def describe(
             body_target="",
         )
     if not has_calls:
-        return legacy_format(
-            HANDLER,
-            PREFIX,
-            reasoning,
-            None,
-            space_before_content=False,
-            end_anchor=True,
+        return ReplyFormat(
+            NAME,
+            steps(Expect(PREFIX), Thought(reasoning) if reasoning else None, Content(None), End()),
             continuation=CONTINUATION_V4 if is_v4 else CONTINUATION,
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))
     more: list[peg.Parser] = (
-        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if request.parallel_tool_calls else []
     )
     # the leading space: calls that begin inside a thought follow its `\n\n`
     block = peg.Seq(
@@ -141,20 +149,22 @@ def describe(
     section = CallSection(
         first=block,
         next=None,
-        required=tool_choice == "required",
+        required=request.tool_choice == "required",
         commit=fc_end,
         openers=(fc_start,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
         space_after=False,
     )
-    return legacy_format(
-        HANDLER,
-        PREFIX,
-        reasoning,
-        ("\n\n" + fc_start, fc_start),
-        section,
-        space_before_content=False,
-        end_anchor=True,
-        before_content=(NotMarker(THINK_START),),
+    return ReplyFormat(
+        NAME,
+        steps(
+            Expect(PREFIX),
+            Thought(reasoning) if reasoning else None,
+            NotMarker(THINK_START),
+            Content(("\n\n" + fc_start, fc_start)),
+            Whitespace(),
+            Calls(section),
+            End(),
+        ),
         continuation=CONTINUATION_V4 if is_v4 else CONTINUATION,
     )

@@ -9,33 +9,41 @@ call reads as content, markup included (its fallback alternative); text after th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
-from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage, legacy_format
+from ..arguments import tool_functions, tool_name, tool_names
+from ..description import (
+    CallMessage,
+    Expect,
+    Flow,
+    FlowState,
+    Messages,
+    ReplyFormat,
+    TextMessage,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Functionary v3.2"
+NAME = "Functionary v3.2"
+REQUIRED = (">>>all", ">>>${recipient}")
 PREFIX = "<|start_header_id|>assistant<|end_header_id|>\n\n>>>"
 # the prefill continues the content message, whatever is continued
 CONTINUATION = Continuation(PREFIX + "all\n", content_always=True)
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-) -> ReplyFormat:
-    functions = tool_functions(tools)
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    functions = tool_functions(request.tools)
     all_header = peg.Literal("all\n")
     rest = TextMessage(all_header, "content", (), then="$")
     states: dict[str, FlowState]
-    if not functions or tool_choice == "none":
+    if not functions or request.tool_choice == "none":
         states = {"first": FlowState((rest,))}
     else:
         choice = peg.Choice(
@@ -43,14 +51,8 @@ def describe(
                 peg.Tag(
                     t.TOOL,
                     peg.Seq(
-                        peg.Atomic(
-                            peg.Tag(
-                                t.TOOL_OPEN,
-                                peg.Seq(
-                                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
-                                    peg.Literal("\n"),
-                                ),
-                            )
+                        peg.atomic_tag(
+                            t.TOOL_OPEN, peg.Seq(tool_name(str(fn["name"])), peg.Literal("\n"))
                         ),
                         peg.Tag(t.TOOL_ARGS, peg.json_value),
                     ),
@@ -58,8 +60,8 @@ def describe(
                 for fn in functions
             )
         )
-        more = "calls" if parallel_tool_calls else "$"
-        required = tool_choice == "required"
+        more = "calls" if request.parallel_tool_calls else "$"
+        required = request.tool_choice == "required"
         content_until_call = TextMessage(all_header, "content", (">>>",), then="content_calls")
         states = {
             "first": FlowState((content_until_call, CallMessage(choice, then=more))),
@@ -78,13 +80,9 @@ def describe(
         name_marker_end="\n",
         tool_names=tool_names(functions),
     )
-    return legacy_format(
-        HANDLER,
-        PREFIX,
-        None,
-        None,
-        space_before_content=False,
-        flow=flow,
+    return ReplyFormat(
+        NAME,
+        (Expect(PREFIX), Messages(flow)),
         stop=("<|eot_id|>",),
         continuation=CONTINUATION,
     )

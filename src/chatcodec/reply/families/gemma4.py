@@ -10,19 +10,29 @@ the calls is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
-from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage, legacy_format
-from ..mapper import Gemma4Mapper
+from ..arguments import tool_functions, tool_name, tool_names
+from ..description import (
+    CallMessage,
+    Flow,
+    FlowState,
+    Messages,
+    ReplyFormat,
+    TextMessage,
+)
+from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
+from ..peg import Node
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe", "Gemma4Mapper"]
 
-HANDLER = "Gemma4 (inferred from format)"
+NAME = "Gemma4 (inferred from format)"
+REQUIRED = ("'<|tool_call>call:'",)
 TURN = "<|turn>model\n"
 CHANNEL = "<|channel>"
 CHANNEL_END = "<channel|>"
@@ -35,26 +45,88 @@ CONTINUATION = Continuation(
 )
 
 
+# Gemma 4's value nodes (llama.cpp's gemma4-* rules)
+GEMMA4_STRING = "gemma4-string"
+GEMMA4_STRING_CONTENT = "gemma4-string-content"
+GEMMA4_SCALAR = "gemma4-scalar"
+GEMMA4_ARRAY = "gemma4-array"
+GEMMA4_DICT = "gemma4-dict"
+GEMMA4_DICT_KV = "gemma4-dict-kv"
+GEMMA4_DICT_KEY = "gemma4-dict-key"
+GEMMA4_DICT_KEY_NAME = "gemma4-dict-key-name"
+GEMMA4_VALUE = "gemma4-value"
+
+
+def _gemma4_json(node: Node, text: str) -> str:
+    """A Gemma 4 value node as compact JSON; containers and strings stay open while cut short."""
+    if node.end <= node.start:
+        return ""
+    tag = node.tag
+    if tag == GEMMA4_SCALAR:
+        return text[node.start : node.end]
+    if tag == GEMMA4_STRING_CONTENT:
+        return json_escape_inner(text[node.start : node.end])
+    if tag == GEMMA4_DICT_KEY_NAME:
+        return text[node.start : node.end]
+    if tag == GEMMA4_STRING:
+        if not node.children:
+            return '"'
+        return '"' + _gemma4_json(node.children[0], text) + ("" if node.partial else '"')
+    if tag in (GEMMA4_ARRAY, GEMMA4_DICT):
+        inner = ",".join(_gemma4_json(c, text) for c in node.children)
+        close = "]" if tag == GEMMA4_ARRAY else "}"
+        return ("[" if tag == GEMMA4_ARRAY else "{") + inner + ("" if node.partial else close)
+    if tag == GEMMA4_DICT_KEY:
+        name = json_escape_inner(_gemma4_json(node.children[0], text)) if node.children else ""
+        return '"' + name + ("" if node.partial else '":')
+    if tag == GEMMA4_DICT_KV:
+        return "".join(_gemma4_json(c, text) for c in node.children)
+    if tag == GEMMA4_VALUE:
+        return _gemma4_json(node.children[0], text) if node.children else ""
+    return ""
+
+
+class Gemma4Mapper(CallMapper):
+    """llama.cpp's PEG_GEMMA4 mapper: a ``tool`` node is a call once its name is complete; its
+    arguments are rebuilt from the value nodes as compact JSON.
+
+    Its own mapper because the generic one builds flat ``{"name": value}`` objects only, while
+    Gemma 4 nests dicts and arrays whose JSON closes only where their node is complete."""
+
+    def visit(self, nodes: Iterable[Node], text: str) -> None:
+        for node in nodes:
+            if node.tag != t.TOOL:
+                self.visit(node.children, text)
+                continue
+            name = find_node(node, t.TOOL_NAME)
+            args = find_node(node, t.TOOL_ARGS)
+            if name is None or args is None or name.partial:
+                continue
+            arguments = _gemma4_json(args.children[0], text) if args.children else ""
+            self.calls.append(MappedCall(text[name.start : name.end], arguments))
+
+    def flush(self) -> None:
+        return
+
+
 def _value_grammar() -> peg.Parser:
     """Gemma 4's argument dict (the gemma4-* rules), tagged for Gemma4Mapper."""
     ws = peg.Space()
     value = peg._Ref()
     string = peg.Tag(
-        t.GEMMA4_STRING,
+        GEMMA4_STRING,
         peg.Seq(
-            peg.Literal(QUOTE),
-            peg.Tag(t.GEMMA4_STRING_CONTENT, peg.Until(QUOTE)),
-            peg.Literal(QUOTE),
+            peg.Literal(QUOTE), peg.Tag(GEMMA4_STRING_CONTENT, peg.Until(QUOTE)), peg.Literal(QUOTE)
         ),
     )
     key = peg.Tag(
-        t.GEMMA4_DICT_KEY,
-        peg.Seq(peg.Tag(t.GEMMA4_DICT_KEY_NAME, peg.CharsExcept(":}", 1, -1)), peg.Literal(":")),
+        GEMMA4_DICT_KEY,
+        peg.Seq(peg.Tag(GEMMA4_DICT_KEY_NAME, peg.CharsExcept(":}", 1, -1)), peg.Literal(":")),
     )
-    member = peg.Tag(t.GEMMA4_DICT_KV, peg.Seq(key, ws, value))
+    member = peg.Tag(GEMMA4_DICT_KV, peg.Seq(key, ws, value))
     members = peg.Seq(member, peg.Repeat(peg.Seq(peg.Literal(","), ws, member)))
     mapping = peg.Tag(
-        t.GEMMA4_DICT,
+        GEMMA4_DICT,
         peg.Seq(
             peg.Literal("{"),
             ws,
@@ -63,7 +135,7 @@ def _value_grammar() -> peg.Parser:
     )
     elements = peg.Seq(value, peg.Repeat(peg.Seq(peg.Literal(","), ws, value)))
     array = peg.Tag(
-        t.GEMMA4_ARRAY,
+        GEMMA4_ARRAY,
         peg.Seq(
             peg.Literal("["),
             ws,
@@ -72,27 +144,25 @@ def _value_grammar() -> peg.Parser:
     )
     scalar = peg.Choice(peg.json_number, peg.json_bool, peg.json_null)
     value.target = peg.Tag(
-        t.GEMMA4_VALUE,
-        peg.Choice(string, mapping, array, peg.Tag(t.GEMMA4_SCALAR, scalar)),
+        GEMMA4_VALUE, peg.Choice(string, mapping, array, peg.Tag(GEMMA4_SCALAR, scalar))
     )
     return mapping
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    functions = tool_functions(tools)
-    calls = bool(functions) and tool_choice != "none"
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    functions = tool_functions(request.tools)
+    calls = bool(functions) and request.tool_choice != "none"
     # empty channel tokens before a thought are skipped
     empty_channels = peg.Repeat(
         peg.Seq(peg.Literal(CHANNEL), peg.Not(peg.Literal("thought"))), 0, -1
     )
     header = peg.Seq(peg.Literal(CHANNEL + "thought"), peg.Space())
     closer = peg.Literal(CHANNEL_END)
-    if reasoning_format != "none":
+    if request.reasoning_format != "none":
         thought = TextMessage(header, "reasoning", (CHANNEL_END,), closer, lead=empty_channels)
     else:
         thought = TextMessage(
@@ -100,7 +170,7 @@ def describe(
         )
     stops = (CHANNEL, CHANNEL_END) + ((CALL_OPEN,) if calls else ())
     content = TextMessage(peg.Not(peg.Literal(CHANNEL)), "content", stops)
-    begin = TextMessage(peg.Repeat(peg.Literal(TURN), 0, 1), then="first")
+    begin = TextMessage(peg.optional(peg.Literal(TURN)), then="first")
     states: dict[str, FlowState] = {"begin": FlowState((begin,))}
     if not calls:
         # one message at least; an unmatched <channel|> ends the reply (the rest is dropped)
@@ -117,14 +187,9 @@ def describe(
                 peg.Tag(
                     t.TOOL,
                     peg.Seq(
-                        peg.Atomic(
-                            peg.Tag(
-                                t.TOOL_OPEN,
-                                peg.Seq(
-                                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
-                                    peg.Peek(peg.Literal("{")),
-                                ),
-                            )
+                        peg.atomic_tag(
+                            t.TOOL_OPEN,
+                            peg.Seq(tool_name(str(fn["name"])), peg.Peek(peg.Literal("{"))),
                         ),
                         peg.Tag(t.TOOL_ARGS, dict_grammar),
                     ),
@@ -133,8 +198,8 @@ def describe(
             )
         )
         one = peg.Seq(peg.Literal(CALL_OPEN + "call:"), choice, peg.Literal(CALL_CLOSE))
-        more = "calls" if parallel_tool_calls else ""
-        required = tool_choice == "required"
+        more = "calls" if request.parallel_tool_calls else ""
+        required = request.tool_choice == "required"
         states["calls0"] = FlowState(
             (CallMessage(one, CALL_CLOSE, then=more),), otherwise="!" if required else ""
         )
@@ -157,16 +222,7 @@ def describe(
         name_marker_end="{",
         tool_names=tool_names(functions),
     )
-    return legacy_format(
-        HANDLER,
-        "",
-        None,
-        None,
-        space_before_content=False,
-        flow=flow,
-        stop=("<turn|>",),
-        continuation=CONTINUATION,
-    )
+    return ReplyFormat(NAME, (Messages(flow),), stop=("<turn|>",), continuation=CONTINUATION)
 
 
 def _then(message: TextMessage, state: str) -> TextMessage:

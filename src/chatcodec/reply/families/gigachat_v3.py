@@ -7,18 +7,26 @@ most, whatever parallel_tool_calls says; text after it is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
-from ..description import CallSection, ReplyFormat, legacy_format
+from ..arguments import tool_functions, tool_name, tool_names
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    Expect,
+    ReplyFormat,
+    Whitespace,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "GigaChatV3"
+NAME = "GigaChatV3"
+REQUIRED = ("<|role_sep|>", "<|message_sep|>")
+EXCLUDED = ("<|function_call|>",)
 PREFIX = "assistant<|role_sep|>\n"
 SEPARATOR = "<|message_sep|>\n\n"
 CALL_START = SEPARATOR + "function call<|role_sep|>\n"
@@ -27,21 +35,19 @@ CONTINUATION = Continuation(PREFIX, content_always=True)
 
 def _call(name: str) -> peg.Parser:
     ws = peg.Space()
-    opener = peg.Atomic(
-        peg.Tag(
-            t.TOOL_OPEN,
-            peg.Seq(
-                peg.Literal("{"),
-                ws,
-                peg.Literal('"name"'),
-                ws,
-                peg.Literal(":"),
-                ws,
-                peg.Literal('"'),
-                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name))),
-                peg.Literal('"'),
-            ),
-        )
+    opener = peg.atomic_tag(
+        t.TOOL_OPEN,
+        peg.Seq(
+            peg.Literal("{"),
+            ws,
+            peg.Literal('"name"'),
+            ws,
+            peg.Literal(":"),
+            ws,
+            peg.Literal('"'),
+            tool_name(name),
+            peg.Literal('"'),
+        ),
     )
     return peg.Seq(
         opener,
@@ -58,31 +64,29 @@ def _call(name: str) -> peg.Parser:
     )
 
 
-def describe(tools: Sequence[Mapping[str, Any]] | None, tool_choice: str) -> ReplyFormat:
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return legacy_format(
-            HANDLER, PREFIX, None, None, space_before_content=False, continuation=CONTINUATION
-        )
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED, EXCLUDED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(NAME, (Expect(PREFIX), Content(None)), continuation=CONTINUATION)
     call = peg.Seq(
         peg.Literal(CALL_START), peg.Choice(*(_call(str(fn["name"])) for fn in functions))
     )
     section = CallSection(
         first=call,
         next=None,
-        required=tool_choice == "required",
+        required=request.tool_choice == "required",
         commit="",
         openers=(CALL_START,),
         name_marker='"name"',
         name_marker_end=",",
         tool_names=tool_names(functions),
     )
-    return legacy_format(
-        HANDLER,
-        PREFIX,
-        None,
-        (SEPARATOR,),
-        section,
-        space_before_content=False,
+    return ReplyFormat(
+        NAME,
+        (Expect(PREFIX), Content((SEPARATOR,)), Whitespace(), Calls(section)),
         continuation=CONTINUATION,
     )

@@ -9,18 +9,25 @@ the role header or in the channel header and its arguments JSON as the model wro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
-from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage, legacy_format
+from ..arguments import tool_functions, tool_name, tool_names
+from ..description import (
+    CallMessage,
+    Flow,
+    FlowState,
+    Messages,
+    ReplyFormat,
+    TextMessage,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "GPT-OSS"
+NAME = "GPT-OSS"
+REQUIRED = ("<|channel|>",)
 START = "<|start|>assistant"
 END = "<|end|>"
 # the prefill: the analysis message, then (continuing the content) the final one
@@ -31,53 +38,46 @@ CONTINUATION = Continuation(
 )
 
 
-def _optional(p: peg.Parser) -> peg.Parser:
-    return peg.Repeat(p, 0, 1)
-
-
 def _tool(name: str) -> peg.Parser:
     channel = peg.Seq(
         peg.Literal("<|channel|>"), peg.Choice(peg.Literal("commentary"), peg.Literal("analysis"))
     )
-    recipient = peg.Seq(
-        peg.Literal(" to=functions."), peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name)))
-    )
+    recipient = peg.Seq(peg.Literal(" to=functions."), tool_name(name))
     constraint = _constraint()
     args = peg.Tag(t.TOOL_ARGS, peg.json_value)
     # the recipient in the role header, or in the channel header
     in_role = peg.Seq(recipient, channel, constraint, peg.Literal("<|message|>"))
     in_channel = peg.Seq(channel, recipient, constraint, peg.Literal("<|message|>"))
     return peg.Choice(
-        peg.Tag(t.TOOL, peg.Seq(peg.Atomic(peg.Tag(t.TOOL_OPEN, in_role)), args)),
-        peg.Tag(t.TOOL, peg.Seq(peg.Atomic(peg.Tag(t.TOOL_OPEN, in_channel)), args)),
+        peg.Tag(t.TOOL, peg.Seq(peg.atomic_tag(t.TOOL_OPEN, in_role), args)),
+        peg.Tag(t.TOOL, peg.Seq(peg.atomic_tag(t.TOOL_OPEN, in_channel), args)),
     )
 
 
 def _constraint() -> peg.Parser:
     """`` <|constrain|>json`` (or any type name) after a recipient or a channel."""
-    return _optional(
+    return peg.optional(
         peg.Seq(
             peg.Space(),
-            _optional(peg.Literal("<|constrain|>")),
+            peg.optional(peg.Literal("<|constrain|>")),
             peg.Chars("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", 1, -1),
         )
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    reasoning_format: str,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
     start = peg.Literal(START)
     end = peg.Literal(END)
     # gpt-oss-20b sometimes opens a message with a stray commentary channel
-    stray = _optional(
-        peg.Seq(peg.Literal("<|channel|>commentary"), _optional(peg.Literal(" to=assistant")))
+    stray = peg.optional(
+        peg.Seq(peg.Literal("<|channel|>commentary"), peg.optional(peg.Literal(" to=assistant")))
     )
     analysis_header = peg.Seq(stray, peg.Literal("<|channel|>analysis<|message|>"))
-    if reasoning_format != "none":
+    if request.reasoning_format != "none":
         analysis = TextMessage(
             analysis_header, "reasoning", (END,), end, lead=start, then="messages"
         )
@@ -101,9 +101,9 @@ def describe(
     )
     # a call to a builtin tool (to=python, to=container.exec): read, kept nowhere
     unsolicited = TextMessage(
-        peg.Seq(_optional(channel), peg.Literal(" to=")), "", (END,), end, lead=start
+        peg.Seq(peg.optional(channel), peg.Literal(" to=")), "", (END,), end, lead=start
     )
-    if json_schema:
+    if request.json_schema:
         # a response format: analysis messages, then the final message holding one JSON value
         # (its text is the content; what follows it is dropped)
         value = CallMessage(
@@ -122,23 +122,16 @@ def describe(
             },
             start="messages",
         )
-        return legacy_format(
-            HANDLER,
-            "",
-            None,
-            None,
-            space_before_content=False,
-            flow=flow,
-            stop=("<|return|>", "<|call|>"),
-            continuation=CONTINUATION,
+        return ReplyFormat(
+            NAME, (Messages(flow),), stop=("<|return|>", "<|call|>"), continuation=CONTINUATION
         )
-    functions = tool_functions(tools)
+    functions = tool_functions(request.tools)
     last: tuple[TextMessage | CallMessage, ...]
-    if functions and tool_choice != "none":
+    if functions and request.tool_choice != "none":
         call = CallMessage(
             peg.Seq(start, peg.Choice(*(_tool(str(fn["name"])) for fn in functions)))
         )
-        last = (call,) if tool_choice == "required" else (call, final)
+        last = (call,) if request.tool_choice == "required" else (call, final)
     else:
         last = (final, unsolicited)
     flow = Flow(
@@ -152,13 +145,6 @@ def describe(
         name_marker_end="<|channel|>",
         tool_names=tool_names(functions),
     )
-    return legacy_format(
-        HANDLER,
-        "",
-        None,
-        None,
-        space_before_content=False,
-        flow=flow,
-        stop=("<|return|>", "<|call|>"),
-        continuation=CONTINUATION,
+    return ReplyFormat(
+        NAME, (Messages(flow),), stop=("<|return|>", "<|call|>"), continuation=CONTINUATION
     )

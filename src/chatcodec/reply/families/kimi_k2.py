@@ -8,19 +8,29 @@ optional, and nothing after them (the parse fails). The call id is ``functions.N
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
-from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, legacy_format
+from ..arguments import tool_functions, tool_name, tool_names
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    End,
+    Expect,
+    Marker,
+    ReasoningBlock,
+    ReplyFormat,
+    Thought,
+    steps,
+)
 from ..prefill import Continuation
-from ._tagged import atomic_tag, optional, tag, tool_name
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Kimi K2 Thinking"
+NAME = "Kimi K2 Thinking"
+REQUIRED = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>")
 PREFIX = "<|im_assistant|>assistant<|im_middle|>"
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
 SECTION_END = "<|tool_calls_section_end|>"
@@ -38,63 +48,58 @@ THOUGHT = ReasoningBlock(
 
 
 def _call(name: str) -> peg.Parser:
-    call_id = atomic_tag(
+    call_id = peg.atomic_tag(
         t.TOOL_ID,
         peg.Seq(
             peg.Literal("functions."), tool_name(name), peg.Literal(":"), peg.Chars("0123456789")
         ),
     )
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, peg.Seq(call_id, peg.Literal(ARGS_BEGIN))),
-            tag(t.TOOL_ARGS, peg.json_value),
-            atomic_tag(t.TOOL_CLOSE, optional(peg.Literal(CALL_END))),
+            peg.atomic_tag(t.TOOL_OPEN, peg.Seq(call_id, peg.Literal(ARGS_BEGIN))),
+            peg.Tag(t.TOOL_ARGS, peg.json_value),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.optional(peg.Literal(CALL_END))),
         ),
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    reasoning = THOUGHT if reasoning_format != "none" else None
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return legacy_format(
-            HANDLER,
-            PREFIX,
-            reasoning,
-            None,
-            space_before_content=False,
-            end_anchor=True,
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    reasoning = THOUGHT if request.reasoning_format != "none" else None
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(
+            NAME,
+            steps(Expect(PREFIX), Thought(reasoning) if reasoning else None, Content(None), End()),
             continuation=CONTINUATION,
         )
     call = peg.Seq(peg.Literal(CALL_BEGIN), peg.Choice(*(_call(str(f["name"])) for f in functions)))
     section = CallSection(
         first=call,
-        next=call if parallel_tool_calls else None,
-        required=tool_choice == "required",
+        next=call if request.parallel_tool_calls else None,
+        required=request.tool_choice == "required",
         commit=CALL_END,
         openers=(CALL_BEGIN,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
         space_after=False,
         # the call's end marker is optional: a call that parses to the end of the text so far
         # may still take it
         settle=True,
     )
-    return legacy_format(
-        HANDLER,
-        PREFIX,
-        reasoning,
-        (SECTION_BEGIN, CALL_BEGIN),
-        section,
-        space_before_content=False,
-        space_before_calls=False,
-        end_anchor=True,
-        after_content=(Marker(SECTION_BEGIN),),
-        tail=(Marker(SECTION_END),),
+    return ReplyFormat(
+        NAME,
+        steps(
+            Expect(PREFIX),
+            Thought(reasoning) if reasoning else None,
+            Content((SECTION_BEGIN, CALL_BEGIN)),
+            Marker(SECTION_BEGIN),
+            Calls(section),
+            Marker(SECTION_END),
+            End(),
+        ),
         continuation=CONTINUATION,
     )

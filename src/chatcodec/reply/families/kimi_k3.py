@@ -10,19 +10,34 @@ calls (``parallel_tool_calls`` is ignored); nothing may follow the message (the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
-from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, legacy_format
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    End,
+    Expect,
+    Marker,
+    ReasoningBlock,
+    ReplyFormat,
+    Step,
+    Thought,
+    steps,
+)
 from ..prefill import Continuation
-from ._tagged import arg_name, atomic_tag, function_parameters, optional, tag, tool_name
+from ..request import ReplyRequest
+from ..schema import parameters
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Kimi K3"
+NAME = "Kimi K3"
+REQUIRED = ("<|open|>", "<|close|>", "<|end_of_msg|>")
 SEP = "<|sep|>"
 MSG_START = '<|open|>message role="assistant"<|sep|>'
 THINK_START = "<|open|>think<|sep|>"
@@ -42,82 +57,86 @@ CONTINUATION = Continuation(MSG_START, think_start=THINK_START, think_end=THINK_
 
 def _call(function: Mapping[str, Any]) -> peg.Parser:
     name = str(function["name"])
-    props = function_parameters(function).get("properties")
     args: peg.Parser = peg.Eps()
-    if isinstance(props, Mapping) and props:
-        choices: list[peg.Parser] = []
-        for key, schema in props.items():
-            kind = schema.get("type") if isinstance(schema, Mapping) else None
-            kind = kind if isinstance(kind, str) else "string"
-            value_tag = t.TOOL_ARG_STRING_VALUE if kind == "string" else t.TOOL_ARG_VALUE
-            choices.append(
-                tag(
-                    t.TOOL_ARG,
-                    peg.Seq(
-                        atomic_tag(t.TOOL_ARG_OPEN, peg.Literal(ARG_START)),
-                        arg_name(str(key)),
-                        peg.Literal('"'),
-                        peg.Until(SEP),  # the type="..." attribute: the schema decides
-                        peg.Literal(SEP),
-                        tag(value_tag, peg.Until(ARG_END)),
-                        atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(ARG_END)),
-                    ),
-                )
+    choices: list[peg.Parser] = []
+    for key, schema, _required, _root in parameters(function):
+        kind = schema.get("type") if isinstance(schema, Mapping) else None
+        kind = kind if isinstance(kind, str) else "string"
+        value_tag = t.TOOL_ARG_STRING_VALUE if kind == "string" else t.TOOL_ARG_VALUE
+        choices.append(
+            peg.Tag(
+                t.TOOL_ARG,
+                peg.Seq(
+                    peg.atomic_tag(t.TOOL_ARG_OPEN, peg.Literal(ARG_START)),
+                    arg_name(key),
+                    peg.Literal('"'),
+                    peg.Until(SEP),  # the type="..." attribute: the schema decides
+                    peg.Literal(SEP),
+                    peg.Tag(value_tag, peg.Until(ARG_END)),
+                    peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(ARG_END)),
+                ),
             )
+        )
+    if choices:
         args = peg.Repeat(peg.Choice(*choices))
     opener = peg.Seq(
         peg.Literal(CALL_START), tool_name(name), peg.Literal('"'), peg.Until(SEP), peg.Literal(SEP)
     )
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
-            tag(t.TOOL_ARGS, args),
-            atomic_tag(t.TOOL_CLOSE, peg.Literal(CALL_END)),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
+            peg.Tag(t.TOOL_ARGS, args),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(CALL_END)),
         ),
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None, tool_choice: str, reasoning_format: str
-) -> ReplyFormat:
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
     thought = ReasoningBlock(
         start=THINK_START,
         stops=(THINK_END, RESP_START),
         closers=((THINK_END, True), (RESP_START, False)),
         space_after_start=False,
         start_may_be_absent=True,
-        body_target="reasoning" if reasoning_format != "none" else "content",
+        body_target="reasoning" if request.reasoning_format != "none" else "content",
     )
-    frame: dict[str, Any] = dict(
-        space_before_content=False,
-        space_before_calls=False,
-        end_anchor=True,
-        before_content=(Marker(RESP_START),),
-        after_content=(Marker(RESP_END),),
-        tail=(Marker(MSG_END), Marker(EOM)),
-    )
-    stops = (RESP_END, TOOLS_START, MSG_END)
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return legacy_format(HANDLER, MSG_START, thought, stops, **frame, continuation=CONTINUATION)
+
+    def frame(calls: Calls | None) -> tuple[Step, ...]:
+        return steps(
+            Expect(MSG_START),
+            Thought(thought),
+            Marker(RESP_START),
+            Content((RESP_END, TOOLS_START, MSG_END)),
+            Marker(RESP_END),
+            calls,
+            Marker(MSG_END),
+            Marker(EOM),
+            End(),
+        )
+
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(NAME, frame(None), continuation=CONTINUATION)
     block = peg.Seq(
         peg.Literal(TOOLS_START),
         peg.Repeat(peg.Choice(*(_call(f) for f in functions)), 1, -1),
         peg.Literal(TOOLS_END),
-        optional(peg.Literal(MSG_END)),
-        optional(peg.Literal(EOM)),
+        peg.optional(peg.Literal(MSG_END)),
+        peg.optional(peg.Literal(EOM)),
     )
     section = CallSection(
         first=block,
         next=None,
-        required=tool_choice == "required",
+        required=request.tool_choice == "required",
         commit=TOOLS_END,
         openers=(TOOLS_START,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
         space_after=False,
         settle=True,
     )
-    return legacy_format(
-        HANDLER, MSG_START, thought, stops, section, **frame, continuation=CONTINUATION
-    )
+    return ReplyFormat(NAME, frame(Calls(section)), continuation=CONTINUATION)

@@ -1,6 +1,6 @@
 """LFM2 / LFM2.5: Python-style calls ``[name(arg="v", n=1)]`` between tool-call markers.
 
-llama.cpp's "LFM2" and "LFM2.5" handlers (one parser; they differ only in dispatch). The
+llama.cpp's "LFM2" handler; its "LFM2.5" handler (``lfm25.py``) reads replies the same way. The
 reply is ``<|im_start|>assistant\\n`` (the generation prompt), an optional ``<think>`` block
 (read only with reasoning extraction on and a template that has ``<think>``), the content up
 to ``<|tool_call_start|>``, then exactly one ``<|tool_call_start|>[...]<|tool_call_end|>``
@@ -18,53 +18,50 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
+from ..arguments import arg_name, tool_functions, tool_name
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    ContentValue,
+    End,
+    Expect,
+    ReasoningBlock,
+    ReplyFormat,
+    Thought,
+    steps,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from ..schema import parameters
+from . import has_markers
 
-__all__ = ["HANDLER_LFM2", "HANDLER_LFM25", "describe"]
+__all__ = ["NAME", "matches", "describe", "reply_format"]
 
-HANDLER_LFM2 = "LFM2"
-HANDLER_LFM25 = "LFM2.5"
+NAME = "LFM2"
+REQUIRED = ("<|tool_list_start|>", "<|tool_list_end|>")
 PREFIX = "<|im_start|>assistant\n"
 CALL_START = "<|tool_call_start|>"
 CALL_END = "<|tool_call_end|>"
 CONTINUATION = Continuation(PREFIX, think_start="<think>", think_end="</think>")
 THOUGHT = ReasoningBlock(
-    start="<think>",
-    stops=("</think>",),
-    closers=(("</think>", True),),
-    space_after_start=False,
+    start="<think>", stops=("</think>",), closers=(("</think>", True),), space_after_start=False
 )
-
-
-def _properties(fn: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    params = fn.get("parameters")
-    props = params.get("properties") if isinstance(params, Mapping) else None
-    return list(props.items()) if isinstance(props, Mapping) else []
 
 
 def _call(fn: Mapping[str, Any]) -> peg.Parser:
     """``name(`` arguments ``)``: every argument ``name=value``, separated by ``,`` + space."""
     arguments: list[peg.Parser] = []
-    for name, schema in _properties(fn):
+    for name, schema, _required, _root in parameters(fn):
         is_string = isinstance(schema, Mapping) and schema.get("type") == "string"
         value = peg.python_string if is_string else peg.python_or_json_value
         arguments.append(
             peg.Tag(
                 t.TOOL_ARG,
                 peg.Seq(
-                    peg.Atomic(
-                        peg.Tag(
-                            t.TOOL_ARG_OPEN,
-                            peg.Seq(
-                                peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(name))),
-                                peg.Literal("="),
-                            ),
-                        )
-                    ),
+                    peg.atomic_tag(t.TOOL_ARG_OPEN, peg.Seq(arg_name(name), peg.Literal("="))),
                     peg.Tag(t.TOOL_ARG_VALUE, value),
-                    peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Eps())),
+                    peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Eps()),
                 ),
             )
         )
@@ -72,15 +69,8 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
     if arguments:
         one = peg.Choice(*arguments)
         args = peg.Seq(one, peg.Repeat(peg.Seq(peg.Literal(","), peg.Space(), one)))
-    opener = peg.Atomic(
-        peg.Tag(
-            t.TOOL_OPEN,
-            peg.Seq(
-                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))), peg.Literal("(")
-            ),
-        )
-    )
-    closer = peg.Atomic(peg.Tag(t.TOOL_CLOSE, peg.Literal(")")))
+    opener = peg.atomic_tag(t.TOOL_OPEN, peg.Seq(tool_name(str(fn["name"])), peg.Literal("(")))
+    closer = peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(")"))
     return peg.Tag(
         t.TOOL, peg.Seq(opener, peg.Space(), peg.Tag(t.TOOL_ARGS, args), peg.Space(), closer)
     )
@@ -103,50 +93,51 @@ def _section(functions: Sequence[Mapping[str, Any]], parallel: bool) -> peg.Pars
     )
 
 
-def describe(
-    name: str,
-    source: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
-    thinking = reasoning_format != "none" and "<think>" in source
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return reply_format(NAME, request)
+
+
+def reply_format(name: str, request: ReplyRequest) -> ReplyFormat:
+    """The reply format of LFM2 and LFM2.5 (``name``: the handler's)."""
+    thinking = request.reasoning_format != "none" and "<think>" in request.source
     reasoning = THOUGHT if thinking else None
-    functions = tool_functions(tools)
+    functions = tool_functions(request.tools)
     stop = ("<|im_end|>",)
-    if not functions or tool_choice == "none":
+    if not functions or request.tool_choice == "none":
         # a response format makes the content one JSON value
-        value = peg.Tag("content", peg.json_value) if json_schema else None
-        return legacy_format(
+        value = peg.Tag("content", peg.json_value) if request.json_schema else None
+        return ReplyFormat(
             name,
-            PREFIX,
-            reasoning,
-            None,
-            space_before_content=False,
-            end_anchor=True,
+            steps(
+                Expect(PREFIX),
+                Thought(reasoning) if reasoning else None,
+                ContentValue(value) if value is not None else Content(None),
+                End(),
+            ),
             stop=stop,
-            content_value=value,
             continuation=CONTINUATION,
         )
     section = CallSection(
-        first=_section(functions, parallel_tool_calls),
+        first=_section(functions, request.parallel_tool_calls),
         next=None,
         required=False,  # the section is not optional anyway: a failed one fails the parse
         commit=CALL_END,
         openers=(CALL_START,),
         space_after=False,
     )
-    return legacy_format(
+    return ReplyFormat(
         name,
-        PREFIX,
-        reasoning,
-        (CALL_START,),
-        section,
-        space_before_content=False,
-        space_before_calls=False,
-        end_anchor=True,
+        steps(
+            Expect(PREFIX),
+            Thought(reasoning) if reasoning else None,
+            Content((CALL_START,)),
+            Calls(section),
+            End(),
+        ),
         stop=stop,
         continuation=CONTINUATION,
     )

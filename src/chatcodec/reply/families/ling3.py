@@ -10,20 +10,34 @@ required arguments in any order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
-from ..description import CallSection, Marker, ReasoningBlock, ReplyFormat, Text, legacy_format
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    End,
+    Expect,
+    Marker,
+    ReasoningBlock,
+    ReplyFormat,
+    Text,
+    Thought,
+    Whitespace,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
 from ..schema import parameters, value_types
-from ._tagged import arg_name, atomic_tag, optional, tag, tool_name
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Ling 3.0 (Bailing V3)"
+NAME = "Ling 3.0 (Bailing V3)"
+REQUIRED = ("<role>ASSISTANT</role>", "<arg_key>")
 ROLE = "<role>ASSISTANT</role>"
 THINK_START = "<think>"
 THINK_END = "</think>"
@@ -35,9 +49,9 @@ CONTINUATION = Continuation(ROLE + "\n", think_start=THINK_START, think_end=THIN
 
 
 def _value(types: frozenset[str]) -> peg.Parser:
-    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(VALUE_END))
-    raw = peg.Seq(tag(t.TOOL_ARG_STRING_VALUE, peg.Until(VALUE_END)), close)
-    typed = peg.Seq(tag(t.TOOL_ARG_VALUE, peg.json_value), close)
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(VALUE_END))
+    raw = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(VALUE_END)), close)
+    typed = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
     if "string" not in types:
         return typed
     if types == {"string"}:
@@ -52,12 +66,12 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
     for pname, schema, is_required, root in parameters(function):
         opener = peg.Seq(peg.Literal("<arg_key>"), arg_name(pname), peg.Literal("</arg_key>"))
         arg = peg.Seq(
-            optional(peg.Space()),
-            tag(
+            peg.optional(peg.Space()),
+            peg.Tag(
                 t.TOOL_ARG,
                 peg.Seq(
-                    atomic_tag(t.TOOL_ARG_OPEN, opener),
-                    optional(peg.Space()),
+                    peg.atomic_tag(t.TOOL_ARG_OPEN, opener),
+                    peg.optional(peg.Space()),
                     peg.Literal("<arg_value>"),
                     _value(value_types(schema, root)),
                 ),
@@ -67,73 +81,62 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
     args = peg.permute(required)
     if optionals:
         args = peg.Seq(args, peg.Repeat(peg.Choice(*optionals)))
-    opener = peg.Seq(peg.Literal(CALL_START), tool_name(name), optional(peg.Space()))
-    return tag(
+    opener = peg.Seq(peg.Literal(CALL_START), tool_name(name), peg.optional(peg.Space()))
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
-            tag(t.TOOL_ARGS, args),
-            atomic_tag(t.TOOL_CLOSE, peg.Seq(optional(peg.Space()), peg.Literal(CALL_END))),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
+            peg.Tag(t.TOOL_ARGS, args),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Seq(peg.optional(peg.Space()), peg.Literal(CALL_END))),
         ),
     )
 
 
-def describe(
-    generation_prompt: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    continue_final_message: str = "none",
-) -> ReplyFormat:
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
     # the prompt left a thought open: it also ends where a call begins; a continued message
     # leaves it open unless its content is continued
-    last_open = generation_prompt.rfind(THINK_START)
-    think_open = last_open >= 0 and last_open > generation_prompt.rfind(THINK_END)
-    if continue_final_message != "none":
-        think_open = continue_final_message != "content"
+    last_open = request.generation_prompt.rfind(THINK_START)
+    think_open = last_open >= 0 and last_open > request.generation_prompt.rfind(THINK_END)
+    if request.continue_final_message != "none":
+        think_open = request.continue_final_message != "content"
     thought = ReasoningBlock(
         start=THINK_START,
         stops=(THINK_END, CALL_START) if think_open else (THINK_END,),
         closers=((THINK_END, True), (CALL_START, False)),
         space_after_start=False,
         start_may_be_absent=True,
-        body_target="reasoning" if reasoning_format != "none" else "content",
+        body_target="reasoning" if request.reasoning_format != "none" else "content",
     )
-    frame: dict[str, Any] = dict(
-        space_after_prefix=True,
-        space_before_content=False,
-        space_before_calls=False,
-        end_anchor=True,
-    )
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return legacy_format(
-            HANDLER,
-            ROLE,
-            thought,
-            (ROLE_END,),
-            after_content=(Marker(ROLE_END),),
-            **frame,
+    opening = (Expect(ROLE), Whitespace(), Thought(thought))
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(
+            NAME,
+            (*opening, Content((ROLE_END,)), Marker(ROLE_END), End()),
             continuation=CONTINUATION,
         )
     call = peg.Choice(*(_call(f) for f in functions))
     section = CallSection(
         first=call,
-        next=call if parallel_tool_calls else None,
-        required=tool_choice == "required",
+        next=call if request.parallel_tool_calls else None,
+        required=request.tool_choice == "required",
         commit=CALL_END,
         openers=(CALL_START,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
     )
-    return legacy_format(
-        HANDLER,
-        ROLE,
-        thought,
-        (CALL_START,),
-        section,
-        after_calls=(Text((ROLE_END,)), Marker(ROLE_END)),
-        tail=(Text((ROLE_END,)), Marker(ROLE_END)),
-        **frame,
+    return ReplyFormat(
+        NAME,
+        (
+            *opening,
+            Content((CALL_START,)),
+            Calls(section, then=(Text((ROLE_END,)), Marker(ROLE_END))),
+            Text((ROLE_END,)),
+            Marker(ROLE_END),
+            End(),
+        ),
         continuation=CONTINUATION,
     )

@@ -8,20 +8,33 @@ fails). String parameters are raw text, or CDATA; other parameters are JSON.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    End,
+    Expect,
+    ReasoningBlock,
+    ReplyFormat,
+    Thought,
+    Whitespace,
+    steps,
+)
 from ..prefill import Continuation
-from ..schema import parameters
-from ._tagged import arg_name, atomic_tag, may_be_string, tag, tool_name
+from ..request import ReplyRequest
+from ..schema import may_be_string, parameters
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "MiniCPM5"
+NAME = "MiniCPM5"
+REQUIRED = ("Tool usage guidelines:", '<function name="', '<param name="')
 PREFIX = "<|im_start|>assistant\n"
 PARAM_END = "</param>"
 CONTINUATION = Continuation(PREFIX, think_start="<think>\n", think_end="\n</think>\n\n")
@@ -31,80 +44,72 @@ THOUGHT = ReasoningBlock(
 
 
 def _string_value() -> peg.Parser:
-    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
     cdata = peg.Seq(
         peg.Literal("<![CDATA["),
-        tag(t.TOOL_ARG_STRING_VALUE, peg.Until("]]>")),
+        peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until("]]>")),
         peg.Literal("]]>"),
         close,
     )
     raw = peg.Seq(
-        peg.Not(peg.Literal("<![CDATA[")), tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END)), close
+        peg.Not(peg.Literal("<![CDATA[")),
+        peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_END)),
+        close,
     )
     return peg.Choice(cdata, raw)
 
 
 def _call(function: Mapping[str, Any]) -> peg.Parser:
     name = str(function["name"])
-    close = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_END))
     args: list[peg.Parser] = []
     for pname, schema, _required, root in parameters(function):
         if may_be_string(schema, root):
             value = _string_value()
         else:
-            value = peg.Seq(tag(t.TOOL_ARG_VALUE, peg.json_value), close)
+            value = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
         opener = peg.Seq(peg.Literal('<param name="'), arg_name(pname), peg.Literal('">'))
-        args.append(tag(t.TOOL_ARG, peg.Seq(atomic_tag(t.TOOL_ARG_OPEN, opener), value)))
+        args.append(peg.Tag(t.TOOL_ARG, peg.Seq(peg.atomic_tag(t.TOOL_ARG_OPEN, opener), value)))
     body: peg.Parser = peg.Repeat(peg.Seq(peg.Choice(*args), peg.Space())) if args else peg.Eps()
     opener = peg.Seq(peg.Literal('<function name="'), tool_name(name), peg.Literal('">'))
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
             peg.Space(),
-            tag(t.TOOL_ARGS, body),
+            peg.Tag(t.TOOL_ARGS, body),
             peg.Space(),
-            atomic_tag(t.TOOL_CLOSE, peg.Literal("</function>")),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("</function>")),
         ),
     )
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    reasoning = THOUGHT if reasoning_format != "none" else None
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return legacy_format(
-            HANDLER,
-            PREFIX,
-            reasoning,
-            None,
-            space_before_content=reasoning is not None,
-            end_anchor=True,
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    reasoning = THOUGHT if request.reasoning_format != "none" else None
+    thought = (Thought(reasoning), Whitespace()) if reasoning is not None else ()
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(
+            NAME,
+            steps(Expect(PREFIX), *thought, Content(None), End()),
             continuation=CONTINUATION,
         )
     call = peg.Choice(*(_call(f) for f in functions))
     section = CallSection(
         first=call,
-        next=call if parallel_tool_calls else None,
+        next=call if request.parallel_tool_calls else None,
         # at least one call once the content stops at `<function` (tool_choice aside)
         required=True,
         commit="</function>",
         openers=("<function",),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
     )
-    return legacy_format(
-        HANDLER,
-        PREFIX,
-        reasoning,
-        ("<function",),
-        section,
-        space_before_content=reasoning is not None,
-        space_before_calls=False,
-        end_anchor=True,
+    return ReplyFormat(
+        NAME,
+        steps(Expect(PREFIX), *thought, Content(("<function",)), Calls(section), End()),
         continuation=CONTINUATION,
     )

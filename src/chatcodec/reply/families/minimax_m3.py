@@ -12,21 +12,34 @@ follow the block (the parse fails).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions
-from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
-from ..mapper import CallMapper, MappedCall, json_escape_inner
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    End,
+    Expect,
+    ReasoningBlock,
+    ReplyFormat,
+    Thought,
+    steps,
+)
+from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
-from ._tagged import arg_name, atomic_tag, function_parameters, may_be_string, tag, tool_name
+from ..request import ReplyRequest
+from ..schema import function_parameters, has_properties, may_be_string
+from . import has_markers
 
-__all__ = ["HANDLER", "describe", "MiniMaxM3Mapper"]
+__all__ = ["NAME", "matches", "describe", "MiniMaxM3Mapper"]
 
-HANDLER = "MiniMax-M3"
+NAME = "MiniMax-M3"
+REQUIRED = ("]<]minimax[>[", "<tool_call>", "<invoke name=")
 NS = "]<]minimax[>["
 THINK_START = "<mm:think>"
 THINK_END = "</mm:think>"
@@ -44,12 +57,6 @@ CONTINUATION = Continuation(None, think_start=THINK_START, think_end=THINK_END)
 # ---------------------------------------------------------------------------- the grammar
 
 
-def _has_properties(schema: Mapping[str, Any]) -> bool:
-    return "properties" in schema or (
-        "additionalProperties" in schema and schema["additionalProperties"] is not True
-    )
-
-
 def _alternatives(schema: Mapping[str, Any]) -> list[Any] | None:
     """The branches of a oneOf/anyOf or of a type array (None when the schema has none)."""
     if "$ref" in schema:
@@ -65,11 +72,11 @@ def _alternatives(schema: Mapping[str, Any]) -> list[Any] | None:
 
 
 def _value(schema: Any, root: Mapping[str, Any], close: str) -> peg.Parser:
-    close_tag = atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(close))
+    close_tag = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(close))
     if may_be_string(schema, root):
         # a string accepts anything, so a union with a string is a string
-        return peg.Seq(tag(t.TOOL_ARG_STRING_VALUE, peg.Until(close)), close_tag)
-    json_value = peg.Seq(tag(t.TOOL_ARG_VALUE, peg.json_value), close_tag)
+        return peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(close)), close_tag)
+    json_value = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close_tag)
     if not isinstance(schema, Mapping):
         return json_value
     alts = _alternatives(schema)
@@ -78,22 +85,22 @@ def _value(schema: Any, root: Mapping[str, Any], close: str) -> peg.Parser:
     if "$ref" in schema or "const" in schema or "enum" in schema:
         return json_value
     kind = schema.get("type")
-    if kind == "object" or (kind is None and _has_properties(schema)):
+    if kind == "object" or (kind is None and has_properties(schema)):
         props = schema.get("properties")
         if isinstance(props, Mapping) and props:
-            return peg.Seq(tag(ARG_OBJECT, _members(schema, root)), peg.Space(), close_tag)
+            return peg.Seq(peg.Tag(ARG_OBJECT, _members(schema, root)), peg.Space(), close_tag)
         return json_value
     is_array = kind == "array" or (
         kind is None and "allOf" not in schema and ("items" in schema or "prefixItems" in schema)
     )
     if is_array and "prefixItems" not in schema:
         item_close = NS + "</item>"
-        item = tag(
+        item = peg.Tag(
             ARG_ITEM,
             peg.Seq(peg.Literal(NS + "<item>"), _value(schema.get("items", {}), root, item_close)),
         )
         return peg.Seq(
-            tag(ARG_ARRAY, peg.Repeat(peg.Seq(peg.Space(), item))), peg.Space(), close_tag
+            peg.Tag(ARG_ARRAY, peg.Repeat(peg.Seq(peg.Space(), item))), peg.Space(), close_tag
         )
     return json_value
 
@@ -107,9 +114,9 @@ def _members(schema: Mapping[str, Any], root: Mapping[str, Any]) -> peg.Parser:
     optional: list[peg.Parser] = []
     for name, prop in props.items() if isinstance(props, Mapping) else ():
         opener = peg.Seq(peg.Literal(NS + "<"), arg_name(str(name)), peg.Literal(">"))
-        element = tag(
+        element: peg.Parser = peg.Tag(
             t.TOOL_ARG,
-            peg.Seq(atomic_tag(t.TOOL_ARG_OPEN, opener), _value(prop, root, f"{NS}</{name}>")),
+            peg.Seq(peg.atomic_tag(t.TOOL_ARG_OPEN, opener), _value(prop, root, f"{NS}</{name}>")),
         )
         (required if name in required_set else optional).append(element)
     parts: list[peg.Parser] = []
@@ -124,33 +131,22 @@ def _invoke(function: Mapping[str, Any]) -> peg.Parser:
     name = str(function["name"])
     params = function_parameters(function)
     body: peg.Parser = peg.Eps()
-    if params.get("type", "object") == "object" or _has_properties(params):
+    if params.get("type", "object") == "object" or has_properties(params):
         body = _members(params, params)
     opener = peg.Seq(peg.Literal(NS + '<invoke name="'), tool_name(name), peg.Literal('">'))
-    return tag(
+    return peg.Tag(
         t.TOOL,
         peg.Seq(
-            atomic_tag(t.TOOL_OPEN, opener),
+            peg.atomic_tag(t.TOOL_OPEN, opener),
             peg.Space(),
             body,
             peg.Space(),
-            atomic_tag(t.TOOL_CLOSE, peg.Literal(INVOKE_END)),
+            peg.atomic_tag(t.TOOL_CLOSE, peg.Literal(INVOKE_END)),
         ),
     )
 
 
 # ---------------------------------------------------------------------------- the mapper
-
-
-def _find(node: Node, name: str, depth: int = 3) -> Node | None:
-    for child in node.children:
-        if child.tag == name:
-            return child
-        if depth > 1:
-            found = _find(child, name, depth - 1)
-            if found is not None:
-                return found
-    return None
 
 
 def _collect(node: Node, name: str, out: list[Node]) -> None:
@@ -170,12 +166,15 @@ def _value_of(node: Node) -> Node | None:
 
 class MiniMaxM3Mapper(CallMapper):
     """Calls rebuilt from the element tree: a call once its name is known, containers closed
-    only when their element is complete, members without a value element skipped."""
+    only when their element is complete, members without a value element skipped.
+
+    Its own mapper because the generic one builds flat ``{"name": value}`` objects only, while
+    MiniMax-M3 nests objects and arrays as elements (llama.cpp's peg-minimax-m3 mapper)."""
 
     def visit(self, nodes: Iterable[Node], text: str) -> None:
         for node in nodes:
             if node.tag == t.TOOL:
-                name = _find(node, t.TOOL_NAME)
+                name = find_node(node, t.TOOL_NAME, 3)
                 if name is not None:
                     arguments = self._container(node, text, True, not node.partial)
                     self.calls.append(MappedCall(text[name.start : name.end], arguments))
@@ -191,7 +190,7 @@ class MiniMaxM3Mapper(CallMapper):
         parts: list[str] = []
         for entry in entries:
             if is_object:
-                name = _find(entry, t.TOOL_ARG_NAME)
+                name = find_node(entry, t.TOOL_ARG_NAME, 3)
                 if name is None:
                     continue
                 key = json.dumps(text[name.start : name.end], ensure_ascii=False)
@@ -219,40 +218,33 @@ class MiniMaxM3Mapper(CallMapper):
 # ---------------------------------------------------------------------------- the format
 
 
-def describe(
-    generation_prompt: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    enable_thinking: bool,
-) -> ReplyFormat:
-    at = generation_prompt.find(THINK_START)
-    prefix = generation_prompt[:at] if at >= 0 else generation_prompt
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    at = request.generation_prompt.find(THINK_START)
+    prefix = request.generation_prompt[:at] if at >= 0 else request.generation_prompt
     reasoning = None
-    if reasoning_format != "none":
+    if request.reasoning_format != "none":
         reasoning = ReasoningBlock(
             start=THINK_START,
             stops=(THINK_END,),
             closers=((THINK_END, True),),
-            space_after_start=enable_thinking,
-            body_target="reasoning" if enable_thinking else "",
+            space_after_start=request.enable_thinking,
+            body_target="reasoning" if request.enable_thinking else "",
             bare=THINK_END,
         )
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return legacy_format(
-            HANDLER,
-            prefix,
-            reasoning,
-            None,
-            space_before_content=False,
-            end_anchor=True,
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(
+            NAME,
+            steps(Expect(prefix), Thought(reasoning) if reasoning else None, Content(None), End()),
             continuation=CONTINUATION,
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))
     more: list[peg.Parser] = (
-        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if parallel_tool_calls else []
+        [peg.Repeat(peg.Seq(peg.Space(), invoke))] if request.parallel_tool_calls else []
     )
     block = peg.Seq(
         peg.Literal(FC_START), peg.Space(), invoke, *more, peg.Space(), peg.Literal(FC_END)
@@ -260,21 +252,21 @@ def describe(
     section = CallSection(
         first=block,
         next=None,
-        required=tool_choice == "required",
+        required=request.tool_choice == "required",
         commit=FC_END,
         openers=(FC_START,),
-        tool_names=frozenset(str(f["name"]) for f in functions),
+        tool_names=tool_names(functions),
         space_after=False,
         make_mapper=MiniMaxM3Mapper,
     )
-    return legacy_format(
-        HANDLER,
-        prefix,
-        reasoning,
-        (FC_START,),
-        section,
-        space_before_content=False,
-        space_before_calls=False,
-        end_anchor=True,
+    return ReplyFormat(
+        NAME,
+        steps(
+            Expect(prefix),
+            Thought(reasoning) if reasoning else None,
+            Content((FC_START,)),
+            Calls(section),
+            End(),
+        ),
         continuation=CONTINUATION,
     )

@@ -15,21 +15,32 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
-from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
+from ..arguments import tool_functions, tool_name, tool_names
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    ContentValue,
+    ReasoningBlock,
+    ReplyFormat,
+    Thought,
+    Whitespace,
+    steps,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
+from . import has_markers
 
-__all__ = ["HANDLER", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Ministral/Magistral Large 3"
+NAME = "Ministral/Magistral Large 3"
+REQUIRED = ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")
+EXCLUDED = ("[CALL_ID]",)
 CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
 CONTINUATION = Continuation("", think_start="[THINK]", think_end="[/THINK]")
 THOUGHT = ReasoningBlock(
-    start="[THINK]",
-    stops=("[/THINK]",),
-    closers=(("[/THINK]", True),),
-    space_after_start=False,
+    start="[THINK]", stops=("[/THINK]",), closers=(("[/THINK]", True),), space_after_start=False
 )
 
 
@@ -37,44 +48,40 @@ def _call(functions: Sequence[Mapping[str, Any]]) -> peg.Parser:
     """``[TOOL_CALLS]`` and one call: a declared name, ``[ARGS]``, a JSON value (raw)."""
     choices: list[peg.Parser] = []
     for fn in functions:
-        opener = peg.Atomic(
-            peg.Tag(
-                t.TOOL_OPEN,
-                peg.Seq(
-                    peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(str(fn["name"])))),
-                    peg.Literal(ARGS),
-                ),
-            )
-        )
+        opener = peg.atomic_tag(t.TOOL_OPEN, peg.Seq(tool_name(str(fn["name"])), peg.Literal(ARGS)))
         choices.append(peg.Seq(opener, peg.Tag(t.TOOL_ARGS, peg.json_value)))
     return peg.Seq(peg.Literal(CALLS), peg.Choice(*choices))
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-    json_schema: Mapping[str, Any] | None = None,
-) -> ReplyFormat:
-    reasoning = THOUGHT if reasoning_format != "none" else None
-    if json_schema:
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED, EXCLUDED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    reasoning = THOUGHT if request.reasoning_format != "none" else None
+    if request.json_schema:
         # a response format wins over tools: the JSON fenced in ```json ... ```
         ws = peg.Space()
         fenced = peg.Seq(
             peg.Literal("```json"), ws, peg.Tag("content", peg.json_value), ws, peg.Literal("```")
         )
-        return legacy_format(
-            HANDLER, "", reasoning, None, content_value=fenced, continuation=CONTINUATION
+        return ReplyFormat(
+            NAME,
+            steps(Thought(reasoning) if reasoning else None, Whitespace(), ContentValue(fenced)),
+            continuation=CONTINUATION,
         )
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return legacy_format(HANDLER, "", reasoning, None, continuation=CONTINUATION)
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(
+            NAME,
+            steps(Thought(reasoning) if reasoning else None, Whitespace(), Content(None)),
+            continuation=CONTINUATION,
+        )
     call = _call(functions)
     section = CallSection(
         first=call,
-        next=call if parallel_tool_calls else None,
-        required=tool_choice == "required",
+        next=call if request.parallel_tool_calls else None,
+        required=request.tool_choice == "required",
         commit="}",
         openers=(CALLS,),
         name_marker=CALLS,
@@ -83,4 +90,14 @@ def describe(
         space_after=False,
         commit_balance=("{", "}", '"'),
     )
-    return legacy_format(HANDLER, "", reasoning, (CALLS,), section, continuation=CONTINUATION)
+    return ReplyFormat(
+        NAME,
+        steps(
+            Thought(reasoning) if reasoning else None,
+            Whitespace(),
+            Content((CALLS,)),
+            Whitespace(),
+            Calls(section),
+        ),
+        continuation=CONTINUATION,
+    )

@@ -10,19 +10,31 @@ follow ``<|eom|>``; the generation prompt is always ``<|start|>assistant``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
-from ..description import CallMessage, Flow, FlowState, ReplyFormat, TextMessage, legacy_format
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..description import (
+    CallMessage,
+    Content,
+    Expect,
+    Flow,
+    FlowState,
+    Messages,
+    ReplyFormat,
+    TextMessage,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
 from ..schema import ALL_TYPES, parameters, value_types
+from . import has_markers
 
-__all__ = ["HANDLER", "GENERATION_PROMPT", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Muse Glimmer"
+NAME = "Muse Glimmer"
+REQUIRED = ("<atem:function_calls>", "<|eom|>")
 GENERATION_PROMPT = "<|start|>assistant"
 EOM = "<|eom|>"
 EOT = "<|eot|>"
@@ -44,67 +56,53 @@ def _may_be_string(schema: Any, root: Mapping[str, Any]) -> bool:
 
 def _call(fn: Mapping[str, Any]) -> peg.Parser:
     name = str(fn["name"])
-    close = peg.Atomic(peg.Tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_CLOSE)))
+    close = peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(PARAM_CLOSE))
     args: list[peg.Parser] = []
     for pname, schema, _required, root in parameters(fn):
         if _may_be_string(schema, root):
             value = peg.Seq(peg.Tag(t.TOOL_ARG_STRING_VALUE, peg.Until(PARAM_CLOSE)), close)
         else:
             value = peg.Seq(peg.Tag(t.TOOL_ARG_VALUE, peg.json_value), close)
-        opener = peg.Atomic(
-            peg.Tag(
-                t.TOOL_ARG_OPEN,
-                peg.Seq(
-                    peg.Literal('<atem:parameter name="'),
-                    peg.Atomic(peg.Tag(t.TOOL_ARG_NAME, peg.Literal(pname))),
-                    peg.Literal('">'),
-                ),
-            )
+        opener = peg.atomic_tag(
+            t.TOOL_ARG_OPEN,
+            peg.Seq(peg.Literal('<atem:parameter name="'), arg_name(pname), peg.Literal('">')),
         )
         args.append(peg.Tag(t.TOOL_ARG, peg.Seq(opener, value)))
     body: peg.Parser = peg.Eps()
     if args:
         body = peg.Repeat(peg.Seq(peg.Choice(*args), peg.Space()), 0, -1)
     ws = peg.Space()
-    opener = peg.Atomic(
-        peg.Tag(
-            t.TOOL_OPEN,
-            peg.Seq(
-                peg.Literal(" to="),
-                peg.Until("<|message|>"),
-                peg.Literal("<|message|><atem:function_calls>"),
-                ws,
-                peg.Literal('<atem:invoke name="'),
-                peg.Atomic(peg.Tag(t.TOOL_NAME, peg.Literal(name))),
-                peg.Literal('">'),
-                ws,
-            ),
-        )
+    opener = peg.atomic_tag(
+        t.TOOL_OPEN,
+        peg.Seq(
+            peg.Literal(" to="),
+            peg.Until("<|message|>"),
+            peg.Literal("<|message|><atem:function_calls>"),
+            ws,
+            peg.Literal('<atem:invoke name="'),
+            tool_name(name),
+            peg.Literal('">'),
+            ws,
+        ),
     )
-    closer = peg.Atomic(
-        peg.Tag(t.TOOL_CLOSE, peg.Seq(peg.Literal("</atem:invoke>"), ws, peg.Literal(CALLS_CLOSE)))
+    closer = peg.atomic_tag(
+        t.TOOL_CLOSE, peg.Seq(peg.Literal("</atem:invoke>"), ws, peg.Literal(CALLS_CLOSE))
     )
     return peg.Tag(t.TOOL, peg.Seq(opener, ws, peg.Tag(t.TOOL_ARGS, body), ws, closer))
 
 
-def describe(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    functions = tool_functions(tools)
-    calls = bool(functions) and tool_choice != "none"
-    extract = reasoning_format != "none"
+def matches(source: str) -> bool:
+    return has_markers(source, REQUIRED)
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    functions = tool_functions(request.tools)
+    calls = bool(functions) and request.tool_choice != "none"
+    extract = request.reasoning_format != "none"
     if not extract and not calls:
         # everything after the generation prompt is content, verbatim
-        return legacy_format(
-            HANDLER,
-            GENERATION_PROMPT,
-            None,
-            None,
-            space_before_content=False,
-            continuation=CONTINUATION,
+        return ReplyFormat(
+            NAME, (Expect(GENERATION_PROMPT), Content(None)), continuation=CONTINUATION
         )
     start = peg.Literal(GENERATION_PROMPT)
     analysis = TextMessage(
@@ -115,19 +113,17 @@ def describe(
         lead=start,
         then="messages",
     )
-    answer_header = peg.Seq(peg.Repeat(peg.Literal(" to=user"), 0, 1), peg.Literal("<|message|>"))
-    states: dict[str, FlowState] = {
-        "messages": FlowState((analysis,), otherwise="last", loop=True),
-    }
+    answer_header = peg.Seq(peg.optional(peg.Literal(" to=user")), peg.Literal("<|message|>"))
+    states: dict[str, FlowState] = {"messages": FlowState((analysis,), otherwise="last", loop=True)}
     if not calls:
         states["last"] = FlowState((TextMessage(answer_header, "content", (EOT, EOM), lead=start),))
     else:
         choice = peg.Choice(*(_call(fn) for fn in functions))
-        more = "calls" if parallel_tool_calls else ""
+        more = "calls" if request.parallel_tool_calls else ""
         first = CallMessage(peg.Seq(start, choice), CALLS_CLOSE, then=more)
         following = CallMessage(peg.Seq(peg.Literal(EOM), start, choice), CALLS_CLOSE, then=more)
         answer = TextMessage(answer_header, "content", (EOT, EOM), lead=start, then="after")
-        if tool_choice == "required":
+        if request.tool_choice == "required":
             states["last"] = FlowState((first,))
         else:
             states["last"] = FlowState((first, answer))
@@ -142,13 +138,4 @@ def describe(
         name_marker_end='"',
         tool_names=tool_names(functions),
     )
-    return legacy_format(
-        HANDLER,
-        "",
-        None,
-        None,
-        space_before_content=False,
-        flow=flow,
-        stop=(EOT,),
-        continuation=CONTINUATION,
-    )
+    return ReplyFormat(NAME, (Messages(flow),), stop=(EOT,), continuation=CONTINUATION)

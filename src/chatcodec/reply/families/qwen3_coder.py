@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .. import peg
 from ..arguments import XmlCallSyntax, tool_functions, tool_names, xml_call_parsers
-from ..description import CallSection, ReasoningBlock, ReplyFormat, legacy_format
+from ..description import (
+    Calls,
+    CallSection,
+    Content,
+    Expect,
+    ReasoningBlock,
+    ReplyFormat,
+    Thought,
+    Whitespace,
+    steps,
+)
 from ..prefill import Continuation
+from ..request import ReplyRequest
 
-__all__ = ["HANDLER", "matches", "describe"]
+__all__ = ["NAME", "matches", "describe"]
 
-HANDLER = "Qwen3-Coder"
+NAME = "Qwen3-Coder"
 PREFIX = "<|im_start|>assistant\n"
 # the prefill: the thought (templates with one), then the content
 CONTINUATION = Continuation(PREFIX, think_start="<think>\n", think_end="\n</think>\n\n")
@@ -45,51 +53,50 @@ def matches(source: str) -> bool:
     )
 
 
-def describe(
-    source: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    parallel_tool_calls: bool,
-    reasoning_format: str,
-) -> ReplyFormat:
-    thinking = "<think>" in source
+def describe(request: ReplyRequest) -> ReplyFormat:
+    thinking = "<think>" in request.source
     # Qwen3-Coder (no <think> in its template) may open a call with a bare <function=NAME>
     bare_function = not thinking
-    reasoning = THOUGHT if thinking and reasoning_format != "none" else None
-    functions = tool_functions(tools)
-    if not functions or tool_choice == "none":
-        return legacy_format(
-            HANDLER,
-            PREFIX,
-            reasoning,
-            None,
+    reasoning = THOUGHT if thinking and request.reasoning_format != "none" else None
+    functions = tool_functions(request.tools)
+    if not functions or request.tool_choice == "none":
+        return ReplyFormat(
+            NAME,
+            steps(
+                Expect(PREFIX),
+                Thought(reasoning) if reasoning else None,
+                Whitespace(),
+                Content(None),
+            ),
             stop=("<|im_end|>",),
             continuation=CONTINUATION if thinking else CONTINUATION_NO_THOUGHT,
         )
     body = peg.Seq(xml_call_parsers(SYNTAX, functions), peg.Literal(SYNTAX.scope_close))
     call = peg.Seq(peg.Literal(SYNTAX.scope_open), body)
-    first = (
-        peg.Seq(peg.Repeat(peg.Literal(SYNTAX.scope_open), 0, 1), body) if bare_function else call
-    )
+    first = peg.Seq(peg.optional(peg.Literal(SYNTAX.scope_open)), body) if bare_function else call
     starts = ["<tool_call>"]
     if bare_function:
         starts += [f"{SYNTAX.function_open}{fn['name']}>" for fn in functions]
     section = CallSection(
         first=first,
-        next=call if parallel_tool_calls else None,
-        required=tool_choice == "required",
+        next=call if request.parallel_tool_calls else None,
+        required=request.tool_choice == "required",
         commit=SYNTAX.scope_close,
         openers=("<tool_call>", SYNTAX.function_open),
         name_marker=SYNTAX.function_open,
         name_marker_end=">",
         tool_names=tool_names(functions),
     )
-    return legacy_format(
-        HANDLER,
-        PREFIX,
-        reasoning,
-        tuple(starts),
-        section,
+    return ReplyFormat(
+        NAME,
+        steps(
+            Expect(PREFIX),
+            Thought(reasoning) if reasoning else None,
+            Whitespace(),
+            Content(tuple(starts)),
+            Whitespace(),
+            Calls(section),
+        ),
         stop=("<|im_end|>",),
         continuation=CONTINUATION if thinking else CONTINUATION_NO_THOUGHT,
     )

@@ -1,0 +1,33 @@
+"""What a family reads to describe a reply: the template and the request's options."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ReplyRequest"]
+
+
+@dataclass(frozen=True)
+class ReplyRequest:
+    """One request as llama.cpp's handlers see it (the argument of every family's ``describe``).
+
+    ``generation_prompt``: the template's, for the conversation the reply follows.
+    ``json_schema``: the request's response format (read by the families that support it:
+    the auto parser, gpt-oss, Ministral, LFM2/LFM2.5, Cohere2 MoE). ``continue_final_message``:
+    ``"content"`` or ``"reasoning_content"`` when a final assistant message is continued
+    (``generation_prompt`` is then the template's for the conversation before it; the format's
+    ``continuation`` writes the one to parse with), else ``"none"``.
+    """
+
+    source: str
+    generation_prompt: str
+    tools: Sequence[Mapping[str, Any]] | None = None
+    tool_choice: str = "auto"
+    parallel_tool_calls: bool = True
+    reasoning_format: str = "deepseek"
+    enable_thinking: bool = True
+    special_tokens: Mapping[str, str] | None = None
+    json_schema: Mapping[str, Any] | None = None
+    continue_final_message: str = "none"
