@@ -26,11 +26,11 @@ from ..errors import TemplateError, TemplateLimitError, TemplateSecurityError
 from .environment import (
     ChatSandbox,
     Limits,
-    _LimitExceeded,
     new_environment,
     render_state,
     utc_instant,
 )
+from .environment import LimitExceeded as _LimitExceeded  # local name kept: render body unchanged
 
 __all__ = ["ChatTemplate", "RenderedChat", "Span"]
 
