@@ -13,7 +13,6 @@ __all__ = [
     "prune_whitespace",
     "diff_split",
     "until_common_prefix",
-    "after_common_suffix",
     "trim",
     "trim_leading",
 ]
@@ -171,12 +170,3 @@ def until_common_prefix(full: str, left: str, right: str) -> str:
         return ""
     at = full.find(left[:n])
     return full[:at] if at >= 0 else ""
-
-
-def after_common_suffix(full: str, left: str, right: str) -> str:
-    n = _common_suffix(left, right)
-    if n == 0:
-        return ""
-    common = left[len(left) - n :]
-    at = full.rfind(common)
-    return full[at + n :] if at >= 0 else ""
