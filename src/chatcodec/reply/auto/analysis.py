@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ChatCodecError
+from ...template.capabilities import ProbeRenderer, tool_call_support
 from ...template.render import ChatTemplate
 from . import strict as s
 from .diff import (
@@ -190,32 +190,18 @@ class Compared:
 
 
 class Renderer:
-    """Renders probes through chatcodec's own renderer; a failing render is None."""
+    """Renders probes with the shared probe renderer (a failing render is None) and diffs them."""
 
     def __init__(self, template: ChatTemplate) -> None:
-        self.template = template
-        self._cache: dict[str, str | None] = {}
+        self.probes = ProbeRenderer(template)
 
     def render(self, probe: Probe) -> str | None:
-        key = json.dumps(
-            [probe.messages, probe.tools, probe.add_generation_prompt, probe.enable_thinking],
-            sort_keys=True,
+        return self.probes.render(
+            probe.messages,
+            tools=TOOLS if probe.tools else None,
+            add_generation_prompt=probe.add_generation_prompt,
+            enable_thinking=probe.enable_thinking,
         )
-        if key in self._cache:
-            return self._cache[key]
-        try:
-            out: str | None = self.template.render(
-                [dict(m) for m in probe.messages],
-                tools=TOOLS if probe.tools else None,
-                add_generation_prompt=probe.add_generation_prompt,
-                enable_thinking=probe.enable_thinking,
-            )
-        except ChatCodecError:
-            out = None
-        except Exception:  # noqa: BLE001 - an untrusted template's failure is a failed probe
-            out = None
-        self._cache[key] = out
-        return out
 
     def compare(self, a: Probe, b: Probe) -> Compared | None:
         out_a = self.render(a)
@@ -227,70 +213,6 @@ class Renderer:
 
 def _with(probe: Probe, messages: Sequence[Any]) -> Probe:
     return Probe(tuple(messages), probe.tools, probe.add_generation_prompt, probe.enable_thinking)
-
-
-# ---------------------------------------------------------------------------------- caps
-
-
-def _capabilities(r: Renderer) -> tuple[bool, bool]:
-    """(supports_tool_calls, supports_parallel_tool_calls), measured by rendering llama.cpp's
-    capability probes; "the template reads the calls" (llama.cpp tracks reads) is taken as
-    "the render changes with them"."""
-    tools = [
-        {
-            "name": "tool",
-            "type": "function",
-            "function": {
-                "name": "tool1",
-                "description": "Tool description",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"arg": {"type": "string", "description": "Arg description"}},
-                    "required": ["arg"],
-                },
-            },
-        }
-    ]
-
-    def render(args: Any, n: int) -> str | None:
-        calls = [
-            {
-                "id": f"call0000{i + 1}",
-                "type": "function",
-                "function": {"name": "tool1", "arguments": args},
-            }
-            for i in range(n)
-        ]
-        assistant: dict[str, Any] = {"role": "assistant", "content": ""}
-        if calls:
-            assistant["tool_calls"] = calls
-        messages: list[dict[str, Any]] = [
-            {"role": "user", "content": "User message"},
-            assistant,
-            {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
-            {"role": "assistant", "content": "The tool response was 'tool response'"},
-            {"role": "user", "content": "User message"},
-        ]
-        try:
-            return r.template.render(
-                messages, tools=tools, add_generation_prompt=True, bos_token="", eos_token=""
-            )
-        except Exception:  # noqa: BLE001 - a failing probe is information, not an error
-            return None
-
-    # a read of the calls is seen as a render that changes with them
-    without = render(None, 0)
-    object_args = True
-    out = render({"arg": "value"}, 1)
-    if out is None or out == without:
-        object_args = False
-        string_out = render('{"arg": "value"}', 1)
-        if string_out is None or string_out == without:
-            return False, False
-        out = string_out
-    args: Any = {"arg": "value"} if object_args else '{"arg": "value"}'
-    two = render(args, 2)
-    return True, two is not None and two != out
 
 
 # ---------------------------------------------------------------------------------- phases
@@ -1090,7 +1012,8 @@ def analyze(template: ChatTemplate) -> Analysis:
     """The whole analysis of one template (raises AnalysisFailed where llama.cpp throws)."""
     r = Renderer(template)
     a = Analysis()
-    a.supports_tool_calls, a.supports_parallel_tool_calls = _capabilities(r)
+    support = tool_call_support(template)
+    a.supports_tool_calls, a.supports_parallel_tool_calls = support.calls, support.parallel
     rs = Reasoning()
     _reasoning_presence(r, rs)
     _thinking_enabled(r, rs)
