@@ -20,6 +20,7 @@ from . import strict as s
 from .diff import (
     MARKER,
     Split,
+    common_prefix_length,
     diff_split,
     prune_whitespace,
     segmentize,
@@ -561,15 +562,6 @@ def _non_json(tl: Tools, clean: str) -> None:
     tl.section_end = end_tags.get("sec_end", "")
 
 
-def _count(haystack: str, needle: str) -> int:
-    count = 0
-    pos = haystack.find(needle)
-    while pos >= 0:
-        count += 1
-        pos = haystack.find(needle, pos + len(needle))
-    return count
-
-
 def _per_call_markers(r: Renderer, tl: Tools) -> None:
     cmp = r.compare(_tool_probe(FIRST_CALL), _tool_probe(FIRST_CALL, SECOND_CALL))
     if cmp is None:
@@ -580,8 +572,8 @@ def _per_call_markers(r: Renderer, tl: Tools) -> None:
         tl.per_call_start, tl.per_call_end = tl.section_start, tl.section_end
         tl.section_start = tl.section_end = ""
     if tl.per_call_end:
-        one = _count(cmp.a, tl.per_call_end)
-        two = _count(cmp.b, tl.per_call_end)
+        one = cmp.a.count(tl.per_call_end)
+        two = cmp.b.count(tl.per_call_end)
         if one > 0 and one == two:
             tl.section_end = tl.per_call_end
             tl.per_call_end = ""
@@ -593,6 +585,13 @@ def _not_marker_any() -> s.P:
 
 def _last_marker() -> s.P:
     return s.seq(s.marker(), s.zero_or_more(_not_marker_any()), s.end())
+
+
+def _from_last_marker(tag: str) -> s.P:
+    """Anything, then (tagged) the text's last marker and the non-marker text after it."""
+    return s.seq(
+        s.zero_or_more(s.seq(s.negate(_last_marker()), s.any_char())), s.tag(tag, _last_marker())
+    )
 
 
 def _function_markers(r: Renderer, tl: Tools) -> None:
@@ -702,10 +701,7 @@ def _argument_name_markers(r: Renderer, tl: Tools) -> None:
         tl.arg_name_prefix = lt.get("pre", "")
         tl.arg_name_suffix = lt.get("suffix", "")
     elif diff.left.startswith(ARG_FIRST) and diff.right.startswith(ARG_SECOND):
-        pre_p = s.seq(
-            s.zero_or_more(s.seq(s.negate(_last_marker()), s.any_char())),
-            s.tag("name_prefix", _last_marker()),
-        )
+        pre_p = _from_last_marker("name_prefix")
         ok, tags = s.parse(pre_p, diff.prefix)
         tl.arg_name_prefix = tags.get("name_prefix", "") if ok else diff.prefix
         after_first = diff.left[len(ARG_FIRST) :] + diff.suffix
@@ -727,10 +723,7 @@ def _argument_value_markers(r: Renderer, tl: Tools) -> None:
     if prefix.rfind(ending) >= 0:
         prefix = prefix[prefix.rfind(ending) + len(ending) :]
     if prefix:
-        prefix_p = s.seq(
-            s.zero_or_more(s.seq(s.negate(_last_marker()), s.any_char())),
-            s.tag("val_prefix", _last_marker()),
-        )
+        prefix_p = _from_last_marker("val_prefix")
         ok, tags = s.parse(prefix_p, prefix)
         tl.arg_value_prefix = tags.get("val_prefix", "") if ok else prefix
     value_suffix = diff.suffix
@@ -773,13 +766,7 @@ def _call_id_markers(r: Renderer, tl: Tools) -> None:
     diff = cmp.diff
     if not diff.left and not diff.right:
         return
-    common = 0
-    while (
-        common < min(len(CALL_ID_001), len(CALL_ID_999))
-        and CALL_ID_001[common] == CALL_ID_999[common]
-    ):
-        common += 1
-    common_id = CALL_ID_001[:common]
+    common_id = CALL_ID_001[: common_prefix_length(CALL_ID_001, CALL_ID_999)]
     in_prefix = diff.prefix.rfind(FUN_FIRST)
     in_suffix = diff.suffix.find(FUN_FIRST)
     if in_prefix >= 0 and in_suffix < 0:
