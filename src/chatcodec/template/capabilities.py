@@ -159,10 +159,10 @@ class ProbeRenderer:
             return None
 
 
-Variant = tuple[list[dict[str, Any]], dict[str, Any]]
+_Variant = tuple[list[dict[str, Any]], dict[str, Any]]
 
 
-def _any_render(p: ProbeRenderer, variants: list[Variant], accept: Callable[[str], bool]) -> bool:
+def _any_render(p: ProbeRenderer, variants: list[_Variant], accept: Callable[[str], bool]) -> bool:
     # templates written for tool use may refuse to render without tools: try both
     for tools in (None, PROBE_TOOLS):
         for messages, options in variants:
@@ -235,19 +235,19 @@ def _parallel_calls(p: ProbeRenderer, as_text: bool) -> bool:
 
 def _tool_call_id(p: ProbeRenderer) -> bool:
     calls = [_call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE)]
-    variants: list[Variant] = [(messages, {}) for messages in _call_conversations(calls)]
+    variants: list[_Variant] = [(messages, {}) for messages in _call_conversations(calls)]
     return _any_render(p, variants, lambda text: CALL_ID in text)
 
 
 def _tool_role(p: ProbeRenderer) -> bool:
     calls = [_call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE)]
-    variants: list[Variant] = [(messages, {}) for messages in _call_conversations(calls)]
+    variants: list[_Variant] = [(messages, {}) for messages in _call_conversations(calls)]
     return _any_render(p, variants, lambda text: TOOL_RESULT_TEXT in text)
 
 
 def _role_renders(p: ProbeRenderer, role: str, marker: str) -> bool:
     message = {"role": role, "content": marker}
-    variants: list[Variant] = [
+    variants: list[_Variant] = [
         ([message, _USER], {"add_generation_prompt": True}),
         ([message, _USER, {"role": "assistant", "content": ASSISTANT_TEXT}], {}),
     ]
@@ -301,7 +301,7 @@ def _thinking_toggle(p: ProbeRenderer, variables: frozenset[str]) -> bool:
 def _reasoning_replay(p: ProbeRenderer) -> bool:
     answered = {"role": "assistant", "content": ASSISTANT_TEXT, "reasoning_content": REASONING_TEXT}
     follow_up = {"role": "user", "content": f"{USER_TEXT} again"}
-    variants: list[Variant] = [
+    variants: list[_Variant] = [
         ([_USER, answered], {}),
         ([_USER, answered, follow_up], {"add_generation_prompt": True}),
     ]
@@ -310,7 +310,7 @@ def _reasoning_replay(p: ProbeRenderer) -> bool:
 
 def _documents(p: ProbeRenderer) -> bool:
     documents = [{"title": "Probe title", "text": DOCUMENT_TEXT}]
-    variants: list[Variant] = [
+    variants: list[_Variant] = [
         ([_USER], {"documents": documents, "add_generation_prompt": True}),
         (_with_system([_USER]), {"documents": documents, "add_generation_prompt": True}),
     ]
