@@ -177,10 +177,45 @@ def _from_folder(
     folder: Path, kind: Kind, repo_id: str | None = None, revision: str | None = None
 ) -> Checkpoint:
     reads = _Reads()
+    looked: list[str] = []  # what each template location held, for the error message
+    found = _template_files(folder, reads, looked)
+    config_path = folder / TOKENIZER_CONFIG_FILE
+    config = reads.json_object(config_path)
+    # Template files replace whatever the tokenizer config holds, as in transformers.
+    if found is None:
+        found = _chat_template_entry(config, config_path, looked)
+    if found is None:
+        processor_path = folder / PROCESSOR_CHAT_TEMPLATE_FILE
+        found = _chat_template_entry(reads.json_object(processor_path), processor_path, looked)
+    if found is None:
+        ggufs = sorted(folder.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return _from_gguf(ggufs[0], kind=kind, repo_id=repo_id, revision=revision)
+        hint = ""
+        if ggufs:
+            hint = f"; it holds several GGUF files ({', '.join(p.name for p in ggufs)}): pass one"
+        raise CheckpointError(f"no chat template in {folder}: looked for {', '.join(looked)}{hint}")
+    templates, where = found
+    return Checkpoint(
+        templates=templates,
+        special_tokens=_folder_special_tokens(folder, reads, config),
+        origin=_origin(where, repo_id, revision),
+        kind=kind,
+        path=folder,
+        template_files=where,
+        files_read=tuple(reads.read),
+        repo_id=repo_id,
+        revision=revision,
+    )
+
+
+_Found = tuple[str | dict[str, str], dict[str, str]]  # the templates, and where each was read
+
+
+def _template_files(folder: Path, reads: _Reads, looked: list[str]) -> _Found | None:
+    """``chat_template.jinja`` and ``additional_chat_templates/*.jinja``, when there are."""
     files: dict[str, str] = {}
     where: dict[str, str] = {}
-    looked: list[str] = []  # what each template location held, for the error message
-
     default = reads.text(folder / CHAT_TEMPLATE_FILE)
     if default is not None:
         files["default"] = default
@@ -196,51 +231,31 @@ def _from_folder(
             where[name] = str(extra)
     if not files:
         looked.append(f"{CHAT_TEMPLATE_DIR}/*.jinja (none)")
-    templates = _flatten(files) if files else None
+        return None
+    return _flatten(files), where
 
-    config_path = folder / TOKENIZER_CONFIG_FILE
-    config = reads.json_object(config_path)
-    # Template files replace whatever the tokenizer config holds, as in transformers.
-    if templates is None:
-        if config is None:
-            looked.append(f"{TOKENIZER_CONFIG_FILE} (absent)")
-        elif config.get("chat_template") is None:
-            looked.append(f"{TOKENIZER_CONFIG_FILE} (no 'chat_template' entry)")
-        else:
-            templates, where = _config_templates(config["chat_template"], config_path)
-    if templates is None:
-        processor_path = folder / PROCESSOR_CHAT_TEMPLATE_FILE
-        processor = reads.json_object(processor_path)
-        if processor is None:
-            looked.append(f"{PROCESSOR_CHAT_TEMPLATE_FILE} (absent)")
-        elif processor.get("chat_template") is None:
-            looked.append(f"{PROCESSOR_CHAT_TEMPLATE_FILE} (no 'chat_template' entry)")
-        else:
-            templates, where = _config_templates(processor["chat_template"], processor_path)
 
-    if templates is None:
-        ggufs = sorted(folder.glob("*.gguf"))
-        if len(ggufs) == 1:
-            return _from_gguf(ggufs[0], kind=kind, repo_id=repo_id, revision=revision)
-        hint = ""
-        if ggufs:
-            hint = f"; it holds several GGUF files ({', '.join(p.name for p in ggufs)}): pass one"
-        raise CheckpointError(f"no chat template in {folder}: looked for {', '.join(looked)}{hint}")
+def _chat_template_entry(
+    data: Mapping[str, Any] | None, path: Path, looked: list[str]
+) -> _Found | None:
+    """The templates of a JSON file's ``chat_template`` entry, when it has one."""
+    if data is None:
+        looked.append(f"{path.name} (absent)")
+        return None
+    if data.get("chat_template") is None:
+        looked.append(f"{path.name} (no 'chat_template' entry)")
+        return None
+    return _config_templates(data["chat_template"], path)
 
+
+def _folder_special_tokens(
+    folder: Path, reads: _Reads, config: Mapping[str, Any] | None
+) -> dict[str, str]:
+    """The tokenizer config's special tokens, over the legacy map when the config lacks them."""
     special_map = None
     if config is None or "added_tokens_decoder" not in config:
         special_map = reads.json_object(folder / SPECIAL_TOKENS_MAP_FILE)
-    return Checkpoint(
-        templates=templates,
-        special_tokens=_special_tokens(config, special_map),
-        origin=_origin(where, repo_id, revision),
-        kind=kind,
-        path=folder,
-        template_files=where,
-        files_read=tuple(reads.read),
-        repo_id=repo_id,
-        revision=revision,
-    )
+    return _special_tokens(config, special_map)
 
 
 def _from_file(path: Path) -> Checkpoint:
@@ -270,12 +285,9 @@ def _from_file(path: Path) -> Checkpoint:
         )
     if path.name != TOKENIZER_CONFIG_FILE and (folder / TOKENIZER_CONFIG_FILE).is_file():
         config = reads.json_object(folder / TOKENIZER_CONFIG_FILE)
-    special_map = None
-    if config is None or "added_tokens_decoder" not in config:
-        special_map = reads.json_object(folder / SPECIAL_TOKENS_MAP_FILE)
     return Checkpoint(
         templates=templates,
-        special_tokens=_special_tokens(config, special_map),
+        special_tokens=_folder_special_tokens(folder, reads, config),
         origin=_origin(where, None, None),
         kind="file",
         path=path,

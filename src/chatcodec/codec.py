@@ -352,7 +352,6 @@ def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | 
 def _supports_parallel_tool_calls(template: ChatTemplate) -> bool:
     """llama.cpp's ``supports_parallel_tool_calls`` capability: its probe conversation, with
     two calls, rendered by llama.cpp's conventions, reads the second call."""
-    from .reply.auto.analysis import Renderer, _capabilities
-    from .template.compat import llama_compatible
+    from .template.capabilities import tool_call_support
 
-    return _capabilities(Renderer(llama_compatible(template)))[1]
+    return tool_call_support(template).parallel

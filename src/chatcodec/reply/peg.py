@@ -31,6 +31,7 @@ __all__ = [
     "Tag",
     "Atomic",
     "Eps",
+    "Ref",
     "optional",
     "atomic_tag",
     "json_value",
@@ -39,9 +40,7 @@ __all__ = [
     "json_number",
     "json_bool",
     "json_null",
-    "json_string",
     "python_string",
-    "python_value",
     "python_or_json_value",
     "is_c_space",
 ]
@@ -328,7 +327,7 @@ def atomic_tag(tag: str, parser: Parser) -> Parser:
     return Atomic(Tag(tag, parser))
 
 
-class _Ref(Parser):
+class Ref(Parser):
     """A late-bound parser, for the recursive JSON value."""
 
     def __init__(self) -> None:
@@ -340,7 +339,7 @@ class _Ref(Parser):
 
 def _build_json() -> dict[str, Parser]:
     ws = Space()
-    value = _Ref()
+    value = Ref()
     string = Seq(Literal('"'), StringBody('"'), Literal('"'))
     digits = Chars("0123456789", 1, -1)
     int_part = Choice(Literal("0"), Seq(Chars("123456789", 1, 1), Chars("0123456789", 0, -1)))
@@ -376,7 +375,6 @@ _JSON = _build_json()
 json_value = _JSON["value"]
 json_object = _JSON["object"]
 json_array = _JSON["array"]
-json_string = _JSON["string"]
 json_number = _JSON["number"]
 json_bool = _JSON["bool"]
 json_null = _JSON["null"]
@@ -403,41 +401,36 @@ def permute(parsers: Sequence[Parser]) -> Parser:
     return remaining((1 << len(parsers)) - 1)
 
 
-def _build_python(json_literals: bool) -> Parser:
-    """llama.cpp's python-value (or python-or-json-value with ``json_literals``): dicts and
-    lists (which swallow the space after them), single- or double-quoted strings, JSON
-    numbers, True/False/None (and true/false/null)."""
-    ws = Space()
-    value = _Ref()
-    string = Choice(
-        Seq(Literal('"'), StringBody('"'), Literal('"')),
-        Seq(Literal("'"), StringBody("'"), Literal("'")),
-    )
-    member = Seq(string, ws, Literal(":"), ws, value)
-    members = Seq(member, Repeat(Seq(ws, Literal(","), ws, member)))
-    mapping = Seq(Literal("{"), ws, Choice(Literal("}"), Seq(members, ws, Literal("}"))), ws)
-    elements = Seq(value, Repeat(Seq(Literal(","), ws, value)))
-    sequence = Seq(Literal("["), ws, Choice(Literal("]"), Seq(elements, ws, Literal("]"))), ws)
-    leaves: list[Parser] = [
-        mapping,
-        sequence,
-        string,
-        json_number,
-        Choice(Literal("True"), Literal("False")),
-        Literal("None"),
-    ]
-    if json_literals:
-        leaves += [json_bool, json_null]
-    value.target = Choice(*leaves)
-    return value
-
-
 python_string = Choice(
     Seq(Literal('"'), StringBody('"'), Literal('"')),
     Seq(Literal("'"), StringBody("'"), Literal("'")),
 )
-python_value = _build_python(json_literals=False)
-python_or_json_value = _build_python(json_literals=True)
+
+
+def _build_python_or_json() -> Parser:
+    """llama.cpp's python-or-json-value: dicts and lists (which swallow the space after them),
+    single- or double-quoted strings, JSON numbers, True/False/None and true/false/null."""
+    ws = Space()
+    value = Ref()
+    member = Seq(python_string, ws, Literal(":"), ws, value)
+    members = Seq(member, Repeat(Seq(ws, Literal(","), ws, member)))
+    mapping = Seq(Literal("{"), ws, Choice(Literal("}"), Seq(members, ws, Literal("}"))), ws)
+    elements = Seq(value, Repeat(Seq(Literal(","), ws, value)))
+    sequence = Seq(Literal("["), ws, Choice(Literal("]"), Seq(elements, ws, Literal("]"))), ws)
+    value.target = Choice(
+        mapping,
+        sequence,
+        python_string,
+        json_number,
+        Choice(Literal("True"), Literal("False")),
+        Literal("None"),
+        json_bool,
+        json_null,
+    )
+    return value
+
+
+python_or_json_value = _build_python_or_json()
 
 
 class CharsExcept(Parser):

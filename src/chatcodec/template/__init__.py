@@ -9,13 +9,15 @@ from .environment import Limits
 from .render import ChatTemplate, RenderedChat, Span
 
 if TYPE_CHECKING:
-    from .capabilities import Capabilities, probe_capabilities
+    from .capabilities import Capabilities, ToolCallSupport, probe_capabilities, tool_call_support
     from .schema import DocstringParsingException, TypeHintParsingException, get_json_schema
     from .wire import TemplateInput, to_template_messages, tool_preamble
 
 _LAZY = {
     "Capabilities": ".capabilities",
     "probe_capabilities": ".capabilities",
+    "ToolCallSupport": ".capabilities",
+    "tool_call_support": ".capabilities",
     "DocstringParsingException": ".schema",
     "TypeHintParsingException": ".schema",
     "get_json_schema": ".schema",
@@ -36,9 +38,11 @@ __all__ = [
     "RenderedChat",
     "Span",
     "TemplateInput",
+    "ToolCallSupport",
     "TypeHintParsingException",
     "get_json_schema",
     "probe_capabilities",
     "to_template_messages",
+    "tool_call_support",
     "tool_preamble",
 ]

@@ -2,8 +2,10 @@
 
 A template's source says little reliably (a name in a comment, a branch that is never taken),
 so every behavioural field is measured: render a probe conversation carrying a unique marker
-and look for the marker in the output. A probe the template refuses (``TemplateError``) counts
-as "no". See docs/capabilities.md for each field and probe.
+and look for the marker in the output. A probe the template refuses counts as "no". One
+:class:`ProbeRenderer` renders every probe: :func:`probe_capabilities`' marker probes, llama.cpp's
+tool-call probe (:func:`tool_call_support`) and the auto parser's differential probes
+(``reply/auto/analysis.py``). See docs/capabilities.md for each field and probe.
 """
 
 from __future__ import annotations
@@ -11,15 +13,21 @@ from __future__ import annotations
 import copy
 import json
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from ..errors import TemplateError
+from .compat import llama_compatible
 from .render import ChatTemplate
 
-__all__ = ["Capabilities", "probe_capabilities"]
+__all__ = [
+    "Capabilities",
+    "ProbeRenderer",
+    "ToolCallSupport",
+    "probe_capabilities",
+    "tool_call_support",
+]
 
 
 @dataclass(frozen=True)
@@ -118,51 +126,57 @@ _STAND_IN_TOKENS = {
 }
 
 
-class _Prober:
-    """Renders probe conversations; a refused render is ``None``."""
+class ProbeRenderer:
+    """Renders probe conversations; a render the template refuses is ``None``.
 
-    def __init__(self, template: ChatTemplate, special_tokens: Mapping[str, str] | None) -> None:
+    ``context`` is added to every render (a render's own options win over it); renders are
+    remembered, so a probe repeated by another question costs nothing. With ``typed_content``
+    set, string contents are given as ``[{"type": "text", "text": ...}]`` blocks.
+    """
+
+    def __init__(self, template: ChatTemplate, context: Mapping[str, Any] | None = None) -> None:
         self.template = template
-        # a template that concatenates eos_token fails when it is unset: probe with stand-ins
-        stand_ins = {
-            name: _STAND_IN_TOKENS.get(name, f"<{name}>")
-            for name in template.variables
-            if name.endswith("_token") and name not in template.special_tokens
-        }
-        self.context: dict[str, Any] = {**stand_ins, **(special_tokens or {})}
-        self.typed = False  # once known, probes give content as text blocks
+        self.context: dict[str, Any] = dict(context or {})
+        self.typed_content = False
+        self._renders: dict[str, str | None] = {}
 
-    def render(self, messages: list[dict[str, Any]], **options: Any) -> str | None:
+    def render(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> str | None:
+        key = json.dumps([messages, options, self.typed_content], sort_keys=True)
+        if key not in self._renders:
+            self._renders[key] = self._render(messages, options)
+        return self._renders[key]
+
+    def _render(self, messages: Sequence[Mapping[str, Any]], options: dict[str, Any]) -> str | None:
         # templates get fresh copies: a render must not see another probe's data
-        messages = copy.deepcopy(messages)
-        if self.typed:
-            for message in messages:
+        fresh = copy.deepcopy([dict(message) for message in messages])
+        if self.typed_content:
+            for message in fresh:
                 if isinstance(message.get("content"), str):
                     message["content"] = [{"type": "text", "text": message["content"]}]
         try:
-            return self.template.render(messages, **options, **self.context)
-        except TemplateError:
+            return self.template.render(fresh, **{**self.context, **options})
+        except Exception:  # noqa: BLE001 - an untrusted template's failure is a failed probe
             return None
 
-    def any_render(
-        self,
-        variants: list[tuple[list[dict[str, Any]], dict[str, Any]]],
-        accept: Callable[[str], bool],
-    ) -> bool:
-        # templates written for tool use may refuse to render without tools: try both
-        for tools in (None, PROBE_TOOLS):
-            for messages, options in variants:
-                text = self.render(messages, **{"tools": tools, **options})
-                if text is not None and accept(text):
-                    return True
-        return False
+
+_Variant = tuple[list[dict[str, Any]], dict[str, Any]]
+
+
+def _any_render(p: ProbeRenderer, variants: list[_Variant], accept: Callable[[str], bool]) -> bool:
+    # templates written for tool use may refuse to render without tools: try both
+    for tools in (None, PROBE_TOOLS):
+        for messages, options in variants:
+            text = p.render(messages, **{"tools": tools, **options})
+            if text is not None and accept(text):
+                return True
+    return False
 
 
 def _with_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": "system", "content": "You are a helpful assistant."}, *messages]
 
 
-def _tools(p: _Prober) -> bool:
+def _tools(p: ProbeRenderer) -> bool:
     tools = PROBE_TOOLS[:1]
     for messages in ([_USER], _with_system([_USER])):
         bare = p.render(messages, add_generation_prompt=True)
@@ -187,7 +201,9 @@ def _call_conversations(calls: list[dict[str, Any]]) -> list[list[dict[str, Any]
     ]
 
 
-def _renders_calls(p: _Prober, calls: list[dict[str, Any]], accept: Callable[[str], bool]) -> bool:
+def _renders_calls(
+    p: ProbeRenderer, calls: list[dict[str, Any]], accept: Callable[[str], bool]
+) -> bool:
     names = {call["function"]["name"] for call in calls}
     # with the definitions passed too, the names must show up more often than the definitions do
     baseline = p.render([_USER], tools=PROBE_TOOLS, add_generation_prompt=True) or ""
@@ -202,12 +218,12 @@ def _renders_calls(p: _Prober, calls: list[dict[str, Any]], accept: Callable[[st
     return False
 
 
-def _tool_calls(p: _Prober, as_text: bool) -> bool:
+def _tool_calls(p: ProbeRenderer, as_text: bool) -> bool:
     calls = [_call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE, as_text)]
     return _renders_calls(p, calls, lambda text: ARGUMENT_VALUE in text)
 
 
-def _parallel_calls(p: _Prober, as_text: bool) -> bool:
+def _parallel_calls(p: ProbeRenderer, as_text: bool) -> bool:
     calls = [
         _call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE, as_text),
         _call(SECOND_CALL_ID, SECOND_TOOL_NAME, SECOND_ARGUMENT_VALUE, as_text),
@@ -217,32 +233,28 @@ def _parallel_calls(p: _Prober, as_text: bool) -> bool:
     )
 
 
-def _tool_call_id(p: _Prober) -> bool:
+def _tool_call_id(p: ProbeRenderer) -> bool:
     calls = [_call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE)]
-    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
-        (messages, {}) for messages in _call_conversations(calls)
-    ]
-    return p.any_render(variants, lambda text: CALL_ID in text)
+    variants: list[_Variant] = [(messages, {}) for messages in _call_conversations(calls)]
+    return _any_render(p, variants, lambda text: CALL_ID in text)
 
 
-def _tool_role(p: _Prober) -> bool:
+def _tool_role(p: ProbeRenderer) -> bool:
     calls = [_call(CALL_ID, TOOL_NAME, ARGUMENT_VALUE)]
-    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
-        (messages, {}) for messages in _call_conversations(calls)
-    ]
-    return p.any_render(variants, lambda text: TOOL_RESULT_TEXT in text)
+    variants: list[_Variant] = [(messages, {}) for messages in _call_conversations(calls)]
+    return _any_render(p, variants, lambda text: TOOL_RESULT_TEXT in text)
 
 
-def _role_renders(p: _Prober, role: str, marker: str) -> bool:
+def _role_renders(p: ProbeRenderer, role: str, marker: str) -> bool:
     message = {"role": role, "content": marker}
-    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+    variants: list[_Variant] = [
         ([message, _USER], {"add_generation_prompt": True}),
         ([message, _USER, {"role": "assistant", "content": ASSISTANT_TEXT}], {}),
     ]
-    return p.any_render(variants, lambda text: marker in text)
+    return _any_render(p, variants, lambda text: marker in text)
 
 
-def _typed_content(p: _Prober) -> bool:
+def _typed_content(p: ProbeRenderer) -> bool:
     typed = {"role": "user", "content": [{"type": "text", "text": USER_TEXT}]}
     for tools in (None, PROBE_TOOLS):
         plain = p.render([_USER], tools=tools, add_generation_prompt=True)
@@ -254,7 +266,7 @@ def _typed_content(p: _Prober) -> bool:
     return False
 
 
-def _single_turn_append(p: _Prober) -> bool:
+def _single_turn_append(p: ProbeRenderer) -> bool:
     conversation = [
         {"role": "user", "content": f"{USER_TEXT} one"},
         {"role": "assistant", "content": f"{ASSISTANT_TEXT} one"},
@@ -269,7 +281,7 @@ def _single_turn_append(p: _Prober) -> bool:
     return False
 
 
-def _thinking_toggle(p: _Prober, variables: frozenset[str]) -> bool:
+def _thinking_toggle(p: ProbeRenderer, variables: frozenset[str]) -> bool:
     if "enable_thinking" not in variables:
         return False
     answered = {"role": "assistant", "content": ASSISTANT_TEXT, "reasoning_content": REASONING_TEXT}
@@ -286,23 +298,23 @@ def _thinking_toggle(p: _Prober, variables: frozenset[str]) -> bool:
     return False
 
 
-def _reasoning_replay(p: _Prober) -> bool:
+def _reasoning_replay(p: ProbeRenderer) -> bool:
     answered = {"role": "assistant", "content": ASSISTANT_TEXT, "reasoning_content": REASONING_TEXT}
     follow_up = {"role": "user", "content": f"{USER_TEXT} again"}
-    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+    variants: list[_Variant] = [
         ([_USER, answered], {}),
         ([_USER, answered, follow_up], {"add_generation_prompt": True}),
     ]
-    return p.any_render(variants, lambda text: REASONING_TEXT in text)
+    return _any_render(p, variants, lambda text: REASONING_TEXT in text)
 
 
-def _documents(p: _Prober) -> bool:
+def _documents(p: ProbeRenderer) -> bool:
     documents = [{"title": "Probe title", "text": DOCUMENT_TEXT}]
-    variants: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+    variants: list[_Variant] = [
         ([_USER], {"documents": documents, "add_generation_prompt": True}),
         (_with_system([_USER]), {"documents": documents, "add_generation_prompt": True}),
     ]
-    return p.any_render(variants, lambda text: DOCUMENT_TEXT in text)
+    return _any_render(p, variants, lambda text: DOCUMENT_TEXT in text)
 
 
 _cache: weakref.WeakKeyDictionary[ChatTemplate, dict[tuple[tuple[str, str], ...], Capabilities]]
@@ -326,10 +338,16 @@ def probe_capabilities(
 
 
 def _probe(template: ChatTemplate, special_tokens: Mapping[str, str] | None) -> Capabilities:
-    p = _Prober(template, special_tokens)
+    # a template that concatenates eos_token fails when it is unset: probe with stand-ins
+    stand_ins = {
+        name: _STAND_IN_TOKENS.get(name, f"<{name}>")
+        for name in template.variables
+        if name.endswith("_token") and name not in template.special_tokens
+    }
+    p = ProbeRenderer(template, {**stand_ins, **(special_tokens or {})})
     variables = template.variables
     typed_content = _typed_content(p)
-    p.typed = typed_content
+    p.typed_content = typed_content  # once known, probes give content as text blocks
     tool_calls = _tool_calls(p, as_text=False)
     string_arguments = not tool_calls and _tool_calls(p, as_text=True)
     return Capabilities(
@@ -351,3 +369,98 @@ def _probe(template: ChatTemplate, special_tokens: Mapping[str, str] | None) -> 
         generation_tag=template.has_generation_tag,
         variables=variables,
     )
+
+
+@dataclass(frozen=True)
+class ToolCallSupport:
+    """llama.cpp's ``supports_tool_calls`` and ``supports_parallel_tool_calls`` of a template.
+
+    Not :class:`Capabilities`' ``tool_calls`` / ``parallel_calls``: llama.cpp renders its own
+    probe conversation with its conventions and counts a template as reading the calls when
+    the render changes with them (Llama 3.1 raises on two calls: neither has parallel calls).
+    """
+
+    calls: bool
+    parallel: bool
+
+
+# llama.cpp's capability probe (common/chat.cpp): one tool, a user turn, an assistant turn with
+# the calls, the tool's result, an answer and a user turn
+_LLAMA_PROBE_TOOLS = [
+    {
+        "name": "tool",
+        "type": "function",
+        "function": {
+            "name": "tool1",
+            "description": "Tool description",
+            "parameters": {
+                "type": "object",
+                "properties": {"arg": {"type": "string", "description": "Arg description"}},
+                "required": ["arg"],
+            },
+        },
+    }
+]
+_OBJECT_ARGUMENTS = {"arg": "value"}
+_TEXT_ARGUMENTS = '{"arg": "value"}'
+
+
+def _llama_probe(p: ProbeRenderer, arguments: Any, calls: int) -> str | None:
+    assistant: dict[str, Any] = {"role": "assistant", "content": ""}
+    if calls:
+        assistant["tool_calls"] = [
+            {
+                "id": f"call0000{i + 1}",
+                "type": "function",
+                "function": {"name": "tool1", "arguments": arguments},
+            }
+            for i in range(calls)
+        ]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "User message"},
+        assistant,
+        {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
+        {"role": "assistant", "content": "The tool response was 'tool response'"},
+        {"role": "user", "content": "User message"},
+    ]
+    return p.render(
+        messages,
+        tools=_LLAMA_PROBE_TOOLS,
+        add_generation_prompt=True,
+        bos_token="",
+        eos_token="",
+    )
+
+
+_tool_call_support: weakref.WeakKeyDictionary[ChatTemplate, ToolCallSupport]
+_tool_call_support = weakref.WeakKeyDictionary()
+
+
+def tool_call_support(template: ChatTemplate | str) -> ToolCallSupport:
+    """llama.cpp's tool-call capabilities of ``template`` (a compiled template or its source),
+    measured on llama.cpp's probe rendered as llama.cpp renders it; cached per template.
+
+    llama.cpp tracks whether the template reads the calls; a render that changes with them is
+    taken as such a read. Arguments are tried as an object, then as JSON text.
+    """
+    compiled = llama_compatible(
+        template if isinstance(template, ChatTemplate) else ChatTemplate(template)
+    )
+    found = _tool_call_support.get(compiled)
+    if found is None:
+        found = _measure_tool_call_support(ProbeRenderer(compiled))
+        _tool_call_support[compiled] = found
+    return found
+
+
+def _measure_tool_call_support(p: ProbeRenderer) -> ToolCallSupport:
+    without = _llama_probe(p, None, 0)
+    arguments: Any = _OBJECT_ARGUMENTS
+    one = _llama_probe(p, arguments, 1)
+    if one is None or one == without:
+        arguments = _TEXT_ARGUMENTS
+        one = _llama_probe(p, arguments, 1)
+        if one is None or one == without:
+            return ToolCallSupport(calls=False, parallel=False)
+    two = _llama_probe(p, arguments, 2)
+    return ToolCallSupport(calls=True, parallel=two is not None and two != one)

@@ -42,10 +42,8 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from .environment import (
     ChatSandbox,
-    _guard_filter,
-    _GuardedCodeGenerator,
-    _LimitExceeded,
-    _tojson,
+    GuardedCodeGenerator,
+    LimitExceeded,
     new_environment,
     render_state,
 )
@@ -77,7 +75,7 @@ def _is_none_or_undefined(value: Any) -> bool:
     return value is None or isinstance(value, jinja2.Undefined)
 
 
-class _LlamaCodeGenerator(_GuardedCodeGenerator):
+class _LlamaCodeGenerator(GuardedCodeGenerator):
     # `a in b` / `a not in b` go through the environment, which applies llama.cpp's rules
     def visit_Compare(self, node: jinja2.nodes.Compare, frame: Frame) -> None:
         if len(node.ops) != 1 or node.ops[0].op not in ("in", "notin"):
@@ -131,7 +129,7 @@ class LlamaSandbox(ChatSandbox):
             and type(getattr(__obj, "__self__", None)) is list
         ):
             if len(__obj.__self__) >= render_state.max_chars:
-                raise _LimitExceeded("the template grew a list past the output limit")
+                raise LimitExceeded("the template grew a list past the output limit")
         return ChatSandbox.call(__self, __context, __obj, *args, **kwargs)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
@@ -159,24 +157,13 @@ def _plain_json(value: Any) -> Any:
     return value
 
 
-def _llama_tojson(
-    x: Any,
-    ensure_ascii: bool = False,
-    indent: int | str | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    return _tojson(_plain_json(x), ensure_ascii, indent, separators, sort_keys)
-
-
 _environment: LlamaSandbox | None = None
 
 
 def _llama_environment() -> ChatSandbox:
     global _environment
     if _environment is None:
-        env = new_environment(LlamaSandbox, undefined=LlamaUndefined)
-        env.filters["tojson"] = _guard_filter(_llama_tojson, "tojson")
+        env = new_environment(LlamaSandbox, json_data=_plain_json, undefined=LlamaUndefined)
         assert isinstance(env, LlamaSandbox)
         _environment = env
     return _environment

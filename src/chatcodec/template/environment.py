@@ -36,7 +36,15 @@ from jinja2.sandbox import (
 )
 from markupsafe import Markup
 
-__all__ = ["Limits", "RenderState", "ChatSandbox", "new_environment", "render_state"]
+__all__ = [
+    "Limits",
+    "RenderState",
+    "ChatSandbox",
+    "GuardedCodeGenerator",
+    "LimitExceeded",
+    "new_environment",
+    "render_state",
+]
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,10 @@ render_state = RenderState()
 
 def _check_deadline() -> None:
     if time.monotonic() > render_state.deadline:
-        raise _LimitExceeded("the render ran past its time limit")
+        raise LimitExceeded("the render ran past its time limit")
 
 
-class _LimitExceeded(Exception):
+class LimitExceeded(Exception):
     """Internal signal that a render limit was hit; surfaced as TemplateLimitError."""
 
 
@@ -82,7 +90,7 @@ def _check_size(value: Any) -> Any:
     except TypeError:  # pragma: no cover - the types above all have a length
         size = 0
     if size > render_state.max_chars:
-        raise _LimitExceeded(f"the template built a value of {size} items, over the output limit")
+        raise LimitExceeded(f"the template built a value of {size} items, over the output limit")
     if size > _BIG:  # a big value costs real time: meet the deadline between such steps
         _check_deadline()
     return value
@@ -102,14 +110,14 @@ _WIDE_BYTES = bytes.maketrans(b"123456789", b"000000000")
 def _refuse_growth(size: int, what: str) -> None:
     # `size` is what the operation is about to allocate; refuse it before the allocation
     if size > render_state.max_chars:
-        raise _LimitExceeded(f"the template {what} past the output limit")
+        raise LimitExceeded(f"the template {what} past the output limit")
 
 
 def _check_widths(numbers: Iterable[str | None], what: str) -> None:
     limit = render_state.max_chars
     for digits in numbers:
         if digits and digits != "*" and (len(digits) > 18 or int(digits) > limit):
-            raise _LimitExceeded(f"the template {what} past the output limit")
+            raise LimitExceeded(f"the template {what} past the output limit")
 
 
 def _check_printf(fmt: str, args: Any) -> None:
@@ -120,7 +128,7 @@ def _check_printf(fmt: str, args: Any) -> None:
     if len(fmt) > _BIG:  # parsing megabytes of specs in Python would outlast the deadline
         wide = fmt.encode("utf-8", "surrogatepass").translate(_WIDE_BYTES).find(b"000000")
         if wide >= 0 or "*" in fmt:
-            raise _LimitExceeded(
+            raise LimitExceeded(
                 "the template used a printf-style format over 65536 chars with a star or a "
                 "6-digit number in it, which could pad past the output limit"
             )
@@ -162,6 +170,13 @@ def _tojson(
     return json.dumps(
         x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
+
+
+def _tojson_of(json_data: Callable[[Any], Any]) -> Callable[..., str]:
+    def tojson(x: Any, *args: Any, **kwargs: Any) -> str:
+        return _tojson(json_data(x), *args, **kwargs)
+
+    return tojson
 
 
 def _strftime_now(format: str) -> str:
@@ -323,11 +338,11 @@ def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
     clock = time.monotonic
     for item in iterable:
         if clock() > deadline:
-            raise _LimitExceeded("the render ran past its time limit")
+            raise LimitExceeded("the render ran past its time limit")
         yield item
 
 
-class _GuardedCodeGenerator(CodeGenerator):
+class GuardedCodeGenerator(CodeGenerator):
     # String concatenation (`~`) goes through the size check instead of a bare join
     def visit_Concat(self, node: jinja2.nodes.Concat, frame: Frame) -> None:
         self.write("environment.guarded_concat((")
@@ -362,15 +377,15 @@ def _binop(op: str, left: Any, right: Any) -> Any:
             left, right = right, left
         if isinstance(left, (str, list, tuple)) and isinstance(right, int):
             if len(left) * max(right, 0) > render_state.max_chars:
-                raise _LimitExceeded("the template multiplied a sequence past the output limit")
+                raise LimitExceeded("the template multiplied a sequence past the output limit")
             return _check_size(left * right)
         if isinstance(left, int) and _int_bits(left) + _int_bits(right) > _MAX_INT_BITS:
-            raise _LimitExceeded("the template multiplied a number past the size limit")
+            raise LimitExceeded("the template multiplied a number past the size limit")
         return left * right
     if op == "**":
         if isinstance(left, int) and isinstance(right, int) and left not in (0, 1, -1):
             if right > 0 and _int_bits(left) * right > _MAX_INT_BITS:
-                raise _LimitExceeded("the template raised a number to an unbounded power")
+                raise LimitExceeded("the template raised a number to an unbounded power")
         return left**right
     if op == "%":
         if isinstance(left, str):
@@ -430,7 +445,7 @@ def _call_plain(context: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str
 class ChatSandbox(ImmutableSandboxedEnvironment):
     """transformers' sandbox, with fast paths for the common lookups and resource bounds."""
 
-    code_generator_class = _GuardedCodeGenerator
+    code_generator_class = GuardedCodeGenerator
     intercepted_binops = frozenset({"*", "**", "%", "+"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -714,13 +729,18 @@ def _keep_marks(guarded: Callable[..., Any], func: Callable[..., Any]) -> Callab
 
 def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
     if n > 1000 or max > 10_000:
-        raise _LimitExceeded("lipsum asked for more text than the output limit allows")
+        raise LimitExceeded("lipsum asked for more text than the output limit allows")
     return jinja2.utils.generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
 
-def new_environment(cls: type[ChatSandbox] = ChatSandbox, **options: Any) -> ChatSandbox:
-    """A fresh environment configured as transformers configures its own (``cls`` and
-    ``options`` let the llama.cpp-compatible environment of ``compat.py`` share it)."""
+def new_environment(
+    cls: type[ChatSandbox] = ChatSandbox,
+    json_data: Callable[[Any], Any] | None = None,
+    **options: Any,
+) -> ChatSandbox:
+    """A fresh environment configured as transformers configures its own (``cls``,
+    ``json_data`` and ``options`` let the llama.cpp-compatible environment of ``compat.py``
+    share it: ``json_data`` turns a value into what ``tojson`` serialises)."""
     env = cls(
         **options,
         trim_blocks=True,
@@ -729,7 +749,8 @@ def new_environment(cls: type[ChatSandbox] = ChatSandbox, **options: Any) -> Cha
     )
     for name, func in list(env.filters.items()):
         env.filters[name] = _guard_filter(func, name)
-    env.filters["tojson"] = _guard_filter(_tojson, "tojson")
+    tojson = _tojson if json_data is None else _tojson_of(json_data)
+    env.filters["tojson"] = _guard_filter(tojson, "tojson")
     env.filters[_LOOP_GUARD] = _loop_guard
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

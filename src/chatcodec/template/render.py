@@ -25,8 +25,8 @@ import jinja2.meta
 from ..errors import TemplateError, TemplateLimitError, TemplateSecurityError
 from .environment import (
     ChatSandbox,
+    LimitExceeded,
     Limits,
-    _LimitExceeded,
     new_environment,
     render_state,
     utc_instant,
@@ -361,7 +361,7 @@ class ChatTemplate:
                 for chunk in template.root_render_func(context):
                     size += len(chunk)
                     if size > limit:
-                        raise _LimitExceeded(
+                        raise LimitExceeded(
                             f"the rendered prompt passed the output limit of {limit} chars"
                         )
                     append(chunk)
@@ -369,12 +369,12 @@ class ChatTemplate:
                 for chunk in template.root_render_func(context):
                     size += len(chunk)
                     if size > limit:
-                        raise _LimitExceeded(
+                        raise LimitExceeded(
                             f"the rendered prompt passed the output limit of {limit} chars"
                         )
                     state.position = size
                     append(chunk)
-        except _LimitExceeded as exc:
+        except LimitExceeded as exc:
             raise TemplateLimitError(str(exc), stage="render", kind="LimitExceeded") from None
         except RecursionError:
             raise TemplateLimitError(

@@ -14,12 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ChatCodecError
+from ...template.capabilities import ProbeRenderer, tool_call_support
 from ...template.render import ChatTemplate
 from . import strict as s
 from .diff import (
     MARKER,
     Split,
+    common_prefix_length,
     diff_split,
     prune_whitespace,
     segmentize,
@@ -158,7 +159,6 @@ def _call(name: str, args: Mapping[str, Any], call_id: str = CALL_ID_001) -> dic
 FIRST_CALL = _call(FUN_FIRST, {ARG_FIRST: "XXXX", ARG_SECOND: "YYYY"})
 SECOND_CALL = _call(FUN_SECOND, {ARG_FIRST: "XXXX", ARG_SECOND: "YYYY"}, CALL_ID_002)
 FIRST_CALL_ALT_ID = _call(FUN_FIRST, {ARG_FIRST: "XXXX", ARG_SECOND: "YYYY"}, CALL_ID_999)
-FIRST_CALL_ZERO_ARGS = _call(FUN_FIRST, {})
 FIRST_CALL_ONE_ARG = _call(FUN_FIRST, {ARG_FIRST: "XXXX"})
 FIRST_CALL_ONE_ARG_OTHER_VAL = _call(FUN_FIRST, {ARG_FIRST: "YYYY"})
 FIRST_CALL_OTHER_ARG = _call(FUN_FIRST, {ARG_SECOND: "YYYY"})
@@ -191,32 +191,18 @@ class Compared:
 
 
 class Renderer:
-    """Renders probes through chatcodec's own renderer; a failing render is None."""
+    """Renders probes with the shared probe renderer (a failing render is None) and diffs them."""
 
     def __init__(self, template: ChatTemplate) -> None:
-        self.template = template
-        self._cache: dict[str, str | None] = {}
+        self.probes = ProbeRenderer(template)
 
     def render(self, probe: Probe) -> str | None:
-        key = json.dumps(
-            [probe.messages, probe.tools, probe.add_generation_prompt, probe.enable_thinking],
-            sort_keys=True,
+        return self.probes.render(
+            probe.messages,
+            tools=TOOLS if probe.tools else None,
+            add_generation_prompt=probe.add_generation_prompt,
+            enable_thinking=probe.enable_thinking,
         )
-        if key in self._cache:
-            return self._cache[key]
-        try:
-            out: str | None = self.template.render(
-                [dict(m) for m in probe.messages],
-                tools=TOOLS if probe.tools else None,
-                add_generation_prompt=probe.add_generation_prompt,
-                enable_thinking=probe.enable_thinking,
-            )
-        except ChatCodecError:
-            out = None
-        except Exception:  # noqa: BLE001 - an untrusted template's failure is a failed probe
-            out = None
-        self._cache[key] = out
-        return out
 
     def compare(self, a: Probe, b: Probe) -> Compared | None:
         out_a = self.render(a)
@@ -228,70 +214,6 @@ class Renderer:
 
 def _with(probe: Probe, messages: Sequence[Any]) -> Probe:
     return Probe(tuple(messages), probe.tools, probe.add_generation_prompt, probe.enable_thinking)
-
-
-# ---------------------------------------------------------------------------------- caps
-
-
-def _capabilities(r: Renderer) -> tuple[bool, bool]:
-    """(supports_tool_calls, supports_parallel_tool_calls), measured by rendering llama.cpp's
-    capability probes; "the template reads the calls" (llama.cpp tracks reads) is taken as
-    "the render changes with them"."""
-    tools = [
-        {
-            "name": "tool",
-            "type": "function",
-            "function": {
-                "name": "tool1",
-                "description": "Tool description",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"arg": {"type": "string", "description": "Arg description"}},
-                    "required": ["arg"],
-                },
-            },
-        }
-    ]
-
-    def render(args: Any, n: int) -> str | None:
-        calls = [
-            {
-                "id": f"call0000{i + 1}",
-                "type": "function",
-                "function": {"name": "tool1", "arguments": args},
-            }
-            for i in range(n)
-        ]
-        assistant: dict[str, Any] = {"role": "assistant", "content": ""}
-        if calls:
-            assistant["tool_calls"] = calls
-        messages: list[dict[str, Any]] = [
-            {"role": "user", "content": "User message"},
-            assistant,
-            {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
-            {"role": "assistant", "content": "The tool response was 'tool response'"},
-            {"role": "user", "content": "User message"},
-        ]
-        try:
-            return r.template.render(
-                messages, tools=tools, add_generation_prompt=True, bos_token="", eos_token=""
-            )
-        except Exception:  # noqa: BLE001 - a failing probe is information, not an error
-            return None
-
-    # a read of the calls is seen as a render that changes with them
-    without = render(None, 0)
-    object_args = True
-    out = render({"arg": "value"}, 1)
-    if out is None or out == without:
-        object_args = False
-        string_out = render('{"arg": "value"}', 1)
-        if string_out is None or string_out == without:
-            return False, False
-        out = string_out
-    args: Any = {"arg": "value"} if object_args else '{"arg": "value"}'
-    two = render(args, 2)
-    return True, two is not None and two != out
 
 
 # ---------------------------------------------------------------------------------- phases
@@ -640,15 +562,6 @@ def _non_json(tl: Tools, clean: str) -> None:
     tl.section_end = end_tags.get("sec_end", "")
 
 
-def _count(haystack: str, needle: str) -> int:
-    count = 0
-    pos = haystack.find(needle)
-    while pos >= 0:
-        count += 1
-        pos = haystack.find(needle, pos + len(needle))
-    return count
-
-
 def _per_call_markers(r: Renderer, tl: Tools) -> None:
     cmp = r.compare(_tool_probe(FIRST_CALL), _tool_probe(FIRST_CALL, SECOND_CALL))
     if cmp is None:
@@ -659,8 +572,8 @@ def _per_call_markers(r: Renderer, tl: Tools) -> None:
         tl.per_call_start, tl.per_call_end = tl.section_start, tl.section_end
         tl.section_start = tl.section_end = ""
     if tl.per_call_end:
-        one = _count(cmp.a, tl.per_call_end)
-        two = _count(cmp.b, tl.per_call_end)
+        one = cmp.a.count(tl.per_call_end)
+        two = cmp.b.count(tl.per_call_end)
         if one > 0 and one == two:
             tl.section_end = tl.per_call_end
             tl.per_call_end = ""
@@ -672,6 +585,13 @@ def _not_marker_any() -> s.P:
 
 def _last_marker() -> s.P:
     return s.seq(s.marker(), s.zero_or_more(_not_marker_any()), s.end())
+
+
+def _from_last_marker(tag: str) -> s.P:
+    """Anything, then (tagged) the text's last marker and the non-marker text after it."""
+    return s.seq(
+        s.zero_or_more(s.seq(s.negate(_last_marker()), s.any_char())), s.tag(tag, _last_marker())
+    )
 
 
 def _function_markers(r: Renderer, tl: Tools) -> None:
@@ -781,10 +701,7 @@ def _argument_name_markers(r: Renderer, tl: Tools) -> None:
         tl.arg_name_prefix = lt.get("pre", "")
         tl.arg_name_suffix = lt.get("suffix", "")
     elif diff.left.startswith(ARG_FIRST) and diff.right.startswith(ARG_SECOND):
-        pre_p = s.seq(
-            s.zero_or_more(s.seq(s.negate(_last_marker()), s.any_char())),
-            s.tag("name_prefix", _last_marker()),
-        )
+        pre_p = _from_last_marker("name_prefix")
         ok, tags = s.parse(pre_p, diff.prefix)
         tl.arg_name_prefix = tags.get("name_prefix", "") if ok else diff.prefix
         after_first = diff.left[len(ARG_FIRST) :] + diff.suffix
@@ -806,10 +723,7 @@ def _argument_value_markers(r: Renderer, tl: Tools) -> None:
     if prefix.rfind(ending) >= 0:
         prefix = prefix[prefix.rfind(ending) + len(ending) :]
     if prefix:
-        prefix_p = s.seq(
-            s.zero_or_more(s.seq(s.negate(_last_marker()), s.any_char())),
-            s.tag("val_prefix", _last_marker()),
-        )
+        prefix_p = _from_last_marker("val_prefix")
         ok, tags = s.parse(prefix_p, prefix)
         tl.arg_value_prefix = tags.get("val_prefix", "") if ok else prefix
     value_suffix = diff.suffix
@@ -852,13 +766,7 @@ def _call_id_markers(r: Renderer, tl: Tools) -> None:
     diff = cmp.diff
     if not diff.left and not diff.right:
         return
-    common = 0
-    while (
-        common < min(len(CALL_ID_001), len(CALL_ID_999))
-        and CALL_ID_001[common] == CALL_ID_999[common]
-    ):
-        common += 1
-    common_id = CALL_ID_001[:common]
+    common_id = CALL_ID_001[: common_prefix_length(CALL_ID_001, CALL_ID_999)]
     in_prefix = diff.prefix.rfind(FUN_FIRST)
     in_suffix = diff.suffix.find(FUN_FIRST)
     if in_prefix >= 0 and in_suffix < 0:
@@ -1091,7 +999,8 @@ def analyze(template: ChatTemplate) -> Analysis:
     """The whole analysis of one template (raises AnalysisFailed where llama.cpp throws)."""
     r = Renderer(template)
     a = Analysis()
-    a.supports_tool_calls, a.supports_parallel_tool_calls = _capabilities(r)
+    support = tool_call_support(template)
+    a.supports_tool_calls, a.supports_parallel_tool_calls = support.calls, support.parallel
     rs = Reasoning()
     _reasoning_presence(r, rs)
     _thinking_enabled(r, rs)

@@ -8,19 +8,27 @@ the calls are compiled to PEG parsers, one unit at a time where the grammar repe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_names
 from ..description import (
+    Calls,
     CallSection,
+    Content,
+    ContentValue,
+    End,
+    Expect,
     Marker,
     ReasoningBlock,
     ReplyFormat,
     Step,
     Text,
-    legacy_format,
+    Thought,
+    Whitespace,
+    steps,
 )
 from ..schema import parameters, value_types
 from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
@@ -81,29 +89,41 @@ def _key(name: str) -> peg.Parser:
     return peg.Seq(peg.Literal(f'"{name}"'), peg.Space(), peg.Literal(":"), peg.Space())
 
 
+def _quoted_name(name: str) -> peg.Parser:
+    return peg.Atomic(
+        peg.Seq(peg.Literal('"'), peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"'))
+    )
+
+
+def _id_member(key: str) -> peg.Parser:
+    """``"key": id`` with the id a string or a number."""
+    return peg.Atomic(peg.Seq(_key(key), _id_value()))
+
+
+def _string_id_member(key: str) -> peg.Parser:
+    """``"key": "id"``."""
+    return peg.Atomic(
+        peg.Seq(
+            _key(key),
+            peg.Literal('"'),
+            peg.atomic_tag(t.TOOL_ID, peg.StringBody('"')),
+            peg.Literal('"'),
+        )
+    )
+
+
 def _comma() -> peg.Parser:
     return peg.Seq(peg.Space(), peg.Literal(","), peg.Space())
 
 
 def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser:
-    name_p = peg.Seq(
-        _key(name_key),
-        peg.Atomic(
-            peg.Seq(
-                peg.Literal('"'), peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"')
-            )
-        ),
-    )
+    name_p = peg.Seq(_key(name_key), _quoted_name(name))
     args_p = peg.Seq(_key(args_key), peg.Tag(t.TOOL_ARGS, peg.json_value))
     pairs: list[tuple[peg.Parser, str]] = [(name_p, name_key), (args_p, args_key)]
     if tl.id_field:
-        pairs.append(
-            (peg.optional(peg.Atomic(peg.Seq(_key(tl.id_field), _id_value()))), tl.id_field)
-        )
+        pairs.append((peg.optional(_id_member(tl.id_field)), tl.id_field))
     if tl.gen_id_field:
-        pairs.append(
-            (peg.optional(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value()))), tl.gen_id_field)
-        )
+        pairs.append((peg.optional(_id_member(tl.gen_id_field)), tl.gen_id_field))
     order = tl.parameter_order
 
     def rank(key: str) -> int:
@@ -141,11 +161,7 @@ def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Pars
         peg.Literal("{"),
         peg.Space(),
         _key(nested_name),
-        peg.Atomic(
-            peg.Seq(
-                peg.Literal('"'), peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"')
-            )
-        ),
+        _quoted_name(name),
         _comma(),
         _key(nested_args),
         peg.Tag(t.TOOL_ARGS, peg.json_value),
@@ -154,19 +170,9 @@ def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Pars
     )
     parts: list[peg.Parser] = [peg.atomic_tag(t.TOOL_OPEN, peg.Literal("{")), peg.Space()]
     if tl.id_field and "." not in tl.id_field:
-        idp = peg.Atomic(
-            peg.Seq(
-                _key(tl.id_field),
-                peg.Literal('"'),
-                peg.atomic_tag(t.TOOL_ID, peg.StringBody('"')),
-                peg.Literal('"'),
-            )
-        )
-        parts.append(peg.optional(peg.Seq(idp, _comma())))
+        parts.append(peg.optional(peg.Seq(_string_id_member(tl.id_field), _comma())))
     if tl.gen_id_field and "." not in tl.gen_id_field:
-        parts.append(
-            peg.optional(peg.Seq(peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value())), _comma()))
-        )
+        parts.append(peg.optional(peg.Seq(_id_member(tl.gen_id_field), _comma())))
     parts += [
         _key(nested_prefix),
         inner,
@@ -178,26 +184,14 @@ def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Pars
 
 def _json_name_is_key(tl: Tools, name: str) -> peg.Parser:
     fields: list[peg.Parser] = []
+    optional_comma = peg.optional(peg.Seq(peg.Literal(","), peg.Space()))
     if tl.id_field:
-        idp = peg.Atomic(
-            peg.Seq(
-                _key(tl.id_field),
-                peg.Literal('"'),
-                peg.atomic_tag(t.TOOL_ID, peg.StringBody('"')),
-                peg.Literal('"'),
-            )
-        )
         fields.append(
-            peg.optional(
-                peg.Seq(idp, peg.Space(), peg.optional(peg.Seq(peg.Literal(","), peg.Space())))
-            )
+            peg.optional(peg.Seq(_string_id_member(tl.id_field), peg.Space(), optional_comma))
         )
     if tl.gen_id_field:
-        gid = peg.Atomic(peg.Seq(_key(tl.gen_id_field), _id_value()))
         fields.append(
-            peg.optional(
-                peg.Seq(gid, peg.Space(), peg.optional(peg.Seq(peg.Literal(","), peg.Space())))
-            )
+            peg.optional(peg.Seq(_id_member(tl.gen_id_field), peg.Space(), optional_comma))
         )
     args_key = tl.args_field
     if not args_key:
@@ -372,6 +366,35 @@ def _tag_tagged_choice(tl: Tools, functions: Sequence[Mapping[str, Any]]) -> peg
     return peg.Choice(*alternatives)
 
 
+@dataclass(frozen=True)
+class _OfferedCalls:
+    """What every call syntax's section shares: settled calls to the offered tools."""
+
+    tool_names: frozenset[str]
+    required: bool
+
+    def section(
+        self,
+        first: peg.Parser,
+        next: peg.Parser | None,
+        commit: str,
+        openers: tuple[str, ...],
+        space_after: bool = False,
+        fail_at_parse_end: bool = True,
+    ) -> CallSection:
+        return CallSection(
+            first=first,
+            next=next,
+            required=self.required,
+            commit=commit,
+            openers=openers,
+            tool_names=self.tool_names,
+            space_after=space_after,
+            settle=True,
+            fail_at_parse_end=fail_at_parse_end,
+        )
+
+
 def _calls(
     a: Analysis,
     functions: Sequence[Mapping[str, Any]],
@@ -380,94 +403,94 @@ def _calls(
 ) -> tuple[CallSection, str]:
     """The call section and the marker that ends the content before it."""
     tl = a.tools
-    names = tool_names(functions)
-
-    def section_of(
-        first: peg.Parser,
-        next: peg.Parser | None,
-        commit: str,
-        openers: tuple[str, ...],
-        space_after: bool = False,
-        fail_at_parse_end: bool = True,
-    ) -> CallSection:
-        """What every call syntax's section shares: settled calls to the offered tools."""
-        return CallSection(
-            first=first,
-            next=next,
-            required=required,
-            commit=commit,
-            openers=openers,
-            tool_names=names,
-            space_after=space_after,
-            settle=True,
-            fail_at_parse_end=fail_at_parse_end,
-        )
-
+    offered = _OfferedCalls(tool_names(functions), required)
     if tl.mode == T_JSON:
-        if not tl.section_start and tl.per_call_start:
-            unit = _json_section(tl, functions, tl.per_call_start, tl.per_call_end, parallel)
-            section = section_of(
-                unit,
-                unit,
-                tl.per_call_end,
-                (tl.per_call_start,),
-                space_after=True,
-                fail_at_parse_end=False,
-            )
-        else:
-            unit = _json_section(tl, functions, tl.section_start, tl.section_end, parallel)
-            section = section_of(
-                unit,
-                None,
-                tl.section_end,
-                (tl.section_start,) if tl.section_start else (),
-            )
-        return section, tl.section_start or tl.per_call_start or "{"
+        trigger = tl.section_start or tl.per_call_start or "{"
+        return _json_calls(tl, functions, parallel, offered), trigger
     tagged = tl.mode != T_TAG_JSON
     choice = _tag_tagged_choice(tl, functions) if tagged else _tag_json_choice(tl, functions)
     trigger = tl.section_start or tl.per_call_start
     if tl.per_call_start:
+        return _per_call_calls(tl, choice, tagged, parallel, offered), trigger
+    return _section_calls(tl, choice, tagged, parallel, offered), trigger
+
+
+def _json_calls(
+    tl: Tools, functions: Sequence[Mapping[str, Any]], parallel: bool, offered: _OfferedCalls
+) -> CallSection:
+    """JSON calls: each in its own per-call markers, or all in one section."""
+    if not tl.section_start and tl.per_call_start:
+        unit = _json_section(tl, functions, tl.per_call_start, tl.per_call_end, parallel)
+        return offered.section(
+            unit,
+            unit,
+            tl.per_call_end,
+            (tl.per_call_start,),
+            space_after=True,
+            fail_at_parse_end=False,
+        )
+    unit = _json_section(tl, functions, tl.section_start, tl.section_end, parallel)
+    return offered.section(
+        unit, None, tl.section_end, (tl.section_start,) if tl.section_start else ()
+    )
+
+
+def _per_call_calls(
+    tl: Tools, choice: peg.Parser, tagged: bool, parallel: bool, offered: _OfferedCalls
+) -> CallSection:
+    """Tagged calls each wrapped in per-call markers (inside section markers when there are)."""
+    if tagged:
+        wrapped: peg.Parser = _seq(
+            peg.Literal(tl.per_call_start),
+            peg.Space(),
+            choice,
+            peg.Space(),
+            _lit(tl.per_call_end),
+        )
+    else:
+        wrapped = _seq(peg.Literal(tl.per_call_start), choice, _lit(tl.per_call_end))
+    if tl.section_start:
+        return _wrapped_in_section(tl, wrapped, tagged, parallel, offered)
+    if tagged:
+        return offered.section(
+            wrapped,
+            wrapped if parallel else None,
+            tl.per_call_end or tl.close,
+            (tl.per_call_start,),
+            space_after=True,
+        )
+    return offered.section(
+        wrapped,
+        peg.Seq(peg.Space(), wrapped) if parallel else None,
+        tl.per_call_end or tl.close,
+        (tl.per_call_start,),
+    )
+
+
+def _wrapped_in_section(
+    tl: Tools, wrapped: peg.Parser, tagged: bool, parallel: bool, offered: _OfferedCalls
+) -> CallSection:
+    """``section_start ws wrapped (ws wrapped)* ws section_end`` read as one unit."""
+    repeated: peg.Parser
+    if parallel:
+        repeated = peg.Seq(wrapped, peg.Repeat(peg.Seq(peg.Space(), wrapped)))
+    else:
+        repeated = wrapped
+    inner: peg.Parser = peg.Seq(repeated, peg.Space()) if tagged else repeated
+    if tl.section_end:
+        tail: peg.Parser = peg.Literal(tl.section_end)
         if tagged:
-            wrapped: peg.Parser = _seq(
-                peg.Literal(tl.per_call_start),
-                peg.Space(),
-                choice,
-                peg.Space(),
-                _lit(tl.per_call_end),
-            )
-        else:
-            wrapped = _seq(peg.Literal(tl.per_call_start), choice, _lit(tl.per_call_end))
-        if tl.section_start:
-            repeated: peg.Parser
-            if parallel:
-                repeated = peg.Seq(wrapped, peg.Repeat(peg.Seq(peg.Space(), wrapped)))
-            else:
-                repeated = wrapped
-            inner: peg.Parser = peg.Seq(repeated, peg.Space()) if tagged else repeated
-            if tl.section_end:
-                tail: peg.Parser = peg.Literal(tl.section_end)
-                if tagged:
-                    tail = peg.Seq(tail, peg.Space())
-            else:
-                tail = _End()
-            unit = peg.Seq(peg.Literal(tl.section_start), peg.Space(), inner, peg.Space(), tail)
-            section = section_of(unit, None, tl.section_end, (tl.section_start,))
-        elif tagged:
-            section = section_of(
-                wrapped,
-                wrapped if parallel else None,
-                tl.per_call_end or tl.close,
-                (tl.per_call_start,),
-                space_after=True,
-            )
-        else:
-            section = section_of(
-                wrapped,
-                peg.Seq(peg.Space(), wrapped) if parallel else None,
-                tl.per_call_end or tl.close,
-                (tl.per_call_start,),
-            )
-        return section, trigger
+            tail = peg.Seq(tail, peg.Space())
+    else:
+        tail = _End()
+    unit = peg.Seq(peg.Literal(tl.section_start), peg.Space(), inner, peg.Space(), tail)
+    return offered.section(unit, None, tl.section_end, (tl.section_start,))
+
+
+def _section_calls(
+    tl: Tools, choice: peg.Parser, tagged: bool, parallel: bool, offered: _OfferedCalls
+) -> CallSection:
+    """Tagged calls with no per-call markers: the whole section is one unit."""
     more: list[peg.Parser] = []
     if parallel:
         more.append(peg.Repeat(peg.Seq(peg.Literal(", "), choice)))
@@ -477,13 +500,12 @@ def _calls(
         )
     else:
         unit = _seq(_lit(tl.section_start), choice, *more, _lit(tl.section_end))
-    section = section_of(
+    return offered.section(
         unit,
         None,
         tl.section_end or tl.close,
         (tl.section_start,) if tl.section_start else (),
     )
-    return section, trigger
 
 
 # ---------------------------------------------------------------------------------- format
@@ -500,113 +522,136 @@ def build_format(
 ) -> ReplyFormat:
     rs = a.reasoning
     extracting = reasoning_format != "none" and rs.mode != R_NONE
-    reasoning: ReasoningBlock | None = None
-    if extracting and rs.end:
-        _, start_core, start_trail = _split_space(rs.start)
-        start_lead = _split_space(rs.start)[0] if not start_core else ""
-        end_core = trim(rs.end)
-        end_trail = _split_space(rs.end)[2]
-        reasoning = ReasoningBlock(
-            start=start_core,
-            stops=(end_core,),
-            closers=((end_core, True),),
-            space_after_start=False,
-            start_optional=start_lead + start_trail,
-            end_optional=end_trail,
-        )
+    reasoning = _reasoning_block(a) if extracting and rs.end else None
     prefix = _prefix(generation_prompt, trim(rs.start))
     if json_schema:
-        # a response format wins over tools: one JSON value, fenced in ```json ... ``` or bare
-        ws = peg.Space()
-        value = peg.Tag("content", peg.json_value)
-        return legacy_format(
-            HANDLER,
-            prefix,
-            reasoning,
-            None,
-            end_anchor=True,
-            stop=tuple(a.additional_stops),
-            space_after_prefix=True,
-            content_value=peg.Choice(
-                peg.Seq(peg.Literal("```json"), ws, value, ws, peg.Literal("```")),
-                peg.Seq(ws, value, ws),
-            ),
-        )
+        return _response_format(a, prefix, reasoning)
     functions = tool_functions(tools)
-    stops = tuple(s for s in a.additional_stops)
-    use_tools = bool(functions) and tool_choice != "none" and a.supports_tool_calls
-    if use_tools:
-        if a.tools.mode == T_NONE:
-            # llama.cpp's generator gives an empty parser: nothing after the prefix is read
-            return legacy_format(
-                HANDLER,
-                prefix,
-                reasoning,
-                None,
-                space_after_prefix=True,
-                space_before_content=False,
-                content_enabled=False,
-                stop=stops,
-            )
-        section, trigger = _calls(a, functions, parallel_tool_calls, tool_choice == "required")
-        ct = a.content
-        if a.tools.mode == T_JSON and ct.always_wrapped():
-            # JSON calls after an optional wrapped content block: R (CS content CE)? calls EOF;
-            # content outside the wrapper is not read
-            return legacy_format(
-                HANDLER,
-                prefix,
-                reasoning,
-                (ct.end,),
-                section,
-                space_before_content=False,
-                space_before_calls=False,
-                end_anchor=True,
-                stop=stops,
-                space_after_prefix=True,
-                content_start=ct.start,
-                content_end=ct.end,
-                content_optional=True,
-            )
-        return legacy_format(
+    if functions and tool_choice != "none" and a.supports_tool_calls:
+        required = tool_choice == "required"
+        return _tool_call_format(a, prefix, reasoning, functions, parallel_tool_calls, required)
+    return _content_format(a, prefix, reasoning, extracting)
+
+
+def _reasoning_block(a: Analysis) -> ReasoningBlock:
+    """The reasoning between its start and end markers, their spaces optional."""
+    rs = a.reasoning
+    _, start_core, start_trail = _split_space(rs.start)
+    start_lead = _split_space(rs.start)[0] if not start_core else ""
+    end_core = trim(rs.end)
+    end_trail = _split_space(rs.end)[2]
+    return ReasoningBlock(
+        start=start_core,
+        stops=(end_core,),
+        closers=((end_core, True),),
+        space_after_start=False,
+        start_optional=start_lead + start_trail,
+        end_optional=end_trail,
+    )
+
+
+def _response_format(a: Analysis, prefix: str, reasoning: ReasoningBlock | None) -> ReplyFormat:
+    """A response format wins over tools: one JSON value, fenced in ```json ... ``` or bare."""
+    ws = peg.Space()
+    value = peg.Tag("content", peg.json_value)
+    return ReplyFormat(
+        HANDLER,
+        steps(
+            Expect(prefix),
+            Whitespace(),
+            Thought(reasoning) if reasoning else None,
+            Whitespace(),
+            ContentValue(
+                peg.Choice(
+                    peg.Seq(peg.Literal("```json"), ws, value, ws, peg.Literal("```")),
+                    peg.Seq(ws, value, ws),
+                )
+            ),
+            End(),
+        ),
+        stop=tuple(a.additional_stops),
+    )
+
+
+def _tool_call_format(
+    a: Analysis,
+    prefix: str,
+    reasoning: ReasoningBlock | None,
+    functions: Sequence[Mapping[str, Any]],
+    parallel: bool,
+    required: bool,
+) -> ReplyFormat:
+    """Content up to the calls' trigger, then the calls."""
+    stops = tuple(a.additional_stops)
+    if a.tools.mode == T_NONE:
+        # llama.cpp's generator gives an empty parser: nothing after the prefix is read
+        return ReplyFormat(
             HANDLER,
-            prefix,
-            reasoning,
-            (trigger,) if trigger else None,
-            section,
-            space_before_content=False,
-            space_before_calls=False,
-            end_anchor=True,
+            steps(Expect(prefix), Whitespace(), Thought(reasoning) if reasoning else None),
             stop=stops,
-            space_after_prefix=True,
-            content_enabled=bool(trigger),
         )
-    pure = rs.mode == R_NONE
+    section, trigger = _calls(a, functions, parallel, required)
+    ct = a.content
+    if a.tools.mode == T_JSON and ct.always_wrapped():
+        # JSON calls after an optional wrapped content block: R (CS content CE)? calls EOF;
+        # content outside the wrapper is not read
+        return ReplyFormat(
+            HANDLER,
+            steps(
+                Expect(prefix),
+                Whitespace(),
+                Thought(reasoning) if reasoning else None,
+                Content((ct.end,), open=ct.start, close=ct.end, optional=True),
+                Calls(section),
+                End(),
+            ),
+            stop=stops,
+        )
+    return ReplyFormat(
+        HANDLER,
+        steps(
+            Expect(prefix),
+            Whitespace(),
+            Thought(reasoning) if reasoning else None,
+            Content((trigger,)) if trigger else None,
+            Calls(section),
+            End(),
+        ),
+        stop=stops,
+    )
+
+
+def _content_format(
+    a: Analysis, prefix: str, reasoning: ReasoningBlock | None, extracting: bool
+) -> ReplyFormat:
+    """No calls: reasoning (when read) and content, framed when the template always wraps it."""
+    stops = tuple(a.additional_stops)
+    pure = a.reasoning.mode == R_NONE
     ct = a.content
     if ct.always_wrapped():
         # the content must be framed: R CS content CE, or (no thought read) the text before CS
         # is content too and CS itself is dropped
         lead: tuple[Step, ...] = () if extracting else (Text((ct.start,)), Marker(ct.start))
-        return legacy_format(
+        return ReplyFormat(
             HANDLER,
-            prefix,
-            reasoning,
-            (ct.end,),
-            space_before_content=False,
-            end_anchor=True,
+            steps(
+                Expect(prefix),
+                None if pure else Whitespace(),
+                Thought(reasoning) if reasoning else None,
+                *lead,
+                Content((ct.end,), open=ct.start if extracting else "", close=ct.end),
+                End(),
+            ),
             stop=stops,
-            space_after_prefix=not pure,
-            content_start=ct.start if extracting else "",
-            content_end=ct.end,
-            before_content=lead,
         )
-    return legacy_format(
+    return ReplyFormat(
         HANDLER,
-        prefix,
-        reasoning,
-        None,
-        space_before_content=False,
-        end_anchor=True,
+        steps(
+            Expect(prefix),
+            None if pure else Whitespace(),
+            Thought(reasoning) if reasoning else None,
+            Content(None),
+            End(),
+        ),
         stop=stops,
-        space_after_prefix=not pure,
     )

@@ -12,8 +12,8 @@ __all__ = [
     "segmentize",
     "prune_whitespace",
     "diff_split",
+    "common_prefix_length",
     "until_common_prefix",
-    "after_common_suffix",
     "trim",
     "trim_leading",
 ]
@@ -72,7 +72,8 @@ def prune_whitespace(segments: list[Segment]) -> list[Segment]:
     return [seg for seg in segments if trim(seg.value)]
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix_length(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` share."""
     n = 0
     limit = min(len(a), len(b))
     while n < limit and a[n] == b[n]:
@@ -147,7 +148,7 @@ def diff_split(left: str, right: str) -> Split:
     rem_right = "".join(seg.value for seg in rs[c : d if right_done else d + 1])
     suffix_len = _common_suffix(rem_left, rem_right) if text_suffix else 0
     prefix_len = (
-        _common_prefix(
+        common_prefix_length(
             rem_left[: len(rem_left) - suffix_len], rem_right[: len(rem_right) - suffix_len]
         )
         if text_prefix
@@ -166,17 +167,8 @@ def diff_split(left: str, right: str) -> Split:
 
 def until_common_prefix(full: str, left: str, right: str) -> str:
     """``full`` up to where the common prefix of ``left`` and ``right`` first occurs."""
-    n = _common_prefix(left, right)
+    n = common_prefix_length(left, right)
     if n == 0:
         return ""
     at = full.find(left[:n])
     return full[:at] if at >= 0 else ""
-
-
-def after_common_suffix(full: str, left: str, right: str) -> str:
-    n = _common_suffix(left, right)
-    if n == 0:
-        return ""
-    common = left[len(left) - n :]
-    at = full.rfind(common)
-    return full[at + n :] if at >= 0 else ""

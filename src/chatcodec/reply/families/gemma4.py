@@ -112,7 +112,7 @@ class Gemma4Mapper(CallMapper):
 def _value_grammar() -> peg.Parser:
     """Gemma 4's argument dict (the gemma4-* rules), tagged for Gemma4Mapper."""
     ws = peg.Space()
-    value = peg._Ref()
+    value = peg.Ref()
     string = peg.Tag(
         GEMMA4_STRING,
         peg.Seq(
