@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .errors import TemplateError
+from .errors import CheckpointError, TemplateError, TemplateNotFoundError
 from .template import ChatTemplate, Limits, RenderedChat
 
 if TYPE_CHECKING:
@@ -50,16 +50,14 @@ class Codec:
         self.origin = origin
         self._compiled: dict[str | None, ChatTemplate] = {}
         if self.sources is not None and not self.sources:
-            raise TemplateError("no chat template was given", stage="compile", kind="ValueError")
+            raise CheckpointError("no chat template was given")
         if (
             self.sources is not None
             and template_name is not None
             and template_name not in self.sources
         ):
-            raise TemplateError(
-                f"no chat template named {template_name!r}; available: {sorted(self.sources)}",
-                stage="compile",
-                kind="ValueError",
+            raise TemplateNotFoundError(
+                f"no chat template named {template_name!r}; available: {sorted(self.sources)}"
             )
 
     def __repr__(self) -> str:
@@ -96,22 +94,18 @@ class Codec:
         name = name or self.template_name
         if name is not None:
             if name not in self.sources:
-                raise TemplateError(
-                    f"no chat template named {name!r}; available: {sorted(self.sources)}",
-                    stage="render",
-                    kind="ValueError",
+                raise TemplateNotFoundError(
+                    f"no chat template named {name!r}; available: {sorted(self.sources)}"
                 )
             return name
         if tools is not None and "tool_use" in self.sources:
             return "tool_use"
         if "default" in self.sources:
             return "default"
-        raise TemplateError(
+        raise TemplateNotFoundError(
             "This model has multiple chat templates with no default specified! Please either pass a "
             "chat template or the name of the template you wish to use to the `chat_template` argument. "
-            f"Available template names are {sorted(self.sources)}.",
-            stage="render",
-            kind="ValueError",
+            f"Available template names are {sorted(self.sources)}."
         )
 
     def render(
@@ -273,7 +267,7 @@ def _llama_generation_prompt(
         with_prompt = compat.render(messages, tools=tools, add_generation_prompt=True, **variables)
         without = compat.render(messages, tools=tools, add_generation_prompt=False, **variables)
     except TemplateError as exc:
-        raise TemplateError(
+        raise type(exc)(
             f"llama.cpp cannot set up this request: the template fails to render ({exc})",
             stage="render",
             kind=exc.kind,
