@@ -155,6 +155,7 @@ class Codec:
         reasoning_format: str = "deepseek",
         continue_final_message: bool | str | None = None,
         response_format: Mapping[str, Any] | None = None,
+        now: float | int | datetime | None = None,
         **template_kwargs: Any,
     ) -> Turn:
         """Render the prompt for a request and set up the reading of its reply.
@@ -174,6 +175,8 @@ class Codec:
         ...}}``, ``{"type": "json_object"}`` or ``{"type": "text"}``, read as llama-server
         reads it; the families that support a JSON-schema reply read the content as one JSON
         value.
+
+        ``now`` pins ``strftime_now`` in the prompt, as for ``render``.
         """
         import secrets
 
@@ -199,11 +202,13 @@ class Codec:
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
         generation_prompt, llama_prompt, llama_without = _llama_generation_prompt(
-            template, messages, tools, context
+            template, messages, tools, context, now
         )
         add = mode == "none"
         try:
-            prompt = template.render(messages, tools=tools, add_generation_prompt=add, **context)
+            prompt = template.render(
+                messages, tools=tools, add_generation_prompt=add, now=now, **context
+            )
         except TemplateError:
             # transformers cannot render this request, llama.cpp's renderer can: its prompt
             prompt = llama_prompt if add else llama_without
@@ -250,6 +255,7 @@ def _llama_generation_prompt(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
     context: dict[str, Any],
+    now: float | int | datetime | None = None,
 ) -> tuple[str, str, str]:
     """(generation prompt, prompt, prompt without the generation prompt) of a request as
     llama.cpp computes them.
@@ -264,8 +270,12 @@ def _llama_generation_prompt(
     compat = llama_compatible(template)
     variables = {**llama_extra_context(), **context}
     try:
-        with_prompt = compat.render(messages, tools=tools, add_generation_prompt=True, **variables)
-        without = compat.render(messages, tools=tools, add_generation_prompt=False, **variables)
+        with_prompt = compat.render(
+            messages, tools=tools, add_generation_prompt=True, now=now, **variables
+        )
+        without = compat.render(
+            messages, tools=tools, add_generation_prompt=False, now=now, **variables
+        )
     except TemplateError as exc:
         raise type(exc)(
             f"llama.cpp cannot set up this request: the template fails to render ({exc})",

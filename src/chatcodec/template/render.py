@@ -13,6 +13,7 @@ import difflib
 import functools
 import os
 import re
+import sys
 import time
 import types
 import warnings
@@ -253,7 +254,7 @@ class ChatTemplate:
             warnings.warn(
                 f"the chat template never reads {name!r}, so passing it changes nothing{hint}",
                 UnusedVariableWarning,
-                stacklevel=3,
+                stacklevel=_caller_level(),
             )
 
     def _render(
@@ -446,6 +447,20 @@ class ChatTemplate:
         finally:
             state.deadline, state.max_chars, state.position, state.spans, state.now = saved
         return "".join(parts)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside chatcodec: a warning names the line of
+    the caller's code that passed the keyword, through Codec.render or Codec.prepare alike."""
+    frame = sys._getframe(1)  # the frame that calls warnings.warn
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _runtime_error(exc: BaseException) -> type[TemplateRuntimeError]:
