@@ -9,7 +9,6 @@ every input to plain data all happen the way transformers does them, so the byte
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import os
 import re
@@ -248,6 +247,8 @@ class ChatTemplate:
         for name in sorted(unread):
             if name in _CONVENTIONAL_VARIABLES or name.endswith(("_token", "_tokens")):
                 continue
+            import difflib  # only when there is something to report: import chatcodec stays lean
+
             known = [k for k in (*_RENDER_OPTIONS, *sorted(self.variables)) if k != name]
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
