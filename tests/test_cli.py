@@ -390,3 +390,17 @@ def test_inspect_and_batch_run_on_the_example_checkpoint() -> None:
     assert (
         missing["error"]["type"] == "UsageError" and "no-such.jinja" in missing["error"]["message"]
     )
+
+
+def test_spans_and_openai_messages_on_the_example_checkpoint() -> None:
+    conversation = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]
+    spans = chatcodec("render", str(CHECKPOINT), "--spans", stdin=json.dumps(conversation))
+    assert spans.returncode == 0, spans.stderr
+    report = json.loads(spans.stdout)
+    assert [report["prompt"][a:b] for a, b in report["spans"]] == ["A<|im_end|>"]
+    assert report["spans_from"] == "derived"
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    request = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, image]}]}
+    refused = chatcodec("render", str(CHECKPOINT), "--openai", stdin=json.dumps(request))
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "RequestError: message 0 has a 'image_url' content block" in refused.stderr
