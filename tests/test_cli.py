@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chatcodec import ChatTemplate, load
+from chatcodec import ChatTemplate, Codec, load
 
 from .conftest import ROOT, read_jsonl, shared_path, template_source
 
@@ -404,3 +404,15 @@ def test_spans_and_openai_messages_on_the_example_checkpoint() -> None:
     refused = chatcodec("render", str(CHECKPOINT), "--openai", stdin=json.dumps(request))
     assert refused.returncode == 1 and refused.stdout == ""
     assert "RequestError: message 0 has a 'image_url' content block" in refused.stderr
+
+
+def test_prepare_pins_strftime_now_as_render_does() -> None:
+    # `parse --now` hands the moment to Codec.prepare, which renders the prompt with it
+    dated = "{{- 'Today: ' + strftime_now('%d %b %Y') + '\\n' -}}"
+    source = dated + (CHECKPOINT / "chat_template.jinja").read_text(encoding="utf-8")
+    codec = Codec(source, eos_token="<|im_end|>")
+    user = [{"role": "user", "content": "hi"}]
+    turn = codec.prepare(user, now=0)
+    assert turn.prompt == codec.render(user, add_generation_prompt=True, now=0)
+    assert turn.prompt.startswith("Today: 01 Jan 1970\n")
+    assert turn.parse("Hello").content == "Hello"
