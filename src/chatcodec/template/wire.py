@@ -118,10 +118,10 @@ def _message(raw: Any, caps: Capabilities, index: int) -> dict[str, Any]:
 
 def _shown_block(block: Any, caps: Capabilities, index: int) -> Any:
     """A content block as the template shows it; RequestError for one it cannot show."""
-    if _is_text_block(block) or not isinstance(block, dict):
+    if not isinstance(block, dict):
         return block
     kind = block.get("type")
-    if kind in caps.content_blocks:
+    if kind == "text" or kind in caps.content_blocks:
         return block
     if kind == "image_url" and "image" in caps.content_blocks:
         # transformers' processor form, which templates such as Gemma 4's read
