@@ -32,8 +32,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from chatcodec.batch import prepare_request
 from chatcodec.reply import AssistantMessage, Turn, fold
-from chatcodec.reply.cli import prepare_request
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT.parent / "shared" / "oracle" / "parse" / "cases.jsonl"

@@ -12,9 +12,12 @@ from chatcodec.template.capabilities import Capabilities, probe_capabilities
 
 from .conftest import template_source
 
-# every field but the variables, all False: the templates checked on every field start here
+# every field but the variables, all False (no content blocks): the templates checked on every
+# field start here
 NOTHING: dict[str, Any] = {
-    f.name: False for f in dataclasses.fields(Capabilities) if f.name != "variables"
+    f.name: frozenset() if f.name == "content_blocks" else False
+    for f in dataclasses.fields(Capabilities)
+    if f.name != "variables"
 }
 # Per template, the fields checked and the reason, read off the template source
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -101,6 +104,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
     ),
     # tools come through its own xml_tools/python_tools variables, not `tools`; /think and
     # /no_think are driven by enable_thinking
+    # content blocks {"type": "image" | "audio" | "video"} render as <|image|> ...; image_url
+    # and the other OpenAI block types are skipped
+    "google-gemma-4-31B-it.jinja": dict(content_blocks=frozenset({"image", "audio", "video"})),
     "HuggingFaceTB-SmolLM3-3B.jinja": dict(tools=False, thinking_toggle=True, system_role=True),
     # default system prompt, tool calls with tojson arguments, no reasoning handling
     "Qwen-Qwen2.5-7B-Instruct.jinja": dict(
@@ -146,7 +152,7 @@ def test_every_field_is_checked_both_ways() -> None:
     seen: dict[str, set[bool]] = {field: set() for field in _FIELDS}
     for expected in EXPECTED.values():
         for field, value in expected.items():
-            seen[field].add(value)
+            seen[field].add(bool(value))  # content_blocks: some shown, or none
     seen["typed_content"].add(True)  # test_typed_content_is_behavioural
     assert all(values == {True, False} for values in seen.values()), seen
 

@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from chatcodec import ChatTemplate, CheckpointError, MissingExtraError, TemplateError
+from chatcodec import (
+    ChatTemplate,
+    CheckpointError,
+    MissingExtraError,
+    TemplateNotFoundError,
+)
 from chatcodec.checkpoint import find_checkpoint, load
 
 from .conftest import read_jsonl, shared_path, template_source
@@ -567,13 +572,13 @@ def test_an_unknown_template_name_lists_the_available_ones(tmp_path: Path) -> No
             "additional_chat_templates/tool_use.jinja": template_source(HERMES_TOOLS),
         },
     )
-    with pytest.raises(TemplateError, match=r"'rag'.*\['default', 'tool_use'\]"):
+    with pytest.raises(TemplateNotFoundError, match=r"'rag'.*\['default', 'tool_use'\]"):
         load(tmp_path, template_name="rag")
 
 
 def test_a_name_for_a_single_template_is_refused(tmp_path: Path) -> None:
     write_files(tmp_path, {"chat_template.jinja": template_source(QWEN)})
-    with pytest.raises(TemplateError, match="single unnamed chat template"):
+    with pytest.raises(TemplateNotFoundError, match="single unnamed chat template"):
         load(tmp_path, template_name="tool_use")
     case = oracle_case(QWEN_CASE)
     assert render_case(load(tmp_path, template_name="default").render, case) == case["expected"]

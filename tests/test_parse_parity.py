@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from chatcodec.reply.cli import batch_result
+from chatcodec.batch import batch_result
 
 from ._reply_oracle import corpus_cases, load_compare
 

@@ -8,7 +8,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chatcodec import ChatTemplate, Codec, TemplateError, TemplateSecurityError
+from chatcodec import (
+    ChatTemplate,
+    Codec,
+    TemplateError,
+    TemplateNotFoundError,
+    TemplateSecurityError,
+)
 
 from .conftest import template_source
 
@@ -198,9 +204,9 @@ def test_named_templates_follow_transformers_selection_rule() -> None:
     assert codec.render(message) == "D"
     assert codec.render(message, tools=[]) == "T"
     assert codec.render(message, template_name="rag") == "R"
-    with pytest.raises(TemplateError, match="no default"):
+    with pytest.raises(TemplateNotFoundError, match="no default"):
         Codec({"a": "A", "b": "B"}).render(message)
-    with pytest.raises(TemplateError, match="no chat template named"):
+    with pytest.raises(TemplateNotFoundError, match="no chat template named"):
         codec.render(message, template_name="nope")
 
 

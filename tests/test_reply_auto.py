@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from chatcodec.batch import prepare_request
 from chatcodec.reply.auto import analysis_for
 from chatcodec.reply.auto.analysis import R_NONE
 from chatcodec.reply.auto.diff import diff_split, segmentize, trim
-from chatcodec.reply.cli import prepare_request
 
 from ._reply_oracle import handler_cases
 from .conftest import template_source

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from chatcodec import Codec, ReplyError
+from chatcodec.batch import prepare_request
 from chatcodec.reply import ReplyStream, fold
-from chatcodec.reply.cli import prepare_request
 from chatcodec.reply.request import ReplyRequest
 from chatcodec.reply.select import describe
 from chatcodec.reply.turn import Turn

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chatcodec.batch import prepare_request
 from chatcodec.errors import ChatCodecError
 from chatcodec.reply import AssistantMessage, Delta, Turn, fold
-from chatcodec.reply.cli import prepare_request
 
 from ._reply_oracle import chunks, corpus_cases, cut, handler_cases, same_message
 from .conftest import ORACLE

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from chatcodec import Codec
+from chatcodec.batch import prepare_request
 from chatcodec.errors import ChatCodecError, TemplateError
-from chatcodec.reply.cli import prepare_request
 
 from ._reply_oracle import corpus_cases
 from .conftest import template_source

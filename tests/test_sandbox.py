@@ -261,8 +261,10 @@ def secret(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _render(template: ChatTemplate, data: dict[str, Any]) -> str:
+    # `custom` only to the payloads that read it: passing it to the others would warn
+    extra = {"custom": data["custom"]} if "custom" in template.variables else {}
     return template.render(
-        data["messages"], tools=data["tools"], documents=data["documents"], custom=data["custom"]
+        data["messages"], tools=data["tools"], documents=data["documents"], **extra
     )
 
 

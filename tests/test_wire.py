@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from chatcodec import ChatTemplate
+from chatcodec import ChatTemplate, RequestError, load
 from chatcodec.template.capabilities import Capabilities, probe_capabilities
 from chatcodec.template.wire import TemplateInput, to_template_messages, tool_preamble
 
-from .conftest import template_source
+from .conftest import ROOT, template_source
 
 WEATHER = {
     "type": "function",
@@ -161,12 +161,37 @@ def test_text_blocks_are_joined_for_string_templates() -> None:
     assert "<|im_start|>user\nWeather in Paris?<|im_end|>" in template.render(messages)
 
 
-def test_non_text_blocks_are_kept_as_blocks() -> None:
-    _, caps = _template("Qwen-Qwen3-0.6B.jinja")
-    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
-    request = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]
-    messages, _ = to_template_messages(request, caps)
-    assert messages[0]["content"] == [{"type": "text", "text": "What is this?"}, image]
+IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+LOOK = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, IMAGE]}]
+
+
+def test_blocks_the_template_shows_are_kept_as_blocks() -> None:
+    template, caps = _template("mistralai-Ministral-3-14B-Reasoning-2512.jinja")
+    assert "image_url" in caps.content_blocks
+    messages, _ = to_template_messages(LOOK, caps)
+    assert messages[0]["content"] == LOOK[0]["content"]
+    assert "[IMG]" in template.render(messages, add_generation_prompt=True)
+
+
+def test_gemma4_sees_an_image_url_as_its_image_block() -> None:
+    template, caps = _template("google-gemma-4-31B-it.jinja", bos_token="<bos>")
+    assert {"image", "audio", "video"} <= caps.content_blocks
+    assert "image_url" not in caps.content_blocks
+    messages, _ = to_template_messages(LOOK, caps)
+    assert messages[0]["content"][1] == {"type": "image", "url": "https://example.com/a.png"}
+    text = template.render(messages, add_generation_prompt=True)
+    assert "What is this?<|image|>" in text.replace("\n", "")
+
+
+@pytest.mark.parametrize(
+    "name", ["Qwen-Qwen3-0.6B.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja"]
+)
+def test_a_block_the_template_cannot_show_is_a_request_error(name: str) -> None:
+    # Qwen3 refuses a list; Llama 3.1 would print the list's Python text: neither shows it
+    _, caps = _template(name)
+    assert caps.content_blocks == frozenset()
+    with pytest.raises(RequestError, match="message 0 has a 'image_url' content block"):
+        to_template_messages(LOOK, caps)
 
 
 def test_strings_are_wrapped_for_typed_templates() -> None:
@@ -219,5 +244,22 @@ def test_input_is_never_mutated() -> None:
 
 def test_a_message_must_be_a_mapping() -> None:
     _, caps = _template("Qwen-Qwen3-0.6B.jinja")
-    with pytest.raises(TypeError):
+    with pytest.raises(RequestError, match="message 0 is a str"):
         to_template_messages(["hello"], caps)  # type: ignore[list-item]
+
+
+def test_the_example_checkpoint_refuses_an_image_or_an_empty_turn_it_cannot_show() -> None:
+    # runs on a fresh clone: the example template reads text blocks only
+    codec = load(ROOT / "examples" / "chatml-tiny")
+    caps = probe_capabilities(codec.template, codec.special_tokens)
+    assert caps.content_blocks == frozenset() and not caps.typed_content
+    with pytest.raises(RequestError, match="'image_url' content block.*text only"):
+        to_template_messages(LOOK, caps)
+    only_image = [{"role": "user", "content": [IMAGE]}]
+    with pytest.raises(RequestError):  # it would render an empty user turn
+        to_template_messages(only_image, caps)
+    with pytest.raises(RequestError, match="empty list of content blocks"):
+        to_template_messages([{"role": "user", "content": []}], caps)
+    text_blocks = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    messages, _ = to_template_messages(text_blocks, caps)
+    assert codec.render(messages).endswith("<|im_start|>user\nHi<|im_end|>\n")

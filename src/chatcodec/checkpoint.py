@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .codec import Codec
-from .errors import CheckpointError, MissingExtraError, TemplateError
+from .errors import CheckpointError, MissingExtraError, TemplateNotFoundError
 from .template import Limits
 
 __all__ = ["Checkpoint", "find_checkpoint", "load"]
@@ -88,19 +88,15 @@ class Checkpoint:
         """A Codec rendering with these templates and special tokens."""
         if template_name is not None and isinstance(self.templates, str):
             if template_name != "default":
-                raise TemplateError(
+                raise TemplateNotFoundError(
                     f"{self.origin} has a single unnamed chat template, so there is no template "
-                    f"named {template_name!r} to choose",
-                    stage="compile",
-                    kind="ValueError",
+                    f"named {template_name!r} to choose"
                 )
             template_name = None
         if template_name is not None and template_name not in self.templates:
-            raise TemplateError(
+            raise TemplateNotFoundError(
                 f"no chat template named {template_name!r} in {self.origin}; "
-                f"available: {list(self.template_names)}",
-                stage="compile",
-                kind="ValueError",
+                f"available: {list(self.template_names)}"
             )
         return Codec(
             self.templates,

@@ -1,8 +1,12 @@
 """The ``chatcodec`` command: render | parse | inspect | batch.
 
 Every subcommand is a thin driver around the library: it reads files or stdin, calls the
-public API, and writes the result to stdout. Errors go to stderr as one line with exit
-status 1 (2 for bad usage), so the command composes in shell pipelines.
+public API, and writes the result to stdout. The subcommands share their spellings, built
+once as argparse parent parsers: ``CHECKPOINT`` first, then ``--template-name``,
+``--bos-token``/``--eos-token``, and for the two that render a request ``--tools``,
+``--var key=value``, ``--now``, ``--no-thinking``. Errors go to stderr as one line naming
+the subcommand and the file, with exit status 1 (2 for bad usage), so the command composes
+in shell pipelines.
 """
 
 from __future__ import annotations
@@ -10,40 +14,58 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from .errors import ChatCodecError, TemplateError
+from .errors import ChatCodecError, UnusedVariableWarning
+
+if TYPE_CHECKING:
+    from .codec import Codec
 
 __all__ = ["main"]
 
 
 class UsageError(Exception):
-    """Bad input on the command line or in an input file (exit status 2)."""
+    """Bad input on the command line or in an input file (exit status 2); internal to the
+    command, never raised by the library."""
 
 
 # --- input helpers -------------------------------------------------------------------------
 
 
-def _read_json(path: str | None, what: str) -> Any:
+def _read_text(path: str | None, what: str) -> tuple[str, str]:
+    """(text, where it came from) of a file, or of stdin for ``None`` / ``-``."""
     if path is None or path == "-":
-        text = sys.stdin.read()
-        where = "stdin"
-    else:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read {what} from {path}: {exc.strerror}") from None
-        where = path
+        return sys.stdin.read(), "stdin"
+    try:
+        return Path(path).read_text(encoding="utf-8"), path
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} from {path}: {exc.strerror}") from None
+
+
+def _read_json(path: str | None, what: str) -> Any:
+    text, where = _read_text(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} in {where} is not valid JSON: {exc}") from None
+
+
+def _read_request(path: str | None) -> dict[str, Any]:
+    """A conversation file: a JSON list of messages, or a request body ``{"messages": [...],
+    "tools": [...], "documents": [...]}``; ``tools`` and ``documents`` may be absent."""
+    payload = _read_json(path, "messages")
+    request = payload if isinstance(payload, dict) else {"messages": payload}
+    if not isinstance(request.get("messages"), list):
+        raise UsageError(
+            "messages must be a JSON list of messages, or an object with a 'messages' list"
+        )
+    return request
 
 
 def _parse_var(item: str) -> tuple[str, Any]:
@@ -56,7 +78,9 @@ def _parse_var(item: str) -> tuple[str, Any]:
         return key, raw  # anything else is a plain string
 
 
-def _parse_now(raw: str) -> float | datetime:
+def _parse_now(raw: str | None) -> float | datetime | None:
+    if raw is None:
+        return None
     try:
         return float(raw)
     except ValueError:
@@ -72,35 +96,55 @@ def _parse_now(raw: str) -> float | datetime:
     return moment
 
 
-def _load(source: str, template_name: str | None = None) -> Any:
-    from .checkpoint import load
+def _variables(args: argparse.Namespace) -> dict[str, Any]:
+    """The template variables of ``--var`` and ``--no-thinking``."""
+    variables = dict(_parse_var(item) for item in args.var)
+    if not args.thinking:
+        variables["enable_thinking"] = False
+    return variables
 
-    return load(source, template_name=template_name)
+
+def _load(args: argparse.Namespace) -> Codec:
+    """The checkpoint of ``CHECKPOINT`` and ``--template-name``, with the special tokens of
+    ``--bos-token`` / ``--eos-token`` in place of its own."""
+    from .checkpoint import load
+    from .codec import Codec
+
+    codec = load(args.checkpoint, template_name=args.template_name)
+    overrides = {
+        name: value
+        for name, value in (("bos_token", args.bos_token), ("eos_token", args.eos_token))
+        if value is not None
+    }
+    if not overrides:
+        return codec
+    return Codec(
+        codec.sources or codec.template.source,
+        special_tokens={**codec.special_tokens, **overrides},
+        template_name=codec.template_name,
+        limits=codec.limits,
+        origin=codec.origin,
+    )
+
+
+def _print_json(value: Any, indent: int | None = None) -> None:
+    json.dump(value, sys.stdout, ensure_ascii=False, indent=indent)
+    sys.stdout.write("\n")
 
 
 # --- render --------------------------------------------------------------------------------
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    codec = _load(args.source, args.template_name)
-    payload = _read_json(args.messages, "messages")
-    tools = documents = None
-    if isinstance(payload, dict):  # a request body: {"messages": [...], "tools": [...], ...}
-        messages = payload.get("messages")
-        tools = payload.get("tools")
-        documents = payload.get("documents")
-    else:
-        messages = payload
-    if not isinstance(messages, list):
-        raise UsageError(
-            "messages must be a JSON list of messages, or an object with a 'messages' list"
-        )
-    if args.tools:
-        tools = _read_json(args.tools, "tools")
-    if args.documents:
-        documents = _read_json(args.documents, "documents")
-    context = dict(_parse_var(item) for item in args.var)
-    now = _parse_now(args.now) if args.now is not None else None
+    request = _read_request(args.messages)
+    messages = request["messages"]
+    tools = _read_json(args.tools, "tools") if args.tools else request.get("tools")
+    documents = (
+        _read_json(args.documents, "documents") if args.documents else request.get("documents")
+    )
+    context = _variables(args)
+    now = _parse_now(args.now)
+    codec = _load(args)
     if args.openai:  # an OpenAI request's messages: convert them to what this template reads
         from .template import probe_capabilities, to_template_messages
 
@@ -114,10 +158,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
             messages, tools, documents, args.add_generation_prompt, now=now, **context
         )
         spans = [[span.start, span.end] for span in rendered.spans]
-        json.dump(
-            {"prompt": rendered.text, "spans": spans, "spans_from": rendered.source}, sys.stdout
-        )
-        sys.stdout.write("\n")
+        _print_json({"prompt": rendered.text, "spans": spans, "spans_from": rendered.source})
         return 0
     prompt = codec.render(
         messages,
@@ -129,17 +170,61 @@ def _cmd_render(args: argparse.Namespace) -> int:
         **context,
     )
     if args.json:
-        json.dump({"prompt": prompt}, sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
+        _print_json({"prompt": prompt})
     else:
         sys.stdout.write(prompt)  # the exact bytes: no newline added
+    return 0
+
+
+# --- parse ---------------------------------------------------------------------------------
+
+
+def _cmd_parse(args: argparse.Namespace) -> int:
+    reply, _ = _read_text(args.reply, "the reply")
+    request = _read_request(args.messages) if args.messages else {}
+    messages = request.get("messages") or [{"role": "user", "content": ""}]
+    tools = _read_json(args.tools, "tools") if args.tools else request.get("tools")
+    response_format = (
+        _read_json(args.response_format, "response_format") if args.response_format else None
+    )
+    context = _variables(args)
+    now = _parse_now(args.now)
+    continuation: bool | str | None = args.continue_final_message
+    codec = _load(args)
+    turn = codec.prepare(
+        messages,
+        tools=tools,
+        tool_choice=args.tool_choice,
+        parallel_tool_calls=args.parallel,
+        enable_thinking=context.pop("enable_thinking", True),
+        reasoning_format=args.reasoning_format,
+        continue_final_message="auto" if continuation is True else continuation,
+        response_format=response_format,
+        now=now,
+        **context,
+    )
+    if args.stream:
+        stream = turn.stream()
+        step = max(1, args.chunk)
+        for i in range(0, len(reply), step):
+            for delta in stream.feed(reply[i : i + step]):
+                _print_json(delta.to_openai())
+        for delta in stream.flush():
+            _print_json(delta.to_openai())
+        message = stream.finish(partial=args.partial)
+    else:
+        message = turn.parse(reply, partial=args.partial)
+    out = message.to_openai()
+    if message.dropped:
+        out["dropped"] = message.to_dict()["dropped"]
+    _print_json(out)
     return 0
 
 
 # --- inspect -------------------------------------------------------------------------------
 
 
-def _inspect_report(codec: Any) -> dict[str, Any]:
+def _inspect_report(codec: Codec) -> dict[str, Any]:
     from .template.capabilities import probe_capabilities
 
     template = codec.template
@@ -150,35 +235,102 @@ def _inspect_report(codec: Any) -> dict[str, Any]:
         "selected": codec.select(None),
         "special_tokens": codec.special_tokens,
         "capabilities": {
-            field.name: getattr(capabilities, field.name)
+            field.name: _plain(getattr(capabilities, field.name))
             for field in dataclasses.fields(capabilities)
             if field.name != "variables"
         },
         "variables": sorted(template.variables),
     }
-    describe = _reply_description(codec)
-    if describe is not None:
-        report["reply"] = describe
+    try:
+        report["reply"] = _reply_format(codec)
+    except ChatCodecError as exc:
+        report["reply"] = {"error": str(exc)}
     return report
 
 
-def _reply_description(codec: Any) -> Any:
+def _plain(value: Any) -> Any:
+    return sorted(value) if isinstance(value, (set, frozenset)) else value
+
+
+def _reply_format(codec: Codec) -> dict[str, Any]:
+    """How replies to the default template are read: the llama.cpp handler and, for the auto
+    parser, the markers derived by diffing probe renders."""
+    from .reply.auto import analysis_for
+    from .reply.select import handler_for
+
+    template = codec.template
+    handler = handler_for(template.source)
+    out: dict[str, Any] = {"handler": handler}
+    if handler != "autoparser":
+        return out | _family_summary(codec)
     try:
-        from .reply.cli import describe  # type: ignore[attr-defined]
-    except ImportError:
-        return None
+        analysis = analysis_for(template.source, template.special_tokens)
+    except ChatCodecError as exc:
+        out["error"] = str(exc)
+        return out
+
+    def kept(section: Any) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(section).items() if v not in ("", [], False)}
+
+    out.update(
+        {
+            "supports_tool_calls": analysis.supports_tool_calls,
+            "supports_parallel_tool_calls": analysis.supports_parallel_tool_calls,
+            "reasoning": kept(analysis.reasoning),
+            "content": kept(analysis.content),
+            "tools": kept(analysis.tools),
+            "assistant_start": analysis.assistant_start,
+            "user_start": analysis.user_start,
+            "preserved_tokens": list(analysis.preserved_tokens),
+            "additional_stops": list(analysis.additional_stops),
+        }
+    )
+    return out
+
+
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def _family_summary(codec: Codec) -> dict[str, Any]:
+    """The markers a specialised family reads, from a turn prepared for a one-tool request."""
+    from .reply.description import Content
+
     try:
-        return describe(codec)
+        turn = codec.prepare([{"role": "user", "content": "Hello"}], tools=[_PROBE_TOOL])
     except ChatCodecError as exc:
         return {"error": str(exc)}
+    fmt = turn.format
+    out: dict[str, Any] = {"generation_prompt": turn.generation_prompt, "stop": list(turn.stop)}
+    if fmt.reasoning is not None:
+        out["reasoning"] = {"start": fmt.reasoning.start, "ends": list(fmt.reasoning.stops)}
+    content = fmt.find(Content)
+    if content is not None and (content.open or content.close):
+        out["content"] = {"start": content.open, "end": content.close}
+    if fmt.calls is not None:
+        out["tool_calls"] = {
+            "openers": list(fmt.calls.openers),
+            "call_end": fmt.calls.commit,
+            "parallel": fmt.calls.next is not None,
+        }
+    if fmt.flow is not None:
+        out["messages"] = {
+            "states": sorted(fmt.flow.states),
+            "openers": list(fmt.flow.openers),
+        }
+    out["trailing_text"] = "fails the parse" if fmt.anchored else "dropped"
+    return out
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    codec = _load(args.source, args.template_name)
-    report = _inspect_report(codec)
+    report = _inspect_report(_load(args))
     if args.json:
-        json.dump(report, sys.stdout, ensure_ascii=False, indent=2)
-        sys.stdout.write("\n")
+        _print_json(report, indent=2)
         return 0
     out = sys.stdout
     out.write(f"origin:         {report['origin']}\n")
@@ -192,87 +344,18 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     )
     out.write("capabilities:\n")
     for key, value in report["capabilities"].items():
-        out.write(f"  {key:<20} {'yes' if value is True else 'no' if value is False else value}\n")
+        shown = "yes" if value is True else "no" if value is False else value
+        if isinstance(value, list):
+            shown = ", ".join(value) or "none"
+        out.write(f"  {key:<20} {shown}\n")
     out.write(f"variables:      {', '.join(report['variables'])}\n")
-    if "reply" in report:
-        out.write("reply format:\n")
-        text = json.dumps(report["reply"], ensure_ascii=False, indent=2)
-        out.write("".join(f"  {line}\n" for line in text.splitlines()))
+    out.write("reply format:\n")
+    text = json.dumps(report["reply"], ensure_ascii=False, indent=2)
+    out.write("".join(f"  {line}\n" for line in text.splitlines()))
     return 0
 
 
 # --- batch ---------------------------------------------------------------------------------
-
-
-class _TemplateFiles:
-    """Resolves a request's ``template`` file name, compiling each template once."""
-
-    def __init__(self, directory: str | None) -> None:
-        candidates = [directory] if directory else []
-        candidates += [
-            os.environ.get("CHATCODEC_TEMPLATES", ""),
-            "chat_templates",
-            "../shared/chat_templates",
-        ]
-        self.directories = [Path(d) for d in candidates if d]
-        self._cache: dict[str, Any] = {}
-
-    def source(self, name: str) -> str:
-        for base in [Path("."), *self.directories]:
-            path = base / name
-            if path.is_file():
-                return path.read_text(encoding="utf-8")
-        tried = ", ".join(str(d) for d in self.directories)
-        raise UsageError(f"template {name!r} not found (looked in ., {tried}; see --templates)")
-
-    def template(self, name: str) -> Any:
-        from .template import ChatTemplate
-
-        if name not in self._cache:
-            try:
-                self._cache[name] = ChatTemplate(self.source(name), name=name)
-            except TemplateError as exc:
-                self._cache[name] = exc
-        found = self._cache[name]
-        if isinstance(found, TemplateError):
-            raise found
-        return found
-
-
-def _render_request(request: dict[str, Any], files: _TemplateFiles) -> dict[str, Any]:
-    result: dict[str, Any] = {"id": request.get("id")}
-    try:
-        if "chat_template" in request:
-            from .template import ChatTemplate
-
-            template = ChatTemplate(request["chat_template"])
-        else:
-            template = files.template(request["template"])
-        result["rendered"] = template.render(
-            request.get("messages"),  # type: ignore[arg-type]  # render validates it
-            tools=request.get("tools"),
-            documents=request.get("documents"),
-            add_generation_prompt=bool(request.get("add_generation_prompt", False)),
-            continue_final_message=request.get("continue_final_message", False),
-            now=request.get("now_unix"),
-            **(request.get("kwargs") or {}),
-        )
-    except TemplateError as exc:
-        result["error"] = {"type": exc.kind, "stage": exc.stage, "message": str(exc)}
-    return result
-
-
-def _is_parse_request(request: dict[str, Any]) -> bool:
-    return "outputs" in request or "llama_cpp" in request or "replies" in request
-
-
-def _parse_request(request: dict[str, Any], files: _TemplateFiles) -> dict[str, Any]:
-    from .reply.cli import batch_result
-
-    if "template" in request and "template_source" not in request:
-        request = {**request, "template_source": files.source(request["template"])}
-    result: dict[str, Any] = batch_result(request)
-    return result
 
 
 class _Progress:
@@ -295,44 +378,37 @@ class _Progress:
         self.stream.flush()
 
 
-def _requests(stream: TextIO) -> Iterator[tuple[int, dict[str, Any] | None, str]]:
+def _requests(stream: TextIO) -> Iterator[tuple[dict[str, Any] | None, str]]:
+    """(request, "") per JSON line, or (None, why) for a line that is not a JSON object."""
     for number, line in enumerate(stream, 1):
         if not line.strip():
             continue
         try:
             request = json.loads(line)
         except json.JSONDecodeError as exc:
-            yield number, None, f"line {number} is not valid JSON: {exc}"
+            yield None, f"line {number} is not valid JSON: {exc}"
             continue
         if not isinstance(request, dict):
-            yield number, None, f"line {number} is not a JSON object"
+            yield None, f"line {number} is not a JSON object"
             continue
-        yield number, request, ""
+        yield request, ""
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    files = _TemplateFiles(args.templates)
+    from .batch import TemplateFiles, batch_result
+
+    files = TemplateFiles(args.templates)
     progress = _Progress(sys.stderr)
     done = errors = 0
     out = sys.stdout
-    for _, request, problem in _requests(sys.stdin):
+    for request, problem in _requests(sys.stdin):
         if request is None:
             result: dict[str, Any] = {
                 "id": None,
                 "error": {"type": "UsageError", "message": problem},
             }
         else:
-            try:
-                if _is_parse_request(request):
-                    result = _parse_request(request, files)
-                else:
-                    result = _render_request(request, files)
-            except (UsageError, KeyError) as exc:
-                message = str(exc) if isinstance(exc, UsageError) else f"missing field {exc}"
-                result = {
-                    "id": request.get("id"),
-                    "error": {"type": "UsageError", "message": message},
-                }
+            result = batch_result(request, files)
         done += 1
         errors += "error" in result
         out.write(json.dumps(result, ensure_ascii=False) + "\n")
@@ -342,30 +418,76 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- entry point ---------------------------------------------------------------------------
+# --- the parser ----------------------------------------------------------------------------
+
+_CHECKPOINT_HELP = (
+    "a checkpoint folder, tokenizer_config.json, .jinja file, GGUF file, or a Hugging Face "
+    "repo id found in the local cache"
+)
+
+
+def _checkpoint_options() -> argparse.ArgumentParser:
+    """What render, parse and inspect share: the checkpoint and its template and tokens."""
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("checkpoint", metavar="CHECKPOINT", help=_CHECKPOINT_HELP)
+    shared.add_argument(
+        "--template-name", help="which named template of the checkpoint to use (e.g. tool_use)"
+    )
+    shared.add_argument("--bos-token", help="use this bos_token instead of the checkpoint's")
+    shared.add_argument("--eos-token", help="use this eos_token instead of the checkpoint's")
+    return shared
+
+
+def _request_options() -> argparse.ArgumentParser:
+    """What render and parse share: the parts of the request that shape the prompt."""
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--tools", metavar="FILE", help="JSON file with the OpenAI tools array")
+    shared.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a template variable; VALUE is read as JSON when it parses (true, 3, ...)",
+    )
+    shared.add_argument(
+        "--now", help="pin strftime_now: unix seconds or ISO 8601 with a zone (2025-03-05T09:07Z)"
+    )
+    shared.add_argument(
+        "--no-thinking",
+        dest="thinking",
+        action="store_false",
+        help="enable_thinking=false (templates that do not read it ignore it)",
+    )
+    return shared
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="chatcodec",
         description="Render prompts and parse replies in a checkpoint's own chat format.",
     )
-    from . import __version__
-
     parser.add_argument("--version", action="version", version=f"chatcodec {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    checkpoint = _checkpoint_options()
+    request = _request_options()
 
-    source_help = (
-        "a checkpoint folder, tokenizer_config.json, .jinja file, GGUF file, or a Hugging Face "
-        "repo id found in the local cache"
+    render = commands.add_parser(
+        "render",
+        parents=[checkpoint, request],
+        help="render a conversation to the exact prompt text",
+        description="Render a conversation with the checkpoint's template, as transformers' "
+        "apply_chat_template(..., tokenize=False) does.",
     )
-    render = commands.add_parser("render", help="render a conversation to the exact prompt text")
-    render.add_argument("source", help=source_help)
     render.add_argument(
-        "messages", nargs="?", help="JSON file of messages or of a request body (default: stdin)"
+        "messages",
+        nargs="?",
+        metavar="MESSAGES",
+        help="JSON file of messages or of a request body with messages, tools, documents "
+        "(default: stdin)",
     )
-    render.add_argument("--tools", help="JSON file with the tools array")
-    render.add_argument("--documents", help="JSON file with the documents array")
+    render.add_argument("--documents", metavar="FILE", help="JSON file with the documents array")
     render.add_argument("--add-generation-prompt", "-g", action="store_true")
     render.add_argument(
         "--continue-final-message",
@@ -374,15 +496,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FIELD",
         help="leave the last message open (optionally naming the field, e.g. reasoning_content)",
     )
-    render.add_argument(
-        "--var",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a template variable; VALUE is read as JSON when it parses (true, 3, ...)",
-    )
-    render.add_argument("--now", help="pin strftime_now: unix seconds or ISO 8601 with a zone")
-    render.add_argument("--template-name", help="which named template of the checkpoint to use")
     render.add_argument(
         "--openai",
         action="store_true",
@@ -395,42 +508,99 @@ def _parser() -> argparse.ArgumentParser:
     )
     render.set_defaults(func=_cmd_render)
 
-    inspect_ = commands.add_parser(
-        "inspect", help="where the template came from and what it can do"
+    parse = commands.add_parser(
+        "parse",
+        parents=[checkpoint, request],
+        help="parse a model reply into an assistant message (as llama.cpp does)",
+        description="Parse a model reply for the checkpoint and request options, as "
+        "llama.cpp's chat parsers do; prints the OpenAI assistant message as JSON.",
     )
-    inspect_.add_argument("source", help=source_help)
-    inspect_.add_argument("--template-name", help="which named template of the checkpoint to use")
+    parse.add_argument(
+        "reply", nargs="?", metavar="REPLY", help="the reply text file (default: stdin)"
+    )
+    parse.add_argument(
+        "--messages",
+        metavar="FILE",
+        help="the conversation before the reply: a JSON list of messages or a request body",
+    )
+    parse.add_argument("--tool-choice", default="auto", choices=("auto", "required", "none"))
+    parse.add_argument("--parallel", dest="parallel", action="store_true", default=None)
+    parse.add_argument("--no-parallel", dest="parallel", action="store_false")
+    parse.add_argument(
+        "--reasoning-format", default="deepseek", choices=("deepseek", "auto", "none")
+    )
+    parse.add_argument(
+        "--continue-final-message",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="FIELD",
+        help="the reply continues the final message of --messages (its reasoning when it has "
+        "no content, else its content; or the FIELD named). A final assistant message is "
+        "continued by default, as llama-server does",
+    )
+    parse.add_argument(
+        "--no-continue-final-message",
+        dest="continue_final_message",
+        action="store_const",
+        const=False,
+        help="never continue a final assistant message",
+    )
+    parse.add_argument(
+        "--response-format",
+        metavar="FILE",
+        help='a JSON file with the OpenAI response_format ({"type": "json_schema", ...})',
+    )
+    parse.add_argument("--partial", action="store_true", help="read the reply as a stream prefix")
+    parse.add_argument("--stream", action="store_true", help="print the deltas as JSON lines")
+    parse.add_argument("--chunk", type=int, default=1, help="characters per streamed chunk")
+    parse.set_defaults(func=_cmd_parse)
+
+    inspect_ = commands.add_parser(
+        "inspect",
+        parents=[checkpoint],
+        help="where the template came from, what it can do, how replies are read",
+    )
     inspect_.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect_.set_defaults(func=_cmd_inspect)
 
     batch = commands.add_parser(
-        "batch", help="JSON Lines requests on stdin (oracle schema) -> one JSON result per line"
+        "batch",
+        help="JSON Lines requests on stdin (oracle schemas) -> one JSON result per line",
     )
     batch.add_argument(
-        "--templates", help="folder holding the templates the requests name (default: search)"
+        "--templates",
+        metavar="DIR",
+        help="folder holding the templates the requests name (default: search)",
     )
     batch.set_defaults(func=_cmd_batch)
-
-    try:
-        from .reply.cli import register
-    except ImportError:
-        pass
-    else:
-        register(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    prefix = f"chatcodec {args.command}: "
+    if getattr(args, "checkpoint", None):
+        prefix += f"{args.checkpoint}: "
+    with warnings.catch_warnings():
+        # one line per distinct warning, in the same form as the error lines
+        warnings.simplefilter("once", UnusedVariableWarning)
+        warnings.showwarning = lambda message, category, *_rest: print(
+            f"{prefix}warning: {message}", file=sys.stderr
+        )
+        return _run(args, prefix)
+
+
+def _run(args: argparse.Namespace, prefix: str) -> int:
     try:
         code: int = args.func(args)
         return code
     except UsageError as exc:
-        print(f"chatcodec {args.command}: {exc}", file=sys.stderr)
+        print(f"{prefix}{exc}", file=sys.stderr)
         return 2
     except ChatCodecError as exc:
-        print(f"chatcodec {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{prefix}{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

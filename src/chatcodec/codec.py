@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .errors import TemplateError
+from .errors import CheckpointError, TemplateError, TemplateNotFoundError
 from .template import ChatTemplate, Limits, RenderedChat
 
 if TYPE_CHECKING:
@@ -50,16 +50,14 @@ class Codec:
         self.origin = origin
         self._compiled: dict[str | None, ChatTemplate] = {}
         if self.sources is not None and not self.sources:
-            raise TemplateError("no chat template was given", stage="compile", kind="ValueError")
+            raise CheckpointError("no chat template was given")
         if (
             self.sources is not None
             and template_name is not None
             and template_name not in self.sources
         ):
-            raise TemplateError(
-                f"no chat template named {template_name!r}; available: {sorted(self.sources)}",
-                stage="compile",
-                kind="ValueError",
+            raise TemplateNotFoundError(
+                f"no chat template named {template_name!r}; available: {sorted(self.sources)}"
             )
 
     def __repr__(self) -> str:
@@ -96,22 +94,18 @@ class Codec:
         name = name or self.template_name
         if name is not None:
             if name not in self.sources:
-                raise TemplateError(
-                    f"no chat template named {name!r}; available: {sorted(self.sources)}",
-                    stage="render",
-                    kind="ValueError",
+                raise TemplateNotFoundError(
+                    f"no chat template named {name!r}; available: {sorted(self.sources)}"
                 )
             return name
         if tools is not None and "tool_use" in self.sources:
             return "tool_use"
         if "default" in self.sources:
             return "default"
-        raise TemplateError(
+        raise TemplateNotFoundError(
             "This model has multiple chat templates with no default specified! Please either pass a "
             "chat template or the name of the template you wish to use to the `chat_template` argument. "
-            f"Available template names are {sorted(self.sources)}.",
-            stage="render",
-            kind="ValueError",
+            f"Available template names are {sorted(self.sources)}."
         )
 
     def render(
@@ -161,6 +155,7 @@ class Codec:
         reasoning_format: str = "deepseek",
         continue_final_message: bool | str | None = None,
         response_format: Mapping[str, Any] | None = None,
+        now: float | int | datetime | None = None,
         **template_kwargs: Any,
     ) -> Turn:
         """Render the prompt for a request and set up the reading of its reply.
@@ -180,6 +175,8 @@ class Codec:
         ...}}``, ``{"type": "json_object"}`` or ``{"type": "text"}``, read as llama-server
         reads it; the families that support a JSON-schema reply read the content as one JSON
         value.
+
+        ``now`` pins ``strftime_now`` in the prompt, as for ``render``.
         """
         import secrets
 
@@ -206,11 +203,13 @@ class Codec:
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
         generation_prompt, llama_prompt, llama_without = _llama_generation_prompt(
-            template, messages, tools, context
+            template, messages, tools, context, now
         )
         add = mode == "none"
         try:
-            prompt = template.render(messages, tools=tools, add_generation_prompt=add, **context)
+            prompt = template.render(
+                messages, tools=tools, add_generation_prompt=add, now=now, **context
+            )
         except TemplateError:
             # transformers cannot render this request, llama.cpp's renderer can: its prompt
             prompt = llama_prompt if add else llama_without
@@ -259,6 +258,7 @@ def _llama_generation_prompt(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
     context: dict[str, Any],
+    now: float | int | datetime | None = None,
 ) -> tuple[str, str, str]:
     """(generation prompt, prompt, prompt without the generation prompt) of a request as
     llama.cpp computes them.
@@ -273,10 +273,14 @@ def _llama_generation_prompt(
     compat = llama_compatible(template)
     variables = {**llama_extra_context(), **context}
     try:
-        with_prompt = compat.render(messages, tools=tools, add_generation_prompt=True, **variables)
-        without = compat.render(messages, tools=tools, add_generation_prompt=False, **variables)
+        with_prompt = compat.render(
+            messages, tools=tools, add_generation_prompt=True, now=now, **variables
+        )
+        without = compat.render(
+            messages, tools=tools, add_generation_prompt=False, now=now, **variables
+        )
     except TemplateError as exc:
-        raise TemplateError(
+        raise type(exc)(
             f"llama.cpp cannot set up this request: the template fails to render ({exc})",
             stage="render",
             kind=exc.kind,

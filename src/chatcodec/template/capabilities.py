@@ -52,6 +52,9 @@ class Capabilities:
     - ``documents``: ``documents=`` render (a document's text appears).
     - ``generation_tag``: the template marks assistant text with ``{% generation %}``.
     - ``variables``: the names the template reads from its context.
+    - ``content_blocks``: the non-text content block types (``image``, ``image_url``,
+      ``audio``, ``input_audio``, ``video``, ``file``) the template shows: beside a text block
+      one changes the render, and not by dumping the block's data as text.
     """
 
     tools: bool
@@ -69,6 +72,7 @@ class Capabilities:
     documents: bool
     generation_tag: bool
     variables: frozenset[str]
+    content_blocks: frozenset[str] = frozenset()
 
 
 # Markers: distinctive words no template prints on its own, free of characters JSON escapes
@@ -368,6 +372,7 @@ def _probe(template: ChatTemplate, special_tokens: Mapping[str, str] | None) -> 
         documents=_documents(p),
         generation_tag=template.has_generation_tag,
         variables=variables,
+        content_blocks=_content_blocks(p),
     )
 
 
@@ -464,3 +469,31 @@ def _measure_tool_call_support(p: ProbeRenderer) -> ToolCallSupport:
             return ToolCallSupport(calls=False, parallel=False)
     two = _llama_probe(p, arguments, 2)
     return ToolCallSupport(calls=True, parallel=two is not None and two != one)
+
+
+# One block of each type a request may carry, OpenAI's and transformers' processor forms; the
+# marker in each payload shows when a template dumps a block as text instead of showing it
+_BLOCK_MARKER = "Quetzal"
+PROBE_BLOCKS: dict[str, dict[str, Any]] = {
+    "image_url": {"type": "image_url", "image_url": {"url": f"https://x.invalid/{_BLOCK_MARKER}"}},
+    "image": {"type": "image", "url": f"https://x.invalid/{_BLOCK_MARKER}.png"},
+    "input_audio": {"type": "input_audio", "input_audio": {"data": _BLOCK_MARKER, "format": "wav"}},
+    "audio": {"type": "audio", "url": f"https://x.invalid/{_BLOCK_MARKER}.wav"},
+    "video": {"type": "video", "url": f"https://x.invalid/{_BLOCK_MARKER}.mp4"},
+    "file": {"type": "file", "file": {"file_id": _BLOCK_MARKER}},
+}
+
+
+def _content_blocks(p: ProbeRenderer) -> frozenset[str]:
+    text = {"type": "text", "text": USER_TEXT}
+    shown = set()
+    for tools in (None, PROBE_TOOLS):
+        base = p.render([{"role": "user", "content": [text]}], tools=tools)
+        if base is None or USER_TEXT not in base:
+            continue  # this template needs something else (tools, say) to render blocks
+        for kind, block in PROBE_BLOCKS.items():
+            got = p.render([{"role": "user", "content": [text, block]}], tools=tools)
+            if got is not None and got != base and USER_TEXT in got and _BLOCK_MARKER not in got:
+                shown.add(kind)
+        break
+    return frozenset(shown)

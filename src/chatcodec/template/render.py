@@ -12,8 +12,10 @@ import dataclasses
 import functools
 import os
 import re
+import sys
 import time
 import types
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +24,18 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
-from ..errors import TemplateError, TemplateLimitError, TemplateSecurityError
+from ..errors import (
+    TemplateArgumentError,
+    TemplateError,
+    TemplateLimitError,
+    TemplateRaisedError,
+    TemplateRuntimeError,
+    TemplateSecurityError,
+    TemplateSyntaxError,
+    TemplateTypeError,
+    TemplateUndefinedError,
+    UnusedVariableWarning,
+)
 from .environment import (
     ChatSandbox,
     LimitExceeded,
@@ -35,6 +48,19 @@ from .environment import (
 __all__ = ["ChatTemplate", "RenderedChat", "Span"]
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+# render's own options: a keyword close to one of these is most likely a typo of it
+_RENDER_OPTIONS = (
+    "messages",
+    "tools",
+    "documents",
+    "add_generation_prompt",
+    "continue_final_message",
+    "now",
+    "template_name",
+)
+# what servers pass to every template whatever it reads (llama.cpp, chat_template_kwargs):
+# not reading them is normal, so they are never reported as unread
+_CONVENTIONAL_VARIABLES = frozenset({"enable_thinking", "datetime", "date_string"})
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
 _environment: ChatSandbox | None = None
@@ -94,7 +120,7 @@ class ChatTemplate:
         name: str | None = None,
     ) -> None:
         if not isinstance(source, str):
-            raise TemplateError(
+            raise TemplateSyntaxError(
                 f"a chat template is Jinja source text, not {type(source).__name__}",
                 stage="compile",
                 kind="TypeError",
@@ -107,7 +133,7 @@ class ChatTemplate:
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(
+            raise TemplateSyntaxError(
                 f"the chat template does not compile: {exc.message}",
                 stage="compile",
                 kind=type(exc).__name__,
@@ -120,7 +146,7 @@ class ChatTemplate:
                 kind="RecursionError",
             ) from None
         except Exception as exc:  # jinja2 compiles templates to Python: anything may surface
-            raise TemplateError(
+            raise TemplateSyntaxError(
                 f"the chat template does not compile: {exc}",
                 stage="compile",
                 kind=type(exc).__name__,
@@ -166,7 +192,14 @@ class ChatTemplate:
         now: float | int | datetime | None = None,
         **context: Any,
     ) -> str:
-        """The prompt text, exactly as ``apply_chat_template(..., tokenize=False)`` gives it."""
+        """The prompt text, exactly as ``apply_chat_template(..., tokenize=False)`` gives it.
+
+        A keyword in ``context`` that the template never reads is passed on all the same, as
+        transformers does, with an ``UnusedVariableWarning`` naming the closest option or
+        variable (special tokens and ``enable_thinking`` excepted: see docs/errors.md).
+        """
+        if context:
+            self._warn_unread(context)
         return self._render(
             messages,
             tools,
@@ -195,15 +228,35 @@ class ChatTemplate:
         generation prompt ends, and stops where the render of ``messages[:i + 1]`` ends,
         trailing whitespace excluded (the newline between turns is not generated).
         """
+        if context:
+            self._warn_unread(context)
         if self.has_generation_tag:
             spans: list[tuple[int, int]] = []
             text = self._render(
                 messages, tools, documents, add_generation_prompt, False, now, context, spans
             )
             return RenderedChat(text, tuple(Span(s, e) for s, e in spans), "generation_tag")
-        text = self.render(messages, tools, documents, add_generation_prompt, now=now, **context)
+        text = self._render(
+            messages, tools, documents, add_generation_prompt, False, now, context, None
+        )
         derived = _derive_spans(self, text, messages, tools, documents, now, context)
         return RenderedChat(text, derived, "derived")
+
+    def _warn_unread(self, context: Mapping[str, Any]) -> None:
+        unread = context.keys() - self.variables  # variables: parsed once, then cached
+        for name in sorted(unread):
+            if name in _CONVENTIONAL_VARIABLES or name.endswith(("_token", "_tokens")):
+                continue
+            import difflib  # only when there is something to report: import chatcodec stays lean
+
+            known = [k for k in (*_RENDER_OPTIONS, *sorted(self.variables)) if k != name]
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            warnings.warn(
+                f"the chat template never reads {name!r}, so passing it changes nothing{hint}",
+                UnusedVariableWarning,
+                stacklevel=_caller_level(),
+            )
 
     def _render(
         self,
@@ -221,9 +274,9 @@ class ChatTemplate:
                 messages, tools, documents, add_generation_prompt, continue_final_message, context
             )
         except (ValueError, TypeError, AttributeError) as exc:
-            raise TemplateError(str(exc), stage="render", kind=type(exc).__name__) from None
+            raise TemplateArgumentError(str(exc), stage="render", kind=type(exc).__name__) from None
         except RecursionError:  # a self-referencing message, tool or keyword argument
-            raise TemplateError(
+            raise TemplateArgumentError(
                 "the render arguments nest too deeply (or refer to themselves) to be copied",
                 stage="render",
                 kind="RecursionError",
@@ -233,7 +286,7 @@ class ChatTemplate:
             try:
                 pinned = _pinned_instant(now) if type(now) in (int, float) else utc_instant(now)
             except (ValueError, TypeError, OverflowError, OSError) as exc:
-                raise TemplateError(
+                raise TemplateArgumentError(
                     f"now must be unix seconds or an aware datetime: {exc}",
                     stage="render",
                     kind="ValueError",
@@ -389,12 +442,37 @@ class ChatTemplate:
                 str(exc), stage="render", kind="SecurityError", lineno=_template_line(exc)
             ) from None
         except Exception as exc:  # the template is code: whatever it raises becomes ours
-            raise TemplateError(
+            raise _runtime_error(exc)(
                 _message(exc), stage="render", kind=type(exc).__name__, lineno=_template_line(exc)
             ) from None
         finally:
             state.deadline, state.max_chars, state.position, state.spans, state.now = saved
         return "".join(parts)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside chatcodec: a warning names the line of
+    the caller's code that passed the keyword, through Codec.render or Codec.prepare alike."""
+    frame = sys._getframe(1)  # the frame that calls warnings.warn
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _runtime_error(exc: BaseException) -> type[TemplateRuntimeError]:
+    """The chatcodec type of what a template's code raised while rendering."""
+    if type(exc) is jinja2.exceptions.TemplateError:  # only raise_exception raises the base
+        return TemplateRaisedError
+    if isinstance(exc, jinja2.exceptions.UndefinedError):
+        return TemplateUndefinedError
+    if isinstance(exc, TypeError):
+        return TemplateTypeError
+    return TemplateRuntimeError
 
 
 def _message(exc: BaseException) -> str:
@@ -430,7 +508,7 @@ def _has_generation_tag(env: ChatSandbox, source: str) -> bool:
 def _cut_at_continue_tag(rendered: str, final_text: Any) -> str:
     stripped_tag = _CONTINUE_TAG.strip()
     if str(final_text).strip() not in rendered or stripped_tag not in rendered:
-        raise TemplateError(
+        raise TemplateArgumentError(
             "continue_final_message is set but the final message does not appear in the chat after "
             "applying the chat template! This can happen if the chat template deletes portions of the "
             "final message. Please verify the chat template and final message in your chat to ensure "
@@ -543,11 +621,11 @@ def _derive_spans(
         upto = list(messages[: index + 1])
         try:
             head = (
-                template.render(before, tools, documents, True, now=now, **context)
+                template._render(before, tools, documents, True, False, now, context, None)
                 if before
                 else ""
             )
-            turn = template.render(upto, tools, documents, False, now=now, **context)
+            turn = template._render(upto, tools, documents, False, False, now, context, None)
         except TemplateError:
             continue  # a prefix this template refuses (e.g. it must start with a user turn)
         content = message.get("content")

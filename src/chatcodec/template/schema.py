@@ -7,9 +7,9 @@ the order is part of the rendered prompt.
 
 Differences from transformers, all about *which error* escapes (never about a schema):
 
-- the two errors are ``ValueError`` subclasses (and ``ChatCodecError``), so ``render`` turns
-  them into ``TemplateError``; their class names are transformers' so ``TemplateError.kind``
-  reads the same;
+- the two errors are ``RequestError`` subclasses (so ``ValueError`` and ``ChatCodecError``),
+  defined in ``chatcodec.errors``; ``render`` turns them into ``TemplateArgumentError`` whose
+  ``kind`` is their class name, transformers' own;
 - a hint ``typing.get_type_hints`` cannot resolve (unknown forward reference, ...) and a
   ``(choices: ...)`` block that is not a JSON sequence raise those errors instead of a bare
   ``NameError`` / ``JSONDecodeError`` / ``TypeError``.
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Literal, Union, get_args, get_origin
 
-from ..errors import ChatCodecError
+from ..errors import DocstringParsingException, TypeHintParsingException
 
 __all__ = [
     "DocstringParsingException",
@@ -34,14 +34,6 @@ __all__ = [
     "get_json_schema",
     "parse_google_format_docstring",
 ]
-
-
-class TypeHintParsingException(ChatCodecError, ValueError):
-    """A parameter has no type hint, or one that has no JSON schema equivalent."""
-
-
-class DocstringParsingException(ChatCodecError, ValueError):
-    """The function has no docstring, or the docstring does not describe every parameter."""
 
 
 # Python scalar type -> JSON type name, for the values of Literal[...] and Enum members

@@ -4,7 +4,9 @@ The OpenAI wire format and the transformers template convention differ in small 
 each cost a model accuracy when ignored: arguments travel as JSON *strings* but templates
 ``tojson`` an *object*; ``null`` fields must be absent, not ``None``; a template may want
 content as text blocks or as a string; ``developer`` is a role most templates never saw; and
-a template that cannot show tools needs them described in words. ``to_template_messages``
+a template that cannot show tools needs them described in words; an ``image_url`` block is
+``{"type": "image"}`` to a template written for transformers' processors (Gemma 4). A content
+block the template cannot show is a ``RequestError``, never dropped. ``to_template_messages``
 does these conversions, guided by the template's probed ``Capabilities``, on a copy of its
 input. docs/capabilities.md lists each rule and gives the tool preamble text.
 """
@@ -16,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import RequestError
 from .capabilities import Capabilities
 from .render import plain_data
 
@@ -65,10 +68,14 @@ def to_template_messages(
 ) -> TemplateInput:
     """Turn OpenAI request ``messages`` (and ``tools``) into a template's input.
 
-    The caller's objects are never modified: everything returned is a fresh copy.
+    The caller's objects are never modified: everything returned is a fresh copy. A content
+    block the template cannot show (an image to a text-only template), or a user message with
+    no content blocks at all, raises ``RequestError``: the model would never see it.
     """
     caps = capabilities
-    messages = [_message(plain_data(message), caps) for message in openai_messages]
+    messages = [
+        _message(plain_data(message), caps, index) for index, message in enumerate(openai_messages)
+    ]
     messages = _fold_tool_results(messages, caps)
     tool_list = [plain_data(tool) for tool in tools] if tools else None
     preamble = bool(tool_list) and not caps.tools
@@ -80,9 +87,9 @@ def to_template_messages(
     return TemplateInput(messages, tool_list, preamble)
 
 
-def _message(raw: Any, caps: Capabilities) -> dict[str, Any]:
+def _message(raw: Any, caps: Capabilities, index: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise TypeError(f"a chat message is a mapping, not {type(raw).__name__}")
+        raise RequestError(f"message {index} is a {type(raw).__name__}, not a mapping")
     message = {key: value for key, value in raw.items() if value is not None}
     role = message.get("role")
     if role == "developer" and not caps.developer_role:
@@ -91,7 +98,12 @@ def _message(raw: Any, caps: Capabilities) -> dict[str, Any]:
         # OpenAI sends content null beside tool calls; templates concatenate it as text
         message["content"] = ""
     if "content" in message:
-        message["content"] = _content(message["content"], caps.typed_content)
+        content = message["content"]
+        if isinstance(content, list):
+            if not content and role == "user":
+                raise RequestError(f"message {index} (user) has an empty list of content blocks")
+            content = [_shown_block(block, caps, index) for block in content]
+        message["content"] = _content(content, caps.typed_content)
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         calls = [_tool_call(call, caps) for call in calls]
@@ -102,6 +114,25 @@ def _message(raw: Any, caps: Capabilities) -> dict[str, Any]:
             del message["tool_calls"]
             message["content"] = _append_text(message.get("content", ""), _calls_as_text(calls))
     return message
+
+
+def _shown_block(block: Any, caps: Capabilities, index: int) -> Any:
+    """A content block as the template shows it; RequestError for one it cannot show."""
+    if not isinstance(block, dict):
+        return block
+    kind = block.get("type")
+    if kind == "text" or kind in caps.content_blocks:
+        return block
+    if kind == "image_url" and "image" in caps.content_blocks:
+        # transformers' processor form, which templates such as Gemma 4's read
+        image = block.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        return {"type": "image", "url": url}
+    shown = ", ".join(sorted(caps.content_blocks)) or "text only"
+    raise RequestError(
+        f"message {index} has a {kind!r} content block, which this chat template does not "
+        f"show (it shows: {shown}): the model would never see it"
+    )
 
 
 def _content(content: Any, typed: bool) -> Any:
