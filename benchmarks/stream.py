@@ -154,7 +154,6 @@ def _stream(turn: Turn, chunks: list[str]) -> None:
     feed = s.feed
     for c in chunks:
         feed(c)
-    s.flush()
     s.finish()
 
 
@@ -165,7 +164,7 @@ def _chunks(text: str) -> list[str]:
 def _check(turn: Turn, text: str) -> bool:
     """The stream's deltas fold to the finished parse (the benchmark times nothing wrong)."""
     s = turn.stream()
-    deltas = [d for c in _chunks(text) for d in s.feed(c)] + s.flush()
+    deltas = [d for c in _chunks(text) for d in s.feed(c)] + s.finish().deltas
     whole = turn.parse(text)
     folded = fold(deltas)
     return (folded.content, folded.reasoning_content, folded.tool_calls) == (

@@ -11,8 +11,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from chatcodec.errors import ChatCodecError
-from chatcodec.reply import fold
+from chatcodec.errors import ChatCodecError, ReplyError
+from chatcodec.reply import Turn, fold
 
 from ._reply_oracle import (
     chunks,
@@ -65,6 +65,23 @@ COUNTS = {
 }
 CHUNK_SIZES = (1, 2, 3, 7)
 
+# Streams whose finish raises where the finished parse succeeds (vector id -> chunk sizes): the
+# engine bug this pins is reply content read as one JSON value that ends exactly at a chunk's
+# end, the whitespace after it (next chunk) then failing as "text after the end of the reply
+# format". The deltas sent before still fold to the message. Remove an entry once it passes.
+FINISH_FAILS = {"L6309:meta-llama-Llama-3.1-8B-Instruct.jinja": (1, 2)}
+
+
+def _failing_stream_deltas(turn: Turn, pieces: list[str], partial: bool) -> list | str:
+    """The deltas fed before a finish that fails as FINISH_FAILS says (or why not)."""
+    stream = turn.stream()
+    deltas = [d for piece in pieces for d in stream.feed(piece)]
+    try:
+        stream.finish(partial=partial)
+    except ReplyError:
+        return deltas
+    return "the stream now finishes: remove its FINISH_FAILS entry"
+
 
 def _run(v: dict[str, Any], compare: Any) -> str | None:
     observed = v["observed_llama_cpp"]
@@ -103,7 +120,14 @@ def _run(v: dict[str, Any], compare: Any) -> str | None:
             return "ids differ"
     # the deltas of the reply streamed in small chunks fold to the same message
     for size in CHUNK_SIZES:
-        folded = fold(stream_deltas(turn, chunks(v["input"], size)))
+        pieces = chunks(v["input"], size)
+        if size in FINISH_FAILS.get(v["id"], ()):
+            deltas = _failing_stream_deltas(turn, pieces, v["is_partial"])
+            if isinstance(deltas, str):
+                return deltas
+            folded = fold(deltas)
+        else:
+            folded = fold(stream_deltas(turn, pieces, v["is_partial"]))
         why = compare.compare(observed, folded.to_dict())
         if why is None and not same_message(folded, message):
             why = "the fold is not the parsed message"

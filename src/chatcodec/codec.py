@@ -6,13 +6,18 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .errors import TemplateError
+from .errors import RequestError, TemplateError
 from .template import ChatTemplate, Limits, RenderedChat
 
 if TYPE_CHECKING:
     from .reply.turn import Turn
 
-__all__ = ["Codec"]
+__all__ = ["Codec", "REASONING_FORMATS", "TOOL_CHOICES"]
+
+# the values llama.cpp accepts (common_chat_tool_choice_parse_oaicompat,
+# common_reasoning_format_from_name in common/chat.cpp)
+TOOL_CHOICES = ("auto", "required", "none")
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 
 
 class Codec:
@@ -49,6 +54,8 @@ class Codec:
         self.limits = limits
         self.origin = origin
         self._compiled: dict[str | None, ChatTemplate] = {}
+        # llama.cpp's parallel-calls capability of each compiled template (a probe render)
+        self._parallel_support: dict[str | None, bool] = {}
         if self.sources is not None and not self.sources:
             raise TemplateError("no chat template was given", stage="compile", kind="ValueError")
         if (
@@ -155,12 +162,13 @@ class Codec:
         self,
         messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: str = "auto",
+        tool_choice: str | Mapping[str, Any] = "auto",
         parallel_tool_calls: bool | None = None,
         enable_thinking: bool = True,
         reasoning_format: str = "deepseek",
         continue_final_message: bool | str | None = None,
         response_format: Mapping[str, Any] | None = None,
+        tool_call_id: int | Callable[[int], str] | None = None,
         **template_kwargs: Any,
     ) -> Turn:
         """Render the prompt for a request and set up the reading of its reply.
@@ -180,19 +188,35 @@ class Codec:
         ...}}``, ``{"type": "json_object"}`` or ``{"type": "text"}``, read as llama-server
         reads it; the families that support a JSON-schema reply read the content as one JSON
         value.
-        """
-        import secrets
 
+        ``tool_choice``: ``"auto"``, ``"required"``, ``"none"``, or OpenAI's named form
+        ``{"type": "function", "function": {"name": "X"}}``, read as OpenAI and vLLM read
+        it: the reply must call X and only X (the reply is read as with ``"required"`` and the
+        tools cut down to X), while the prompt still shows every tool of the request.
+
+        ``reasoning_format``: one of llama.cpp's ``"none"`` (thoughts stay in the content),
+        ``"deepseek"``, ``"auto"``, ``"deepseek-legacy"`` (thoughts go to
+        ``reasoning_content``; the last two read as ``"deepseek"``).
+
+        ``tool_call_id``: how tool calls the model gives no id of its own are named. ``None``
+        (the default): ``call_<12 random hex digits>_<index>``, new for every turn; an ``int``
+        seed: the same shape with hex digits drawn from the seed, so a seed gives the same ids
+        on every run; a callable ``(index) -> str``: its result for each call (index 0, 1, ...
+        in the reply). Ids the model wrote are kept.
+
+        A request option out of range raises RequestError before anything is rendered.
+        """
         from .reply.prefill import message_content
         from .reply.select import describe
         from .reply.turn import Turn
 
-        if tool_choice not in ("auto", "required", "none"):
-            raise TemplateError(
-                f"tool_choice must be 'auto', 'required' or 'none', not {tool_choice!r}",
-                stage="render",
-                kind="ValueError",
+        if reasoning_format not in REASONING_FORMATS:
+            raise RequestError(
+                f"reasoning_format must be one of {', '.join(map(repr, REASONING_FORMATS))} "
+                f"(llama.cpp's names), not {reasoning_format!r}"
             )
+        choice, reply_tools = _tool_choice(tool_choice, tools)
+        call_id = _call_ids(tool_call_id)
         json_schema = _json_schema(response_format)
         mode = _continuation(messages, continue_final_message)
         final: Mapping[str, Any] | None = None
@@ -214,12 +238,12 @@ class Codec:
             # transformers cannot render this request, llama.cpp's renderer can: its prompt
             prompt = llama_prompt if add else llama_without
         if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
-            parallel_tool_calls = _supports_parallel_tool_calls(template)
+            parallel_tool_calls = self._parallel_calls(tools)
         fmt = describe(
             template.source,
             generation_prompt,
-            tools=tools,
-            tool_choice=tool_choice,
+            tools=reply_tools,
+            tool_choice=choice,
             parallel_tool_calls=parallel_tool_calls,
             reasoning_format=reasoning_format,
             enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
@@ -247,8 +271,74 @@ class Codec:
             stop=tuple(stop),
             handler=fmt.handler,
             format=fmt,
-            id_prefix=f"call_{secrets.token_hex(6)}_",
+            call_id=call_id,
         )
+
+    def _parallel_calls(self, tools: Sequence[Any] | None) -> bool:
+        """llama.cpp's parallel-calls capability of the template a request uses, probed once
+        per template of this codec."""
+        key = self.select(tools)
+        known = self._parallel_support.get(key)
+        if known is None:
+            known = self._parallel_support[key] = _supports_parallel_tool_calls(
+                self.template_for(tools)
+            )
+        return known
+
+
+def _tool_choice(
+    tool_choice: str | Mapping[str, Any], tools: Sequence[Mapping[str, Any]] | None
+) -> tuple[str, Sequence[Mapping[str, Any]] | None]:
+    """(llama.cpp's tool choice, the tools a reply may call) of a request's ``tool_choice``:
+    the named form requires a call to that one tool."""
+    from .reply.arguments import tool_functions
+
+    if isinstance(tool_choice, str):
+        if tool_choice not in TOOL_CHOICES:
+            raise RequestError(
+                f"tool_choice must be 'auto', 'required', 'none' or "
+                f'{{"type": "function", "function": {{"name": ...}}}}, not {tool_choice!r}'
+            )
+        return tool_choice, tools
+    function = tool_choice.get("function") if isinstance(tool_choice, Mapping) else None
+    name = function.get("name") if isinstance(function, Mapping) else None
+    if (
+        not isinstance(tool_choice, Mapping)
+        or tool_choice.get("type") != "function"
+        or not (isinstance(name, str))
+    ):
+        raise RequestError(
+            'a named tool_choice is {"type": "function", "function": {"name": "<tool name>"}}, '
+            f"not {tool_choice!r}"
+        )
+    offered = [fn["name"] for fn in tool_functions(tools)]
+    if name not in offered:
+        raise RequestError(
+            f"tool_choice names the tool {name!r}, which is not among the request's tools "
+            f"({', '.join(map(repr, offered)) or 'none given'})"
+        )
+    chosen = [t for t in tools or () if (t.get("function") or {}).get("name") == name]
+    return "required", chosen
+
+
+def _call_ids(tool_call_id: int | Callable[[int], str] | None) -> Callable[[int], str]:
+    """The namer of a turn's tool calls (see ``Codec.prepare``'s ``tool_call_id``)."""
+    import random
+    import secrets
+
+    from .reply.stream import CallIdPrefix
+
+    if tool_call_id is None:
+        return CallIdPrefix(f"call_{secrets.token_hex(6)}_")
+    if isinstance(tool_call_id, int) and not isinstance(tool_call_id, bool):
+        # random.Random(int) draws the same numbers on every run and platform
+        return CallIdPrefix(f"call_{random.Random(tool_call_id).getrandbits(48):012x}_")
+    if callable(tool_call_id):
+        return tool_call_id
+    raise RequestError(
+        "tool_call_id must be None (random ids), an int seed or a callable (index) -> str, "
+        f"not {type(tool_call_id).__name__}"
+    )
 
 
 def _llama_generation_prompt(
@@ -297,22 +387,14 @@ def _continuation(messages: Sequence[Mapping[str, Any]], requested: bool | str |
         if last.get("role") != "assistant":
             return "none"
         if len(messages) >= 2 and messages[-2].get("role") == "assistant":
-            raise TemplateError(
-                "Cannot have 2 or more assistant messages at the end of the list.",
-                stage="render",
-                kind="ValueError",
-            )
+            raise RequestError("Cannot have 2 or more assistant messages at the end of the list.")
         requested = "auto"
     try:
         mode = continuation_mode(last, requested)
     except ValueError as exc:
-        raise TemplateError(str(exc), stage="render", kind="ValueError") from None
+        raise RequestError(str(exc)) from None
     if mode != "none" and last.get("role") == "assistant" and last.get("tool_calls"):
-        raise TemplateError(
-            "Cannot continue an assistant message that contains tool calls.",
-            stage="render",
-            kind="ValueError",
-        )
+        raise RequestError("Cannot continue an assistant message that contains tool calls.")
     return mode
 
 
@@ -336,10 +418,8 @@ def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | 
     elif kind == "text" or not kind:
         return None
     else:
-        raise TemplateError(
-            'response_format type must be one of "text" or "json_object", but got: ' + str(kind),
-            stage="render",
-            kind="ValueError",
+        raise RequestError(
+            'response_format type must be "text", "json_object" or "json_schema", not ' + repr(kind)
         )
     if not isinstance(schema, Mapping):
         return None

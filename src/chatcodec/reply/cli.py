@@ -186,9 +186,9 @@ def _parse_command(args: argparse.Namespace) -> int:
             for i in range(0, len(reply), step):
                 for delta in stream.feed(reply[i : i + step]):
                     print(json.dumps(delta.to_openai(), ensure_ascii=False))
-            for delta in stream.flush():
+            last, message = stream.finish(partial=args.partial)
+            for delta in last:
                 print(json.dumps(delta.to_openai(), ensure_ascii=False))
-            message = stream.finish()
         else:
             message = turn.parse(reply, partial=args.partial)
     except (OSError, ValueError) as exc:
