@@ -10,7 +10,7 @@ or the closest case that parses), so they are replies the template's format real
 
 Columns, per reply:
   parse MB/s   finished-parse throughput (`turn.parse`) on a 1 MB reply (--quick: 128 KB);
-  stream       the 128 KB reply fed in 4-character chunks (`feed` x N, then `finish`),  
+  stream       the 128 KB reply fed in 4-character chunks (`feed` x N, then `finish`),
                and that time per chunk;
   x parse      stream time / finished parse time of the same 128 KB (goal <= 2);
   128K/64K     stream time of the 128 KB reply / of its 64 KB version: 2.0 is linear;

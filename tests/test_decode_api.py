@@ -338,6 +338,18 @@ def test_a_factory_that_gives_no_id_is_a_request_error() -> None:
 
 
 def test_ids_the_model_wrote_are_kept() -> None:
+    # a template whose calls carry their id: the auto parser reads it from the reply
+    with_ids = TAGGED_CALLS.replace('{"name": ', '{"id": "{{ c.id }}", "name": ')
+    turn = Codec(with_ids, eos_token="<|im_end|>").prepare(
+        HI, tools=TOOLS, tool_call_id=lambda i: f"mine-{i}"
+    )
+    reply = TAGGED_CALL.replace('{"name": ', '{"id": "abc123", "name": ')
+    assert [c.id for c in turn.parse(reply).tool_calls] == ["abc123"]
+    sent, _ = _readme_loop(turn, list(reply))
+    assert [d.tool_call.id for d in sent if d.tool_call] == ["abc123"]
+
+
+def test_ids_a_real_model_wrote_are_kept() -> None:
     # Kimi K2 writes its own ids (functions.<name>:<n>)
     turn = Codec(template_source("Kimi-K2-Instruct.jinja")).prepare(
         HI, tools=TOOLS, tool_call_id=lambda i: f"mine-{i}"

@@ -3,7 +3,7 @@
 from .description import CallSection, ReasoningBlock, ReplyFormat
 from .message import AssistantMessage, Delta, Dropped, ToolCall, ToolCallDelta, fold
 from .select import describe, handler_for
-from .stream import ReplyStream, parse_reply
+from .stream import ReplyStream, StreamEnd, parse_reply
 from .turn import Turn
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "ReasoningBlock",
     "ReplyFormat",
     "ReplyStream",
+    "StreamEnd",
     "ToolCall",
     "ToolCallDelta",
     "Turn",
