@@ -238,7 +238,7 @@ class Codec:
             # transformers cannot render this request, llama.cpp's renderer can: its prompt
             prompt = llama_prompt if add else llama_without
         if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
-            parallel_tool_calls = self._parallel_calls(tools)
+            parallel_tool_calls = self._parallel_calls(template)
         fmt = describe(
             template.source,
             generation_prompt,
@@ -274,15 +274,12 @@ class Codec:
             call_id=call_id,
         )
 
-    def _parallel_calls(self, tools: Sequence[Any] | None) -> bool:
-        """llama.cpp's parallel-calls capability of the template a request uses, probed once
-        per template of this codec."""
-        key = self.select(tools)
-        known = self._parallel_support.get(key)
+    def _parallel_calls(self, template: ChatTemplate) -> bool:
+        """llama.cpp's parallel-calls capability of one of this codec's templates (named by
+        its key in ``template_for``), probed once."""
+        known = self._parallel_support.get(template.name)
         if known is None:
-            known = self._parallel_support[key] = _supports_parallel_tool_calls(
-                self.template_for(tools)
-            )
+            known = self._parallel_support[template.name] = _supports_parallel_tool_calls(template)
         return known
 
 
@@ -300,25 +297,23 @@ def _tool_choice(
                 f'{{"type": "function", "function": {{"name": ...}}}}, not {tool_choice!r}'
             )
         return tool_choice, tools
-    function = tool_choice.get("function") if isinstance(tool_choice, Mapping) else None
+    named = isinstance(tool_choice, Mapping) and tool_choice.get("type") == "function"
+    function = tool_choice.get("function") if named else None
     name = function.get("name") if isinstance(function, Mapping) else None
-    if (
-        not isinstance(tool_choice, Mapping)
-        or tool_choice.get("type") != "function"
-        or not (isinstance(name, str))
-    ):
+    if not isinstance(name, str):
         raise RequestError(
             'a named tool_choice is {"type": "function", "function": {"name": "<tool name>"}}, '
             f"not {tool_choice!r}"
         )
-    offered = [fn["name"] for fn in tool_functions(tools)]
+    functions = tool_functions(tools)
+    offered = [fn["name"] for fn in functions]
     if name not in offered:
         raise RequestError(
             f"tool_choice names the tool {name!r}, which is not among the request's tools "
             f"({', '.join(map(repr, offered)) or 'none given'})"
         )
-    chosen = [t for t in tools or () if (t.get("function") or {}).get("name") == name]
-    return "required", chosen
+    chosen = [fn for fn in functions if fn["name"] == name]
+    return "required", [t for t in tools or () if t.get("function") in chosen]
 
 
 def _call_ids(tool_call_id: int | Callable[[int], str] | None) -> Callable[[int], str]:
