@@ -10,7 +10,7 @@ or the closest case that parses), so they are replies the template's format real
 
 Columns, per reply:
   parse MB/s   finished-parse throughput (`turn.parse`) on a 1 MB reply (--quick: 128 KB);
-  stream       the 128 KB reply fed in 4-character chunks (`feed` x N, `flush`, `finish`),
+  stream       the 128 KB reply fed in 4-character chunks (`feed` x N, then `finish`),
                and that time per chunk;
   x parse      stream time / finished parse time of the same 128 KB (goal <= 2);
   128K/64K     stream time of the 128 KB reply / of its 64 KB version: 2.0 is linear;
@@ -154,7 +154,6 @@ def _stream(turn: Turn, chunks: list[str]) -> None:
     feed = s.feed
     for c in chunks:
         feed(c)
-    s.flush()
     s.finish()
 
 
@@ -165,7 +164,7 @@ def _chunks(text: str) -> list[str]:
 def _check(turn: Turn, text: str) -> bool:
     """The stream's deltas fold to the finished parse (the benchmark times nothing wrong)."""
     s = turn.stream()
-    deltas = [d for c in _chunks(text) for d in s.feed(c)] + s.flush()
+    deltas = [d for c in _chunks(text) for d in s.feed(c)] + s.finish().deltas
     whole = turn.parse(text)
     folded = fold(deltas)
     return (folded.content, folded.reasoning_content, folded.tool_calls) == (

@@ -116,11 +116,11 @@ def cut(text: str, cuts: Iterable[int]) -> list[str]:
     return [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
 
 
-def stream_deltas(turn: Turn, pieces: Iterable[str]) -> list[Delta]:
-    """Every delta of the turn's stream fed ``pieces``, the flush's included."""
+def stream_deltas(turn: Turn, pieces: Iterable[str], partial: bool = False) -> list[Delta]:
+    """Every delta of the turn's stream fed ``pieces``, the finish's included."""
     stream = turn.stream()
     deltas = [d for piece in pieces for d in stream.feed(piece)]
-    return deltas + stream.flush()
+    return deltas + stream.finish(partial=partial).deltas
 
 
 def same_message(folded: AssistantMessage, expected: AssistantMessage) -> bool:

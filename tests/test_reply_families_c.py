@@ -77,8 +77,9 @@ def test_response_format_vectors() -> None:
         observed = v["observed_llama_cpp"]
         # a continued message is prefilled into the generation prompt (llama.cpp builds it)
         stream = ReplyStream(fmt, observed["generation_prompt"])
-        deltas = stream.feed(v["input"]) + stream.flush()
-        message = stream.finish(partial=v["is_partial"])
+        deltas = stream.feed(v["input"])
+        last, message = stream.finish(partial=v["is_partial"])
+        deltas += last
         assert compare.compare(observed, message.to_dict()) is None, v["id"]
         assert compare.compare(observed, fold(deltas).to_dict()) is None, v["id"]
         ids = [c.get("id") for c in observed["tool_calls"]]
@@ -118,8 +119,10 @@ def _check(turn: Turn, text: str, pieces: list[str]) -> None:
     """The pieces streamed fold to the finished parse, and finish as it."""
     expected = turn.parse(text)
     stream = turn.stream()
-    deltas = [d for piece in pieces for d in stream.feed(piece)] + stream.flush()
-    assert stream.finish() == expected
+    deltas = [d for piece in pieces for d in stream.feed(piece)]
+    last, message = stream.finish()
+    assert message == expected
+    deltas += last
     assert same_message(fold(deltas), expected)
 
 
@@ -196,7 +199,7 @@ def test_json_call_arguments_are_parsed_a_bounded_number_of_times() -> None:
         stream = turn.stream()
         for ch in reply:
             stream.feed(ch)
-        message = stream.finish()
+        message = stream.finish().message
     finally:
         object.__delattr__(section.first, "parse")
     assert json.loads(message.tool_calls[0].arguments)["city"] == city

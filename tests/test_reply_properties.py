@@ -74,13 +74,16 @@ WHOLE_CALLS = {
 
 
 def _stream(turn: Turn, pieces: list[str]) -> tuple[list[Delta], AssistantMessage]:
-    """The deltas (the flush's included) and the finished message, checking every delta."""
+    """The deltas (the finish's included) and the finished message, checking every delta."""
     whole = turn.handler in WHOLE_CALLS
     stream = turn.stream()
     deltas: list[Delta] = []
     announced: dict[int, tuple[str, str]] = {}
-    for piece in pieces:
-        for delta in stream.feed(piece):
+
+    def check(step: list[Delta]) -> None:
+        for delta in step:
+            # the role comes once, with the first delta of the stream
+            assert bool(delta.role) == (not deltas), f"role {delta.role!r} on delta {len(deltas)}"
             deltas.append(delta)
             call = delta.tool_call
             if call is None:
@@ -92,8 +95,13 @@ def _stream(turn: Turn, pieces: list[str]) -> tuple[list[Delta], AssistantMessag
             else:
                 assert call.name, f"call {call.index} starts without its name"
                 announced[call.index] = (call.id, call.name)
-    deltas += stream.flush()
-    return deltas, stream.finish()
+
+    for piece in pieces:
+        check(stream.feed(piece))
+    last, message = stream.finish()
+    check(last)
+    assert deltas and deltas[0].role == "assistant"
+    return deltas, message
 
 
 def _announced_as_finished(deltas: list[Delta], expected: AssistantMessage, whole: bool) -> None:

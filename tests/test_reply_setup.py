@@ -8,7 +8,7 @@ import pytest
 
 from chatcodec import Codec
 from chatcodec.batch import prepare_request
-from chatcodec.errors import ChatCodecError, TemplateError
+from chatcodec.errors import ChatCodecError, RequestError, TemplateError
 
 from ._reply_oracle import corpus_cases
 from .conftest import template_source
@@ -101,10 +101,10 @@ def test_parallel_tool_calls_default_to_the_template_capability() -> None:
     ]
     assert counts == [2, 1, 2]
     # Llama 3.1 refuses two calls in one message: not parallel by default
-    from chatcodec.codec import _supports_parallel_tool_calls
+    from chatcodec.template import tool_call_support
 
     llama = Codec(template_source("meta-llama-Llama-3.1-8B-Instruct.jinja"))
-    assert not _supports_parallel_tool_calls(llama.template)
+    assert not tool_call_support(llama.template).parallel
 
 
 def test_a_final_assistant_message_is_continued_as_llama_server_does() -> None:
@@ -124,12 +124,12 @@ def test_a_final_assistant_message_is_continued_as_llama_server_does() -> None:
     # not continued when asked not to: the message is rendered, a new turn follows
     plain = codec.prepare([user, final], continue_final_message=False)
     assert plain.generation_prompt == "<|im_start|>assistant\n<think>\n"
-    with pytest.raises(TemplateError, match="2 or more assistant"):
+    with pytest.raises(RequestError, match="2 or more assistant"):
         codec.prepare([user, final, final])
     call = {"type": "function", "function": {"name": "f", "arguments": {}}}
-    with pytest.raises(TemplateError, match="contains tool calls"):
+    with pytest.raises(RequestError, match="contains tool calls"):
         codec.prepare([user, {"role": "assistant", "content": "", "tool_calls": [call]}])
-    with pytest.raises(TemplateError):
+    with pytest.raises(RequestError):
         codec.prepare([user, final], continue_final_message="everything")
 
 
@@ -142,7 +142,7 @@ def test_response_formats_are_read_as_llama_server_reads_them() -> None:
     assert _json_schema({"type": "json_schema", "json_schema": {}}) == {"type": "object"}
     assert _json_schema({"type": "text"}) is None
     assert _json_schema(None) is None
-    with pytest.raises(TemplateError, match="response_format type"):
+    with pytest.raises(RequestError, match="response_format type"):
         _json_schema({"type": "xml"})
     # the auto parser reads one JSON value, fenced or bare; text after it fails the parse
     codec = Codec(template_source("meta-llama-Llama-3.1-8B-Instruct.jinja"))

@@ -103,8 +103,9 @@ def _stream(turn: Turn, text: str, cuts: list[int]) -> tuple[list[list[Delta]], 
     for cut in sorted(set(cuts)) + [len(text)]:
         steps.append(stream.feed(text[last:cut]))
         last = cut
-    steps.append(stream.flush())
-    return steps, stream.finish()
+    end = stream.finish()
+    steps.append(end.deltas)
+    return steps, end.message
 
 
 def _check(turn: Turn, text: str, cuts: list[int]) -> None:
@@ -117,6 +118,7 @@ def _check(turn: Turn, text: str, cuts: list[int]) -> None:
     steps, finished = _stream(turn, text, cuts)
     deltas = [d for step in steps for d in step]
     folded = fold(deltas)
+    assert [d.role for d in deltas] == ["assistant"] + [""] * (len(deltas) - 1)
     assert finished == expected
     assert folded.content == expected.content
     assert folded.reasoning_content == expected.reasoning_content
@@ -165,7 +167,8 @@ def test_held_back_only_while_a_marker_may_start() -> None:
     assert stream.feed("all>\n<function=get_weather>\n<parameter=city>\nPar") == []
     rest = stream.feed("is\n</parameter>\n</function>\n</tool_call>")
     assert [d.tool_call.name for d in rest if d.tool_call] == ["get_weather"]
-    message = stream.finish()
+    last, message = stream.finish()
+    assert last == []  # the call was announced at its closing marker
     assert message.content == "Hello <b> "
     assert message.tool_calls[0].arguments == '{"city":"Paris"}'
 
@@ -201,9 +204,9 @@ def test_required_without_a_valid_call_is_a_reply_error() -> None:
 def test_openai_chunk_deltas() -> None:
     turn = _turn("Qwen3.5-4B.jinja", True, True, "deepseek")
     stream = turn.stream()
-    deltas = stream.feed("Let me see.\n</think>\n\nSure." + CALL) + stream.flush()
+    deltas = stream.feed("Let me see.\n</think>\n\nSure." + CALL) + stream.finish().deltas
     chunks = [d.to_openai() for d in deltas]
-    assert chunks[0] == {"reasoning_content": "Let me see.\n"}
+    assert chunks[0] == {"role": "assistant", "reasoning_content": "Let me see.\n"}
     assert chunks[1] == {"content": "Sure."}
     call = chunks[2]["tool_calls"][0]
     assert call["index"] == 0 and call["type"] == "function" and call["id"]
@@ -229,3 +232,19 @@ def test_text_llama_cpp_reads_and_keeps_nowhere_is_reported_as_skipped() -> None
         )
     ]
     assert message.dropped[0].offset == reply.index("functions.")  # counted in the reply
+
+
+@pytest.mark.parametrize(
+    "template", ["meta-llama-Llama-3.1-8B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja"]
+)
+@pytest.mark.parametrize("text", ['"42"\n', '{"a": [1, 2]}  \n', '```json\n{"a": 1}\n```\n'])
+def test_a_response_format_value_that_ends_a_chunk_may_still_grow(template: str, text: str) -> None:
+    """A JSON value read whole must not be taken at a chunk's end: the space after it comes next
+    (llama.cpp's vector L6309 streamed in 1- and 2-character chunks failed here)."""
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}
+    turn = Codec(template_source(template)).prepare(
+        [{"role": "user", "content": "Hi"}], response_format=schema
+    )
+    for cut in range(len(text) + 1):
+        _check(turn, text, [cut])
+    _check(turn, text, list(range(len(text))))

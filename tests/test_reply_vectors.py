@@ -103,7 +103,8 @@ def _run(v: dict[str, Any], compare: Any) -> str | None:
             return "ids differ"
     # the deltas of the reply streamed in small chunks fold to the same message
     for size in CHUNK_SIZES:
-        folded = fold(stream_deltas(turn, chunks(v["input"], size)))
+        pieces = chunks(v["input"], size)
+        folded = fold(stream_deltas(turn, pieces, v["is_partial"]))
         why = compare.compare(observed, folded.to_dict())
         if why is None and not same_message(folded, message):
             why = "the fold is not the parsed message"

@@ -209,9 +209,9 @@ def _cmd_parse(args: argparse.Namespace) -> int:
         for i in range(0, len(reply), step):
             for delta in stream.feed(reply[i : i + step]):
                 _print_json(delta.to_openai())
-        for delta in stream.flush():
+        last, message = stream.finish(partial=args.partial)
+        for delta in last:
             _print_json(delta.to_openai())
-        message = stream.finish(partial=args.partial)
     else:
         message = turn.parse(reply, partial=args.partial)
     out = message.to_openai()

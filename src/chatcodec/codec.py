@@ -6,13 +6,18 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .errors import CheckpointError, TemplateError, TemplateNotFoundError
+from .errors import CheckpointError, RequestError, TemplateError, TemplateNotFoundError
 from .template import ChatTemplate, Limits, RenderedChat
 
 if TYPE_CHECKING:
     from .reply.turn import Turn
 
-__all__ = ["Codec"]
+__all__ = ["Codec", "REASONING_FORMATS", "TOOL_CHOICES"]
+
+# the values llama.cpp accepts (common_chat_tool_choice_parse_oaicompat,
+# common_reasoning_format_from_name in common/chat.cpp)
+TOOL_CHOICES = ("auto", "required", "none")
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 
 
 class Codec:
@@ -149,13 +154,14 @@ class Codec:
         self,
         messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: str = "auto",
+        tool_choice: str | Mapping[str, Any] = "auto",
         parallel_tool_calls: bool | None = None,
         enable_thinking: bool = True,
         reasoning_format: str = "deepseek",
         continue_final_message: bool | str | None = None,
         response_format: Mapping[str, Any] | None = None,
         now: float | int | datetime | None = None,
+        tool_call_id: int | Callable[[int], str] | None = None,
         **template_kwargs: Any,
     ) -> Turn:
         """Render the prompt for a request and set up the reading of its reply.
@@ -176,21 +182,38 @@ class Codec:
         reads it; the families that support a JSON-schema reply read the content as one JSON
         value.
 
-        ``now`` pins ``strftime_now`` in the prompt, as for ``render``.
-        """
-        import secrets
+        ``tool_choice``: ``"auto"``, ``"required"``, ``"none"``, or OpenAI's named form
+        ``{"type": "function", "function": {"name": "X"}}``, read as OpenAI and vLLM read
+        it: the reply must call X and only X (the reply is read as with ``"required"`` and the
+        tools cut down to X), while the prompt still shows every tool of the request.
 
+        ``reasoning_format``: one of llama.cpp's ``"none"`` (thoughts stay in the content),
+        ``"deepseek"``, ``"auto"``, ``"deepseek-legacy"`` (thoughts go to
+        ``reasoning_content``; the last two read as ``"deepseek"``).
+
+        ``tool_call_id``: how tool calls the model gives no id of its own are named. ``None``
+        (the default): ``call_<12 random hex digits>_<index>``, new for every turn; an ``int``
+        seed: the same shape with hex digits drawn from the seed, so a seed gives the same ids
+        on every run; a callable ``(index) -> str``: its result for each call (index 0, 1, ...
+        in the reply). Ids the model wrote are kept.
+
+        ``now`` pins ``strftime_now`` in the prompt, as for ``render``.
+
+        A request option out of range raises RequestError before anything is rendered.
+        """
         from .reply.prefill import message_content
         from .reply.request import ReplyRequest
         from .reply.select import describe
         from .reply.turn import Turn
+        from .template.capabilities import tool_call_support
 
-        if tool_choice not in ("auto", "required", "none"):
-            raise TemplateError(
-                f"tool_choice must be 'auto', 'required' or 'none', not {tool_choice!r}",
-                stage="render",
-                kind="ValueError",
+        if reasoning_format not in REASONING_FORMATS:
+            raise RequestError(
+                f"reasoning_format must be one of {', '.join(map(repr, REASONING_FORMATS))} "
+                f"(llama.cpp's names), not {reasoning_format!r}"
             )
+        choice, reply_tools = _tool_choice(tool_choice, tools)
+        call_id = _call_ids(tool_call_id)
         json_schema = _json_schema(response_format)
         mode = _continuation(messages, continue_final_message)
         final: Mapping[str, Any] | None = None
@@ -214,13 +237,13 @@ class Codec:
             # transformers cannot render this request, llama.cpp's renderer can: its prompt
             prompt = llama_prompt if add else llama_without
         if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
-            parallel_tool_calls = _supports_parallel_tool_calls(template)
+            parallel_tool_calls = tool_call_support(template).parallel  # cached per template
         fmt = describe(
             ReplyRequest(
                 template.source,
                 generation_prompt,
-                tools=tools,
-                tool_choice=tool_choice,
+                tools=reply_tools,
+                tool_choice=choice,
                 parallel_tool_calls=parallel_tool_calls,
                 reasoning_format=reasoning_format,
                 enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
@@ -249,8 +272,61 @@ class Codec:
             stop=tuple(stop),
             handler=fmt.handler,
             format=fmt,
-            id_prefix=f"call_{secrets.token_hex(6)}_",
+            call_id=call_id,
         )
+
+
+def _tool_choice(
+    tool_choice: str | Mapping[str, Any], tools: Sequence[Mapping[str, Any]] | None
+) -> tuple[str, Sequence[Mapping[str, Any]] | None]:
+    """(llama.cpp's tool choice, the tools a reply may call) of a request's ``tool_choice``:
+    the named form requires a call to that one tool."""
+    from .reply.arguments import tool_functions
+
+    if isinstance(tool_choice, str):
+        if tool_choice not in TOOL_CHOICES:
+            raise RequestError(
+                f"tool_choice must be 'auto', 'required', 'none' or "
+                f'{{"type": "function", "function": {{"name": ...}}}}, not {tool_choice!r}'
+            )
+        return tool_choice, tools
+    named = isinstance(tool_choice, Mapping) and tool_choice.get("type") == "function"
+    function = tool_choice.get("function") if named else None
+    name = function.get("name") if isinstance(function, Mapping) else None
+    if not isinstance(name, str):
+        raise RequestError(
+            'a named tool_choice is {"type": "function", "function": {"name": "<tool name>"}}, '
+            f"not {tool_choice!r}"
+        )
+    functions = tool_functions(tools)
+    offered = [fn["name"] for fn in functions]
+    if name not in offered:
+        raise RequestError(
+            f"tool_choice names the tool {name!r}, which is not among the request's tools "
+            f"({', '.join(map(repr, offered)) or 'none given'})"
+        )
+    chosen = [fn for fn in functions if fn["name"] == name]
+    return "required", [t for t in tools or () if t.get("function") in chosen]
+
+
+def _call_ids(tool_call_id: int | Callable[[int], str] | None) -> Callable[[int], str]:
+    """The namer of a turn's tool calls (see ``Codec.prepare``'s ``tool_call_id``)."""
+    import random
+    import secrets
+
+    from .reply.stream import CallIdPrefix
+
+    if tool_call_id is None:
+        return CallIdPrefix(f"call_{secrets.token_hex(6)}_")
+    if isinstance(tool_call_id, int) and not isinstance(tool_call_id, bool):
+        # random.Random(int) draws the same numbers on every run and platform
+        return CallIdPrefix(f"call_{random.Random(tool_call_id).getrandbits(48):012x}_")
+    if callable(tool_call_id):
+        return tool_call_id
+    raise RequestError(
+        "tool_call_id must be None (random ids), an int seed or a callable (index) -> str, "
+        f"not {type(tool_call_id).__name__}"
+    )
 
 
 def _llama_generation_prompt(
@@ -304,22 +380,14 @@ def _continuation(messages: Sequence[Mapping[str, Any]], requested: bool | str |
         if last.get("role") != "assistant":
             return "none"
         if len(messages) >= 2 and messages[-2].get("role") == "assistant":
-            raise TemplateError(
-                "Cannot have 2 or more assistant messages at the end of the list.",
-                stage="render",
-                kind="ValueError",
-            )
+            raise RequestError("Cannot have 2 or more assistant messages at the end of the list.")
         requested = "auto"
     try:
         mode = continuation_mode(last, requested)
     except ValueError as exc:
-        raise TemplateError(str(exc), stage="render", kind="ValueError") from None
+        raise RequestError(str(exc)) from None
     if mode != "none" and last.get("role") == "assistant" and last.get("tool_calls"):
-        raise TemplateError(
-            "Cannot continue an assistant message that contains tool calls.",
-            stage="render",
-            kind="ValueError",
-        )
+        raise RequestError("Cannot continue an assistant message that contains tool calls.")
     return mode
 
 
@@ -343,19 +411,9 @@ def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | 
     elif kind == "text" or not kind:
         return None
     else:
-        raise TemplateError(
-            'response_format type must be one of "text" or "json_object", but got: ' + str(kind),
-            stage="render",
-            kind="ValueError",
+        raise RequestError(
+            'response_format type must be "text", "json_object" or "json_schema", not ' + repr(kind)
         )
     if not isinstance(schema, Mapping):
         return None
     return dict(schema) if schema else {"type": "object"}
-
-
-def _supports_parallel_tool_calls(template: ChatTemplate) -> bool:
-    """llama.cpp's ``supports_parallel_tool_calls`` capability: its probe conversation, with
-    two calls, rendered by llama.cpp's conventions, reads the second call."""
-    from .template.capabilities import tool_call_support
-
-    return tool_call_support(template).parallel

@@ -4,7 +4,7 @@ from .description import CallSection, ReasoningBlock, ReplyFormat
 from .message import AssistantMessage, Delta, Dropped, ToolCall, ToolCallDelta, fold
 from .request import ReplyRequest
 from .select import describe, handler_for
-from .stream import ReplyStream, parse_reply
+from .stream import ReplyStream, StreamEnd, parse_reply
 from .turn import Turn
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "ReplyFormat",
     "ReplyRequest",
     "ReplyStream",
+    "StreamEnd",
     "ToolCall",
     "ToolCallDelta",
     "Turn",

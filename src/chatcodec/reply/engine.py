@@ -535,7 +535,8 @@ class ReplyEngine:
         result = parser.parse(cur.buf, cur.pos)
         if result.status == FAIL:
             return self._fail("the content is not the value the response format asks for")
-        if result.status == NEED_MORE and not cur.eof:
+        # a value that parses to the end of the text so far may still grow (its trailing space)
+        if not cur.eof and (result.status == NEED_MORE or result.end >= len(cur.buf)):
             self._tried_len = len(cur.buf) - cur.pos
             return WAIT
         self.out.take_content(result.nodes, cur.buf)

@@ -54,8 +54,10 @@ class AssistantMessage:
     dropped: tuple[Dropped, ...] = ()
 
     def to_openai(self) -> dict[str, Any]:
-        """The message as llama.cpp's server writes it (content "" rather than null)."""
-        out: dict[str, Any] = {"role": "assistant", "content": self.content}
+        """The message in OpenAI's shape: ``content`` is null when it is empty beside tool
+        calls (as OpenAI and llama.cpp's server write it), ``""`` when there is nothing at all."""
+        content = None if not self.content and self.tool_calls else self.content
+        out: dict[str, Any] = {"role": "assistant", "content": content}
         if self.reasoning_content:
             out["reasoning_content"] = self.reasoning_content
         if self.tool_calls:
@@ -89,15 +91,20 @@ class ToolCallDelta:
 
 @dataclass(frozen=True)
 class Delta:
-    """One step of a stream: text appended to a field, or a piece of a tool call."""
+    """One step of a stream: text appended to a field, or a piece of a tool call.
+
+    ``role`` is ``"assistant"`` on the first delta of a stream only (OpenAI's first chunk
+    names the role); a stream with nothing to show still ends with one such delta.
+    """
 
     reasoning_content: str = ""
     content: str = ""
     tool_call: ToolCallDelta | None = None
+    role: str = ""
 
     def to_openai(self) -> dict[str, Any]:
         """The ``delta`` object of an OpenAI ``chat.completion.chunk``."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"role": self.role} if self.role else {}
         if self.reasoning_content:
             out["reasoning_content"] = self.reasoning_content
         if self.content:

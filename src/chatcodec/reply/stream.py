@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from ..errors import ReplyError
+from collections.abc import Callable
+from dataclasses import replace
+from typing import NamedTuple
+
+from ..errors import ReplyError, RequestError
 from .description import ReplyFormat
 from .engine import Fed, ReplyEngine
 from .mapper import MappedCall
@@ -15,9 +19,10 @@ from .message import (
     reasoning_delta,
 )
 
-__all__ = ["ReplyStream", "parse_reply"]
+__all__ = ["ReplyStream", "StreamEnd", "CallIdPrefix", "DEFAULT_CALL_IDS", "parse_reply"]
 
 _MAPPER_SPACE = frozenset(" \n\r\t")
+_ROLE = "assistant"
 
 
 def _blank(text: str) -> bool:
@@ -25,27 +30,67 @@ def _blank(text: str) -> bool:
     return all(c in _MAPPER_SPACE for c in text)
 
 
+class CallIdPrefix:
+    """The default tool-call ids: ``prefix`` followed by the call's index (``call_0``, ...)."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str = "call_") -> None:
+        self.prefix = prefix
+
+    def __call__(self, index: int) -> str:
+        return f"{self.prefix}{index}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CallIdPrefix) and other.prefix == self.prefix
+
+    def __hash__(self) -> int:
+        return hash(self.prefix)
+
+    def __repr__(self) -> str:
+        return f"CallIdPrefix({self.prefix!r})"
+
+
+DEFAULT_CALL_IDS = CallIdPrefix()
+
+
+class StreamEnd(NamedTuple):
+    """What ending a stream gives: the last ``deltas`` (a call the reply ended inside, text
+    held back while it might have started a marker, ...) and the finished ``message``."""
+
+    deltas: list[Delta]
+    message: AssistantMessage
+
+
 class ReplyStream:
     """Feed a reply in any chunks; every delta is final (nothing is ever taken back).
 
     A tool call is announced once it is known to be kept: when its closing marker arrives, or
     when the reply ends inside it. Text is held back only while it may still start a marker
-    (and a thought while it is only whitespace, which llama.cpp would clear).
+    (and a thought while it is only whitespace, which llama.cpp would clear). The first delta
+    carries ``role="assistant"``.
+
+    ``call_id(index)`` names a call the model gave no id of its own (index 0, 1, ... in the
+    reply); it is asked once per such call and stream.
     """
 
     def __init__(
-        self, fmt: ReplyFormat, generation_prompt: str = "", id_prefix: str = "call_"
+        self,
+        fmt: ReplyFormat,
+        generation_prompt: str = "",
+        call_id: Callable[[int], str] = DEFAULT_CALL_IDS,
     ) -> None:
         self.format = fmt
-        self.id_prefix = id_prefix
+        self.call_id = call_id
         self._engine = ReplyEngine(fmt, generation_prompt)
         self._reasoning_taken = 0
         self._reasoning_held: list[str] = []
         self._reasoning_started = False
         self._content_taken = 0
         self._calls_sent = 0
+        self._ids: dict[int, str] = {}
+        self._role_sent = False
         self._closed = False
-        self._message: AssistantMessage | None = None
 
     def feed(self, chunk: str) -> list[Delta]:
         """Add text of the reply; returns the deltas it makes certain."""
@@ -54,10 +99,11 @@ class ReplyStream:
         engine = self._engine
         fed = engine.feed(chunk)
         # the engine's fast path made one new piece and nothing else: its delta is that piece
-        # (what _deltas would give: every earlier piece was taken, no call was committed)
+        # (what _deltas would give: every earlier piece was taken, no call was committed, and
+        # the role went out with an earlier delta)
         if fed is Fed.CONTENT:
             pieces = engine.content_pieces
-            if self._content_taken == len(pieces) - 1:
+            if self._content_taken == len(pieces) - 1 and self._role_sent:
                 self._content_taken += 1
                 return [content_delta(pieces[-1])]
         elif fed is Fed.REASONING:
@@ -72,39 +118,54 @@ class ReplyStream:
                 return []
         return self._deltas(engine.committed_calls)
 
-    def flush(self) -> list[Delta]:
-        """End the reply; returns the last deltas (a call the reply ended inside, ...)."""
-        if self._closed:
-            return []
-        self._closed = True
-        self._engine.finish()
-        if self._engine.failed:
-            self._message = None
-            return []
-        deltas = self._deltas(self._engine.calls(), final=True)
-        self._message = self._build()
-        return deltas
+    def finish(self, partial: bool = False) -> StreamEnd:
+        """End the reply: the last deltas and the finished message, together, so that no
+        delta can be left behind (``deltas, message = stream.finish()``).
 
-    def finish(self, partial: bool = False) -> AssistantMessage:
-        """The finished message. ``partial=True`` reads the text as a prefix of a longer reply
-        (llama.cpp's is_partial): a parse failure then gives an empty message instead of an error."""
-        self.flush()
-        failure = self._engine.failure
-        if self._engine.failed and failure is not None:
+        ``partial=True`` reads the text as a prefix of a longer reply (llama.cpp's
+        is_partial): a parse failure then gives an empty message instead of an error. A stream
+        ends once; a second ``finish`` (or a ``feed`` after it) is a ReplyError.
+        """
+        if self._closed:
+            raise ReplyError("the stream has already been finished")
+        self._closed = True
+        engine = self._engine
+        engine.finish()
+        failure = engine.failure
+        if engine.failed and failure is not None:
             if partial and failure.position > 0:
-                return AssistantMessage(dropped=tuple(self._engine.dropped))
+                return StreamEnd(
+                    self._with_role([]), AssistantMessage(dropped=tuple(engine.dropped))
+                )
             raise ReplyError(
                 f"The model produced output that does not match the expected "
                 f"{self.format.handler} format: {failure.reason} "
-                f"(at reply offset {failure.position - self._engine.prompt_length})"
+                f"(at reply offset {failure.position - engine.prompt_length})"
             )
-        assert self._message is not None
-        return self._message
+        deltas = self._deltas(engine.calls(), final=True)
+        return StreamEnd(self._with_role(deltas), self._build())
 
     # ------------------------------------------------------------------ internals
 
     def _call_id(self, index: int, call: MappedCall) -> str:
-        return call.id or f"{self.id_prefix}{index}"
+        if call.id:  # the model wrote its own id: kept
+            return call.id
+        made = self._ids.get(index)
+        if made is None:  # asked once per call: the delta and the message share the id
+            made = self._ids[index] = self.call_id(index)
+            if not isinstance(made, str) or not made:
+                raise RequestError(f"tool_call_id gave {made!r} for call {index}, not an id string")
+        return made
+
+    def _with_role(self, deltas: list[Delta]) -> list[Delta]:
+        """``deltas`` with the role on the first delta of the stream (a delta of its own when
+        the stream ends having shown nothing)."""
+        if self._role_sent:
+            return deltas
+        self._role_sent = True
+        if not deltas:
+            return [Delta(role=_ROLE)]
+        return [replace(deltas[0], role=_ROLE), *deltas[1:]]
 
     def _deltas(self, calls: list[MappedCall], final: bool = False) -> list[Delta]:
         engine = self._engine
@@ -138,6 +199,8 @@ class ReplyStream:
                 )
             )
             self._calls_sent += 1
+        if out and not self._role_sent:
+            return self._with_role(out)
         return out
 
     def _build(self) -> AssistantMessage:
@@ -162,9 +225,9 @@ def parse_reply(
     generation_prompt: str,
     text: str,
     partial: bool = False,
-    id_prefix: str = "call_",
+    call_id: Callable[[int], str] = DEFAULT_CALL_IDS,
 ) -> AssistantMessage:
     """The finished parse: the same code path as a stream fed the whole text at once."""
-    stream = ReplyStream(fmt, generation_prompt, id_prefix)
+    stream = ReplyStream(fmt, generation_prompt, call_id)
     stream.feed(text)
-    return stream.finish(partial=partial)
+    return stream.finish(partial=partial).message

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .description import ReplyFormat
-from .message import AssistantMessage
-from .stream import ReplyStream
+from .message import AssistantMessage, Delta
+from .stream import DEFAULT_CALL_IDS, ReplyStream
 
 __all__ = ["Turn"]
 
@@ -14,20 +15,30 @@ __all__ = ["Turn"]
 @dataclass(frozen=True)
 class Turn:
     """``prompt`` goes to the backend, which must stop at ``stop``; ``parse``/``stream`` read
-    the reply as llama.cpp would (``generation_prompt`` + reply)."""
+    the reply as llama.cpp would (``generation_prompt`` + reply). ``call_id(index)`` names
+    the tool calls the model gives no id of its own."""
 
     prompt: str
     generation_prompt: str
     stop: tuple[str, ...]
     handler: str
     format: ReplyFormat
-    id_prefix: str = "call_"
+    call_id: Callable[[int], str] = DEFAULT_CALL_IDS
 
     def stream(self) -> ReplyStream:
-        return ReplyStream(self.format, self.generation_prompt, self.id_prefix)
+        """A reader of this turn's reply: ``feed`` each chunk, then ``finish()`` once."""
+        return ReplyStream(self.format, self.generation_prompt, self.call_id)
 
     def parse(self, text: str, partial: bool = False) -> AssistantMessage:
         """The whole reply at once: exactly a stream fed ``text`` and finished."""
         stream = self.stream()
         stream.feed(text)
-        return stream.finish(partial=partial)
+        return stream.finish(partial=partial).message
+
+    def stream_deltas(self, chunks: Iterable[str]) -> Iterator[Delta]:
+        """Every delta of a reply arriving in ``chunks``, the last ones (``finish``'s)
+        included; a reply that does not parse raises ReplyError where it ends."""
+        stream = self.stream()
+        for chunk in chunks:
+            yield from stream.feed(chunk)
+        yield from stream.finish().deltas
