@@ -19,11 +19,12 @@ import pytest
 
 from chatcodec import Codec
 from chatcodec.reply import AssistantMessage, Delta, ReplyStream, Turn, fold
-from chatcodec.reply.cli import batch_result, prepare_request
+
+# the corpus worker as `chatcodec batch` runs it, re-exported for the tests
+from chatcodec.reply.cli import batch_result as batch_result
+from chatcodec.reply.cli import prepare_request as prepare_request
 
 from .conftest import ORACLE, read_jsonl, shared_path, template_source
-
-__all__ = ["batch_result", "prepare_request"]  # the corpus worker, as the CLI's batch runs it
 
 PARSE_CASES = ORACLE / "parse" / "cases.jsonl"
 VECTORS = ORACLE / "parse" / "llamacpp_tests.json"

@@ -43,7 +43,14 @@ import pytest
 from chatcodec.errors import ChatCodecError
 from chatcodec.reply import AssistantMessage, Delta, Turn
 
-from ._reply_oracle import PARSE_CASES, cases_by_template, chunks, end_stream, prepare_request
+from ._reply_oracle import (
+    PARSE_CASES,
+    cases_by_template,
+    chunks,
+    end_stream,
+    per_case,
+    prepare_request,
+)
 
 # (llama.cpp handler, template): one template per handler of the parse corpus, three of the
 # auto parser's
@@ -235,15 +242,14 @@ def growth(short: Work, long: Work) -> dict[str, float]:
     }
 
 
-def _cases() -> list[Any]:
-    if not PARSE_CASES.exists():
-        reason = "../shared is not present (the corpus lives beside the checkout)"
-        return [pytest.param("", "", marks=pytest.mark.skip(reason=reason), id="no-shared")]
-    return [
-        pytest.param(template, field, id=f"{template.removesuffix('.jinja')}:{field}")
-        for _, template in FAMILIES
-        for field in FIELDS
-    ]
+def _targets() -> list[tuple[str, str]]:
+    """(template, field) of every measured stream."""
+    return [(template, field) for _, template in FAMILIES for field in FIELDS]
+
+
+def _target_id(target: tuple[str, str]) -> str:
+    template, field = target
+    return f"{template.removesuffix('.jinja')}:{field}"
 
 
 # ------------------------------------------------------------------ the tests
@@ -260,8 +266,9 @@ def test_every_handler_of_the_corpus_is_measured() -> None:
         assert handlers[template] == handler, template
 
 
-@pytest.mark.parametrize(("template", "field"), _cases())
-def test_streaming_a_long_field_is_linear(template: str, field: str) -> None:
+@pytest.mark.parametrize("target", per_case(PARSE_CASES.exists(), _targets, _target_id))
+def test_streaming_a_long_field_is_linear(target: tuple[str, str]) -> None:
+    template, field = target
     reply = long_reply(template, field)
     if template in NO_THOUGHT and field == "reasoning":
         assert reply is None, f"{template} now has a corpus reply with a thought: measure it"
