@@ -1,19 +1,45 @@
 """Helpers of the reply tests: load compare.py from the shared corpus (never copied), read the
-parse corpus and llama.cpp's test vectors, set a vector's request up, and stream replies."""
+parse corpus and llama.cpp's test vectors, parametrize tests by their cases, set a vector's
+request up, and stream replies.
+
+The project names the corpus tests reach (the corpus worker, the end of a stream) are imported
+or called here only, so a change to them is one edit in this file.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
-from chatcodec import Codec
-from chatcodec.reply import AssistantMessage, Delta, Turn, fold
+import pytest
 
-from .conftest import read_jsonl, shared_path, template_source
+from chatcodec import Codec
+
+# the corpus worker as `chatcodec batch` runs it, re-exported for the tests
+from chatcodec.batch import batch_result as batch_result
+from chatcodec.batch import prepare_request as prepare_request
+from chatcodec.reply import AssistantMessage, Delta, ReplyStream, Turn, fold
+
+from .conftest import ORACLE, read_jsonl, shared_path, template_source
+
+PARSE_CASES = ORACLE / "parse" / "cases.jsonl"
+VECTORS = ORACLE / "parse" / "llamacpp_tests.json"
+RENDER_CASES = ORACLE / "render" / "expectations.jsonl"
+
+
+def per_case(
+    present: bool, cases: Callable[[], Iterable[Any]], case_id: Callable[[Any], str]
+) -> list[Any]:
+    """One pytest param per corpus case, its id ``case_id(case)`` (``pytest -k <id>`` reruns
+    it); one skipped param when the corpus is absent, so collection never fails."""
+    if not present:
+        reason = "../shared is not present (the corpus lives beside the checkout)"
+        return [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="no-shared")]
+    return [pytest.param(case, id=case_id(case)) for case in cases()]
 
 
 @lru_cache(maxsize=1)
@@ -35,6 +61,15 @@ def corpus_cases() -> tuple[dict[str, Any], ...]:
     return tuple(read_jsonl(shared_path("oracle", "parse", "cases.jsonl")))
 
 
+@lru_cache(maxsize=1)
+def cases_by_template() -> dict[str, tuple[dict[str, Any], ...]]:
+    """The corpus cases of each template, in corpus order."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for case in corpus_cases():
+        grouped.setdefault(case["template"], []).append(case)
+    return {template: tuple(cases) for template, cases in grouped.items()}
+
+
 def handler_cases(*handlers: str) -> tuple[dict[str, Any], ...]:
     """The corpus cases llama.cpp set up with one of ``handlers``."""
     return tuple(c for c in corpus_cases() if (c["llama_cpp"] or {}).get("handler") in handlers)
@@ -48,6 +83,11 @@ def vectors() -> tuple[dict[str, Any], ...]:
     """llama.cpp's own test vectors (tests/test-chat.cpp), every parser."""
     path = shared_path("oracle", "parse", "llamacpp_tests.json")
     return tuple(json.loads(path.read_text("utf-8")))
+
+
+def vector_id(v: dict[str, Any]) -> str:
+    """A vector's test id: its parser and its place in test-chat.cpp (``gpt-oss/L1234:x.jinja``)."""
+    return f"{v['parser']}/{v['id']}"
 
 
 def vector_template(v: dict[str, Any]) -> str:
@@ -116,11 +156,18 @@ def cut(text: str, cuts: Iterable[int]) -> list[str]:
     return [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
 
 
+def end_stream(stream: ReplyStream, partial: bool = False) -> tuple[list[Delta], AssistantMessage]:
+    """End the reply: the last deltas and the finished message (``partial``: llama.cpp's
+    is_partial, the text read as a prefix of a longer reply)."""
+    end = stream.finish(partial=partial)
+    return end.deltas, end.message
+
+
 def stream_deltas(turn: Turn, pieces: Iterable[str], partial: bool = False) -> list[Delta]:
     """Every delta of the turn's stream fed ``pieces``, the finish's included."""
     stream = turn.stream()
     deltas = [d for piece in pieces for d in stream.feed(piece)]
-    return deltas + stream.finish(partial=partial).deltas
+    return deltas + end_stream(stream, partial)[0]
 
 
 def same_message(folded: AssistantMessage, expected: AssistantMessage) -> bool:

@@ -118,7 +118,9 @@ def test_render_spans_prints_json() -> None:
         (["parse", "{ckpt}", "--template-name", "rag"], "x", 1, "TemplateNotFoundError"),
         (["inspect", "missing-dir/nothing.jinja"], "", 1, "CheckpointError"),
         (["render"], "", 2, "CHECKPOINT"),
-        (["parse", "{ckpt}", "--tool-choice", "sometimes"], "", 2, "invalid choice"),
+        # a --tool-choice other than auto/required/none names the one tool to call
+        (["parse", "{ckpt}", "--tool-choice", "sometimes"], "x", 1, "names the tool 'sometimes'"),
+        (["parse", "{ckpt}", "--reasoning-format", "xyz"], "x", 2, "invalid choice"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_command_and_the_file(

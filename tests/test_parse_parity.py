@@ -1,13 +1,17 @@
-"""Invariant 2: every case of the llama.cpp parse corpus, finished and partial outputs."""
+"""Invariant 2: every case of the llama.cpp parse corpus, finished and partial outputs.
+
+One test per corpus case, named by its id: ``pytest -k '<case id>]'`` reruns that case alone
+(the closing bracket keeps an id from also selecting the longer ids it begins).
+"""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
+from typing import Any
 
-from chatcodec.batch import batch_result
+import pytest
 
-from ._reply_oracle import corpus_cases, load_compare
+from ._reply_oracle import PARSE_CASES, batch_result, corpus_cases, load_compare, per_case
 
 # Deliberate differences from llama.cpp in the *message* (docs/differences.md): case id ->
 # output indexes. None today: every difference chatcodec has is in what surrounds the message
@@ -34,27 +38,38 @@ OUTPUTS_PER_HANDLER = {
     "GigaChatV3": 304,
     "(request failed)": 26,
 }
+CASES = 6338
+OUTPUTS = 40511
 
 
-def test_every_output_of_every_handler_matches_llama_cpp() -> None:
+def _handler(case: dict[str, Any]) -> str:
+    return str((case["llama_cpp"] or {}).get("handler", "(request failed)"))
+
+
+def test_the_parse_corpus_is_the_one_expected() -> None:
+    cases = corpus_cases()
+    assert len(cases) == CASES
+    assert len({case["id"] for case in cases}) == CASES, "case ids must name one case each"
+    outputs: Counter[str] = Counter()
+    for case in cases:
+        outputs[_handler(case)] += len(case["outputs"])
+    assert sum(outputs.values()) == OUTPUTS
+    assert dict(outputs) == OUTPUTS_PER_HANDLER
+
+
+@pytest.mark.parametrize(
+    "case", per_case(PARSE_CASES.exists(), corpus_cases, lambda case: case["id"])
+)
+def test_parse_case_matches_llama_cpp(case: dict[str, Any]) -> None:
     compare = load_compare()
-    tally: Counter[tuple[str, bool]] = Counter()
-    failures: list[str] = []
-    for case in corpus_cases():
-        handler = (case["llama_cpp"] or {}).get("handler", "(request failed)")
-        results = batch_result(case)["results"]
-        assert len(results) == len(case["outputs"])
-        for i, (output, result) in enumerate(zip(case["outputs"], results, strict=True)):
-            why = compare.compare_output(output, result)
-            if why is not None and i in DOCUMENTED_DIFFERENCES.get(case["id"], set()):
-                why = None
-            tally[(handler, why is None)] += 1
-            if why is not None:
-                failures.append(f"{handler}: {case['id']} [{i} {output['kind']}]: {why}")
-    handlers = sorted({h for h, _ in tally})
-    report = {h: f"{tally[(h, True)]}/{tally[(h, True)] + tally[(h, False)]}" for h in handlers}
-    print("\nparse parity by llama.cpp handler:\n" + json.dumps(report, indent=1))
-    assert sum(tally.values()) == 40511, "the parse corpus is not the one expected"
-    outputs = {h: tally[(h, True)] + tally[(h, False)] for h in handlers}
-    assert outputs == OUTPUTS_PER_HANDLER, "the parse corpus is not the one expected"
-    assert not failures, f"{len(failures)} outputs differ:\n" + "\n".join(failures[:20])
+    results = batch_result(case)["results"]
+    assert len(results) == len(case["outputs"])
+    documented = DOCUMENTED_DIFFERENCES.get(case["id"], set())
+    failures = []
+    for i, (output, result) in enumerate(zip(case["outputs"], results, strict=True)):
+        why = compare.compare_output(output, result)
+        if why is not None and i not in documented:
+            failures.append(f"[{i} {output['kind']}] {why}")
+    assert not failures, f"{_handler(case)}: {len(failures)} outputs differ:\n" + "\n".join(
+        failures[:20]
+    )

@@ -1,17 +1,28 @@
-"""Invariant 1: every case of the transformers oracle renders byte for byte, or fails alike."""
+"""Invariant 1: every case of the transformers oracle renders byte for byte, or fails alike.
+
+One test per oracle case, named by its id: ``pytest -k '<case id>]'`` reruns that case alone
+(ids with ``=`` in them are not -k words: give the node id,
+``'tests/test_render_parity.py::test_render_matches_transformers[<case id>]'``).
+"""
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
 
 from chatcodec import ChatTemplate, TemplateError
 
-from .conftest import ORACLE, read_jsonl, template_source
+from ._reply_oracle import RENDER_CASES, per_case
+from .conftest import read_jsonl, shared_path, template_source
 
-_CASES_PATH = ORACLE / "render" / "expectations.jsonl"
-_CASES = read_jsonl(_CASES_PATH) if _CASES_PATH.exists() else []
+CASES = 4020  # the render oracle's cases (70 templates)
+
+
+@functools.cache
+def _cases() -> tuple[dict[str, Any], ...]:
+    return tuple(read_jsonl(shared_path("oracle", "render", "expectations.jsonl")))
 
 
 @functools.cache
@@ -31,8 +42,13 @@ def _render(case: dict) -> str:
     )
 
 
-@pytest.mark.skipif(not _CASES, reason="../shared/oracle/render is not present")
-@pytest.mark.parametrize("case", _CASES, ids=[case["id"] for case in _CASES])
+def test_the_render_oracle_is_the_one_expected() -> None:
+    cases = _cases()
+    assert len(cases) == CASES
+    assert len({case["id"] for case in cases}) == CASES, "case ids must name one case each"
+
+
+@pytest.mark.parametrize("case", per_case(RENDER_CASES.exists(), _cases, lambda case: case["id"]))
 def test_render_matches_transformers(case: dict) -> None:
     if "error" in case:
         with pytest.raises(TemplateError) as caught:

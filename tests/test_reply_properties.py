@@ -8,36 +8,38 @@ never change, and a reply that fails to parse fails the same way when streamed.
 
 from __future__ import annotations
 
-import json
 from functools import cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatcodec.batch import prepare_request
 from chatcodec.errors import ChatCodecError
 from chatcodec.reply import AssistantMessage, Delta, Turn, fold
 
-from ._reply_oracle import chunks, corpus_cases, cut, handler_cases, same_message
-from .conftest import ORACLE
+from ._reply_oracle import (
+    PARSE_CASES,
+    cases_by_template,
+    chunks,
+    cut,
+    handler_cases,
+    per_case,
+    prepare_request,
+    same_message,
+)
 
 
 def _corpus_templates() -> list[str]:
-    """The templates of the parse corpus, read at collection (none when ../shared is absent)."""
-    path = ORACLE / "parse" / "cases.jsonl"
-    if not path.exists():
-        return []
-    with path.open(encoding="utf-8") as handle:
-        return sorted({json.loads(line)["template"] for line in handle if line.strip()})
+    """The templates of the parse corpus (the corpus is read once, shared with parse parity)."""
+    return sorted(cases_by_template())
 
 
 @cache
 def _samples(template: str) -> tuple[tuple[Turn, str], ...]:
     """(turn, finished reply) of every corpus request of ``template`` that can be set up."""
     out: list[tuple[Turn, str]] = []
-    for case in corpus_cases():
-        if case["template"] != template or case["llama_cpp"] is None:
+    for case in cases_by_template()[template]:
+        if case["llama_cpp"] is None:
             continue
         try:
             turn = prepare_request(case)
@@ -115,7 +117,9 @@ def _announced_as_finished(deltas: list[Delta], expected: AssistantMessage, whol
                 assert delta.tool_call.arguments == call.arguments
 
 
-@pytest.mark.parametrize("template", _corpus_templates())
+@pytest.mark.parametrize(
+    "template", per_case(PARSE_CASES.exists(), _corpus_templates, lambda template: template)
+)
 def test_any_chunking_folds_to_the_finished_parse(template: str) -> None:
     samples = _samples(template)
     assert samples, f"no corpus request of {template} can be set up"

@@ -194,7 +194,7 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     turn = codec.prepare(
         messages,
         tools=tools,
-        tool_choice=args.tool_choice,
+        tool_choice=_tool_choice(args.tool_choice),
         parallel_tool_calls=args.parallel,
         enable_thinking=context.pop("enable_thinking", True),
         reasoning_format=args.reasoning_format,
@@ -315,7 +315,7 @@ def _family_summary(codec: Codec) -> dict[str, Any]:
     if fmt.calls is not None:
         out["tool_calls"] = {
             "openers": list(fmt.calls.openers),
-            "call_end": fmt.calls.commit,
+            "call_end": commit if isinstance(commit := fmt.calls.commit, str) else commit.close,
             "parallel": fmt.calls.next is not None,
         }
     if fmt.flow is not None:
@@ -461,18 +461,18 @@ def _request_options() -> argparse.ArgumentParser:
     return shared
 
 
-def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+def _tool_choice(value: str) -> str | dict[str, Any]:
+    """``--tool-choice``: llama.cpp's three values, or a tool's name (OpenAI's named form)."""
+    if value in ("auto", "required", "none"):
+        return value
+    return {"type": "function", "function": {"name": value}}
 
-    parser = argparse.ArgumentParser(
-        prog="chatcodec",
-        description="Render prompts and parse replies in a checkpoint's own chat format.",
-    )
-    parser.add_argument("--version", action="version", version=f"chatcodec {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    checkpoint = _checkpoint_options()
-    request = _request_options()
 
+def _add_render(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    checkpoint: argparse.ArgumentParser,
+    request: argparse.ArgumentParser,
+) -> None:
     render = commands.add_parser(
         "render",
         parents=[checkpoint, request],
@@ -508,6 +508,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     render.set_defaults(func=_cmd_render)
 
+
+def _add_parse(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    checkpoint: argparse.ArgumentParser,
+    request: argparse.ArgumentParser,
+) -> None:
     parse = commands.add_parser(
         "parse",
         parents=[checkpoint, request],
@@ -523,11 +529,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the conversation before the reply: a JSON list of messages or a request body",
     )
-    parse.add_argument("--tool-choice", default="auto", choices=("auto", "required", "none"))
+    parse.add_argument(
+        "--tool-choice",
+        default="auto",
+        metavar="auto|required|none|NAME",
+        help="llama.cpp's tool_choice, or the name of the one tool the reply must call",
+    )
     parse.add_argument("--parallel", dest="parallel", action="store_true", default=None)
     parse.add_argument("--no-parallel", dest="parallel", action="store_false")
     parse.add_argument(
-        "--reasoning-format", default="deepseek", choices=("deepseek", "auto", "none")
+        "--reasoning-format",
+        default="deepseek",
+        choices=("deepseek", "auto", "none", "deepseek-legacy"),
     )
     parse.add_argument(
         "--continue-final-message",
@@ -556,6 +569,21 @@ def _parser() -> argparse.ArgumentParser:
     parse.add_argument("--chunk", type=int, default=1, help="characters per streamed chunk")
     parse.set_defaults(func=_cmd_parse)
 
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="chatcodec",
+        description="Render prompts and parse replies in a checkpoint's own chat format.",
+    )
+    parser.add_argument("--version", action="version", version=f"chatcodec {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    checkpoint = _checkpoint_options()
+    request = _request_options()
+
+    _add_render(commands, checkpoint, request)
+    _add_parse(commands, checkpoint, request)
     inspect_ = commands.add_parser(
         "inspect",
         parents=[checkpoint],

@@ -10,6 +10,7 @@ from .errors import CheckpointError, RequestError, TemplateError, TemplateNotFou
 from .template import ChatTemplate, Limits, RenderedChat
 
 if TYPE_CHECKING:
+    from .reply.description import ReplyFormat
     from .reply.turn import Turn
 
 __all__ = ["Codec", "REASONING_FORMATS", "TOOL_CHOICES"]
@@ -166,76 +167,36 @@ class Codec:
     ) -> Turn:
         """Render the prompt for a request and set up the reading of its reply.
 
-        The reply format follows llama.cpp's choice for this template and these options;
-        ``generation_prompt`` is what the template appends for the assistant turn (computed as
-        llama.cpp does: the render with it minus the common prefix with the render without).
-
-        ``continue_final_message``: the model continues the final assistant message
-        (llama.cpp's prefill): ``True``/``"auto"`` (its reasoning when it has reasoning and no
-        content, else its content), ``"content"`` or ``"reasoning_content"``; ``False`` never;
-        ``None`` (the default) continues a final assistant message as llama-server does. The
-        message is left out of the render and the family writes its opening as the
-        generation prompt, so the parsed message includes the prefilled text.
-
-        ``response_format``: OpenAI's ``{"type": "json_schema", "json_schema": {"schema":
-        ...}}``, ``{"type": "json_object"}`` or ``{"type": "text"}``, read as llama-server
-        reads it; the families that support a JSON-schema reply read the content as one JSON
-        value.
-
-        ``tool_choice``: ``"auto"``, ``"required"``, ``"none"``, or OpenAI's named form
-        ``{"type": "function", "function": {"name": "X"}}``, read as OpenAI and vLLM read
-        it: the reply must call X and only X (the reply is read as with ``"required"`` and the
-        tools cut down to X), while the prompt still shows every tool of the request.
-
-        ``reasoning_format``: one of llama.cpp's ``"none"`` (thoughts stay in the content),
-        ``"deepseek"``, ``"auto"``, ``"deepseek-legacy"`` (thoughts go to
-        ``reasoning_content``; the last two read as ``"deepseek"``).
-
-        ``tool_call_id``: how tool calls the model gives no id of its own are named. ``None``
-        (the default): ``call_<12 random hex digits>_<index>``, new for every turn; an ``int``
-        seed: the same shape with hex digits drawn from the seed, so a seed gives the same ids
-        on every run; a callable ``(index) -> str``: its result for each call (index 0, 1, ...
-        in the reply). Ids the model wrote are kept.
-
-        ``now`` pins ``strftime_now`` in the prompt, as for ``render``.
-
-        A request option out of range raises RequestError before anything is rendered.
+        The reply format follows llama.cpp's choice for this template and these options (each
+        described in docs/decoding.md): ``tool_choice`` is llama.cpp's three or OpenAI's named
+        form; ``parallel_tool_calls=None`` takes the template's capability; a final assistant
+        message is continued as llama-server does unless ``continue_final_message`` says
+        otherwise; ``tool_call_id`` is None (random per turn), an ``int`` seed or
+        ``(index) -> str``; ``now`` pins ``strftime_now``. An option out of range raises
+        RequestError before anything is rendered.
         """
-        from .reply.prefill import message_content
         from .reply.request import ReplyRequest
         from .reply.select import describe
         from .reply.turn import Turn
         from .template.capabilities import tool_call_support
 
-        if reasoning_format not in REASONING_FORMATS:
-            raise RequestError(
-                f"reasoning_format must be one of {', '.join(map(repr, REASONING_FORMATS))} "
-                f"(llama.cpp's names), not {reasoning_format!r}"
-            )
+        _check_reasoning_format(reasoning_format)
         choice, reply_tools = _tool_choice(tool_choice, tools)
         call_id = _call_ids(tool_call_id)
         json_schema = _json_schema(response_format)
         mode = _continuation(messages, continue_final_message)
-        final: Mapping[str, Any] | None = None
-        if mode != "none" and messages:
-            # the continued message is left out of the render
-            final, messages = messages[-1], messages[:-1]
+        # the continued message is left out of the render
+        final = messages[-1] if mode != "none" and messages else None
+        if final is not None:
+            messages = messages[:-1]
         # llama.cpp writes the prefill only for a message with something in it
         continuing = final is not None and _has_fields(final)
         template = self.template_for(tools)
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
-        generation_prompt, llama_prompt, llama_without = _llama_generation_prompt(
-            template, messages, tools, context, now
+        prompt, generation_prompt, llama_without = _prompts(
+            template, messages, tools, context, now, add_generation_prompt=mode == "none"
         )
-        add = mode == "none"
-        try:
-            prompt = template.render(
-                messages, tools=tools, add_generation_prompt=add, now=now, **context
-            )
-        except TemplateError:
-            # transformers cannot render this request, llama.cpp's renderer can: its prompt
-            prompt = llama_prompt if add else llama_without
         if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
             parallel_tool_calls = tool_call_support(template).parallel  # cached per template
         fmt = describe(
@@ -253,27 +214,68 @@ class Codec:
             )
         )
         if final is not None and continuing:
-            reasoning = final.get("reasoning_content")
-            generation_prompt = fmt.continuation.generation_prompt(
-                generation_prompt,
-                llama_without,
-                reasoning if isinstance(reasoning, str) else "",
-                message_content(final),
-                mode,
-            )
+            generation_prompt = _prefill(fmt, final, mode, generation_prompt, llama_without)
             prompt += generation_prompt
-        stop = list(fmt.stop)
         eos = self.special_tokens.get("eos_token")
-        if eos and eos not in stop:
-            stop.append(eos)
         return Turn(
             prompt=prompt,
             generation_prompt=generation_prompt,
-            stop=tuple(stop),
+            stop=fmt.stop + ((eos,) if eos and eos not in fmt.stop else ()),
             handler=fmt.handler,
             format=fmt,
             call_id=call_id,
         )
+
+
+def _prefill(
+    fmt: ReplyFormat,
+    final: Mapping[str, Any],
+    mode: str,
+    generation_prompt: str,
+    llama_without: str,
+) -> str:
+    """The generation prompt that continues ``final`` (the family's prefill)."""
+    from .reply.prefill import message_content
+
+    reasoning = final.get("reasoning_content")
+    return fmt.continuation.generation_prompt(
+        generation_prompt,
+        llama_without,
+        reasoning if isinstance(reasoning, str) else "",
+        message_content(final),
+        mode,
+    )
+
+
+def _check_reasoning_format(reasoning_format: str) -> None:
+    if reasoning_format not in REASONING_FORMATS:
+        raise RequestError(
+            f"reasoning_format must be one of {', '.join(map(repr, REASONING_FORMATS))} "
+            f"(llama.cpp's names), not {reasoning_format!r}"
+        )
+
+
+def _prompts(
+    template: ChatTemplate,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    context: dict[str, Any],
+    now: float | int | datetime | None,
+    add_generation_prompt: bool,
+) -> tuple[str, str, str]:
+    """(the prompt transformers renders, llama.cpp's generation prompt, llama.cpp's render
+    without it)."""
+    generation_prompt, llama_prompt, llama_without = _llama_generation_prompt(
+        template, messages, tools, context, now
+    )
+    try:
+        prompt = template.render(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, now=now, **context
+        )
+    except TemplateError:
+        # transformers cannot render this request, llama.cpp's renderer can: its prompt
+        prompt = llama_prompt if add_generation_prompt else llama_without
+    return prompt, generation_prompt, llama_without
 
 
 def _tool_choice(

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .description import Balance
 from .mapper import CallMapper, MappedCall
 from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until, is_c_space
@@ -177,8 +178,8 @@ class BalanceWatch:
 
     __slots__ = ("opener", "closer", "quotes", "depth", "quote", "escaped", "hit")
 
-    def __init__(self, balance: tuple[str, str, str]) -> None:
-        self.opener, self.closer, self.quotes = balance
+    def __init__(self, balance: Balance) -> None:
+        self.opener, self.closer, self.quotes = balance.open, balance.close, balance.quotes
         self.depth = 0
         self.quote = ""
         self.escaped = False

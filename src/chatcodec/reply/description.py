@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from .mapper import CallMapper
 from .peg import Parser
@@ -18,6 +18,7 @@ from .prefill import Continuation
 __all__ = [
     "ReasoningBlock",
     "CallSection",
+    "Balance",
     "ReplyFormat",
     "Expect",
     "Marker",
@@ -59,12 +60,10 @@ class ReasoningBlock:
     # characters that may each follow the start / the consumed closer (llama.cpp's optspace)
     start_optional: str = ""
     end_optional: str = ""
-    # the block, its markers included, is content rather than reasoning (Cohere2 with
-    # reasoning_format none keeps its thinking block inline)
-    as_content: bool = False
-    # where the body goes: "reasoning", "content" (markers consumed, body kept inline: Ling 3
-    # and Kimi K3 with reasoning_format none) or "" (read and dropped: thinking disabled)
-    body_target: str = "reasoning"
+    # where the thought goes: "reasoning"; "content" (markers consumed, body kept inline: Ling 3
+    # and Kimi K3 with reasoning_format none); "inline" (the whole block, markers included, is
+    # content: Cohere2 with reasoning_format none); "" (read and dropped: thinking disabled)
+    body: Literal["reasoning", "content", "inline", ""] = "reasoning"
     # the reply must open with ``start`` (MiniCPM5): otherwise the parse fails
     required: bool = False
     # the body is read even without ``start`` (the generation prompt opened it)
@@ -77,19 +76,29 @@ class ReasoningBlock:
 
 
 @dataclass(frozen=True)
+class Balance:
+    """A call may only complete where ``close`` brings the count of ``open``/``close``
+    characters outside strings quoted with one of ``quotes`` back to zero."""
+
+    open: str
+    close: str
+    quotes: str
+
+
+@dataclass(frozen=True)
 class CallSection:
     """The tool calls after the content.
 
     ``first``/``next`` parse one call each (without the whitespace after it); ``next`` is None
-    when only one call is allowed. A call can only complete with ``commit`` (its closing
-    marker), which tells the engine when a call may have completed. ``openers`` and
-    ``name_marker`` only serve to explain dropped text.
+    when only one call is allowed. ``commit`` tells the engine when a call may have completed:
+    its closing marker, or a ``Balance`` (JSON arguments whose last ``}`` ends the call).
+    ``openers`` and ``name_marker`` only serve to explain dropped text.
     """
 
     first: Parser
     next: Parser | None
     required: bool
-    commit: str
+    commit: str | Balance
     openers: tuple[str, ...] = ()
     name_marker: str = ""
     name_marker_end: str = ""
@@ -97,10 +106,6 @@ class CallSection:
     space_after: bool = True
     # a call parse that succeeds at the very end of the text so far is not final yet
     settle: bool = False
-    # (open, close, quotes): a call may only complete where ``close`` brings the count of
-    # open/close characters outside quoted strings back to zero; replaces ``commit`` as the
-    # hint of when to parse (JSON arguments whose last ``}`` ends the call)
-    commit_balance: tuple[str, str, str] | None = None
     # a required first call that fails fails where its parser stopped (llama.cpp's calls are a
     # plain sequence), not where it began (a repetition with a minimum count of one)
     fail_at_parse_end: bool = False

@@ -31,6 +31,7 @@ from .cursor import (
     Waiting,
 )
 from .description import (
+    Balance,
     Calls,
     CallSection,
     Content,
@@ -135,8 +136,10 @@ class ReplyEngine:
         self._watch: CommitWatch | BalanceWatch | None = None
         self._markers = CallMarkers()
         if calls is not None:
-            balance = calls.commit_balance
-            self._watch = BalanceWatch(balance) if balance else CommitWatch(calls.commit)
+            commit = calls.commit
+            self._watch = (
+                BalanceWatch(commit) if isinstance(commit, Balance) else CommitWatch(commit)
+            )
             self._markers = CallMarkers(
                 calls.openers, calls.name_marker, calls.name_marker_end, calls.tool_names
             )
@@ -422,7 +425,7 @@ class ReplyEngine:
             self._phase = phase
             complete, at_end = self._scan(self._thought_until, self._thought_out)
             # (a closer cut by the end still counts for an inline block: see _close_thought)
-            if at_end or not (complete or (cur.eof and block.as_content)):
+            if at_end or not (complete or (cur.eof and block.body == "inline")):
                 return cur.pending_or_stop()
             self._phase = ThoughtPhase.CLOSE
             if block.call_stops and any(cur.startswith(m) for m in block.call_stops):
@@ -445,7 +448,7 @@ class ReplyEngine:
                     self._inline(closer_at)
                 return NEXT
             if status == NEED_MORE:
-                if cur.eof and consumed and block.as_content:
+                if cur.eof and consumed and block.body == "inline":
                     # llama.cpp's inline block spans the cut-short closer up to the end
                     cur.pos, at = len(cur.buf), cur.pos
                     self._inline(at)
@@ -468,10 +471,10 @@ class ReplyEngine:
         return None if block.start_may_be_absent else NEXT
 
     def _inline(self, start: int) -> None:
-        """Markup of a thought kept inline (``as_content``) is content too."""
+        """Markup of a thought kept inline (``body="inline"``) is content too."""
         block = self._block
         cur = self.cursor
-        if block is not None and block.as_content and cur.pos > start:
+        if block is not None and block.body == "inline" and cur.pos > start:
             self.out.content.append(cur.buf[start : cur.pos])
 
     # ------------------------------------------------------------------ the content
@@ -663,10 +666,6 @@ def _program(steps: tuple[Step, ...]) -> list[Instruction]:
 def _thought_out(block: ReasoningBlock | None, out: Output) -> list[str]:
     """Where a thought's body goes: reasoning, content (a block kept inline, or its body only),
     or nowhere (read and dropped: thinking disabled)."""
-    if block is None:
+    if block is None or block.body == "reasoning":
         return out.reasoning
-    if block.body_target == "content" or (block.body_target == "reasoning" and block.as_content):
-        return out.content
-    if block.body_target == "reasoning":
-        return out.reasoning
-    return []
+    return out.content if block.body in ("content", "inline") else []

@@ -63,7 +63,7 @@ def _thought(inline: bool) -> ReasoningBlock:
         # the end marker is optional: the text or the action may follow the thought directly
         closers=((THINK_END, True), (TEXT_START, False), (ACTION_START, False)),
         space_after_start=False,
-        as_content=inline,
+        body="inline" if inline else "reasoning",
     )
 
 

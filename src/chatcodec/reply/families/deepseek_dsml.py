@@ -124,7 +124,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
             stops=() if is_v4 else (THINK_END,),
             closers=((THINK_END, True),),
             space_after_start=False,
-            body_target="",
+            body="",
         )
     if not has_calls:
         return ReplyFormat(

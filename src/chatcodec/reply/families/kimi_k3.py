@@ -103,7 +103,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         closers=((THINK_END, True), (RESP_START, False)),
         space_after_start=False,
         start_may_be_absent=True,
-        body_target="reasoning" if request.reasoning_format != "none" else "content",
+        body="reasoning" if request.reasoning_format != "none" else "content",
     )
 
     def frame(calls: Calls | None) -> tuple[Step, ...]:

@@ -109,7 +109,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         closers=((THINK_END, True), (CALL_START, False)),
         space_after_start=False,
         start_may_be_absent=True,
-        body_target="reasoning" if request.reasoning_format != "none" else "content",
+        body="reasoning" if request.reasoning_format != "none" else "content",
     )
     opening = (Expect(ROLE), Whitespace(), Thought(thought))
     functions = tool_functions(request.tools)

@@ -232,7 +232,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
             stops=(THINK_END,),
             closers=((THINK_END, True),),
             space_after_start=request.enable_thinking,
-            body_target="reasoning" if request.enable_thinking else "",
+            body="reasoning" if request.enable_thinking else "",
             bare=THINK_END,
         )
     functions = tool_functions(request.tools)

@@ -17,6 +17,7 @@ from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
 from ..description import (
+    Balance,
     Calls,
     CallSection,
     Content,
@@ -82,13 +83,12 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         first=call,
         next=call if request.parallel_tool_calls else None,
         required=request.tool_choice == "required",
-        commit="}",
+        commit=Balance("{", "}", '"'),
         openers=(CALLS,),
         name_marker=CALLS,
         name_marker_end=ARGS,
         tool_names=tool_names(functions),
         space_after=False,
-        commit_balance=("{", "}", '"'),
     )
     return ReplyFormat(
         NAME,
