@@ -53,7 +53,7 @@ from .mapper import CallMapper, MappedCall
 from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Until
 
-__all__ = ["ReplyEngine", "Fed"]
+__all__ = ["ReplyEngine", "Fed", "FED_SOME", "FED_CONTENT", "FED_REASONING", "FED_NOTHING"]
 
 
 class Fed(Enum):
@@ -65,6 +65,10 @@ class Fed(Enum):
     NOTHING = "nothing"  # nothing visible changed
 
 
+# the members by plain names: an Enum attribute costs a lookup per use on the per-chunk path
+FED_SOME, FED_CONTENT, FED_REASONING, FED_NOTHING = Fed
+
+
 class Guard(Enum):
     """When a step of the program is read (the steps of Calls.then / Calls.otherwise)."""
 
@@ -73,11 +77,17 @@ class Guard(Enum):
     NO_CALLS = "no calls"  # only when none was
 
 
+_ALWAYS, _AFTER_CALLS, _NO_CALLS = Guard
+
+
 class State(Enum):
     RUNNING = "running"
     TAIL = "tail"  # the format is done: the rest is dropped text
     STOPPED = "stopped"
     FAILED = "failed"
+
+
+_RUNNING, _TAIL, _STOPPED, _BROKEN = State
 
 
 class ThoughtPhase(Enum):
@@ -112,7 +122,7 @@ class ReplyEngine:
         self._program = _program(fmt.steps)
         self._index = 0
         self._phase: Enum | None = None  # the running step's own phase (None: its start)
-        self._state = State.RUNNING
+        self._state = _RUNNING
         # where the steps that jump (a thought that turns into calls and back) stand
         self._label = {type(s): i for i, (s, _) in enumerate(self._program)}
         self._untils = {
@@ -124,6 +134,10 @@ class ReplyEngine:
         flow = fmt.flow
         mapper = calls.make_mapper() if calls is not None else CallMapper()
         self.out = Output(self.prompt_length, flow.make_mapper() if flow is not None else mapper)
+        # the output's lists (never replaced), read by the stream on every chunk
+        self.content_pieces = self.out.content
+        self.reasoning_pieces = self.out.reasoning
+        self.dropped = self.out.dropped
         # the thought: where its body goes, and where it stops (call stops dropped once the
         # calls failed to parse at one)
         block = self._block = fmt.reasoning
@@ -167,20 +181,8 @@ class ReplyEngine:
     # ------------------------------------------------------------------ results
 
     @property
-    def content_pieces(self) -> list[str]:
-        return self.out.content
-
-    @property
-    def reasoning_pieces(self) -> list[str]:
-        return self.out.reasoning
-
-    @property
     def committed_calls(self) -> list[MappedCall]:
         return self.out.committed
-
-    @property
-    def dropped(self) -> list[Dropped]:
-        return self.out.dropped
 
     @property
     def failure(self) -> Failure | None:
@@ -188,7 +190,7 @@ class ReplyEngine:
 
     @property
     def failed(self) -> bool:
-        return self._state is State.FAILED
+        return self._state is _BROKEN
 
     def calls(self) -> list[MappedCall]:
         """Calls known so far (after finish: with the one a cut-short reply left open)."""
@@ -207,13 +209,13 @@ class ReplyEngine:
             raise ValueError("the reply has already been finished")
         state = self._state
         if not chunk:
-            if state is State.RUNNING:
+            if state is _RUNNING:
                 self._run()
-            return Fed.SOME
-        if state is not State.RUNNING:
-            if state is State.TAIL:
+            return FED_SOME
+        if state is not _RUNNING:
+            if state is _TAIL:
                 self._tail.append(chunk)
-            return Fed.SOME
+            return FED_SOME
         waiting = self.waiting
         out = waiting.out
         if out is not None and not cur.pending:
@@ -225,9 +227,9 @@ class ReplyEngine:
         cur.pending_len += len(chunk)
         ready = waiting.ready
         if ready is not None and not ready():
-            return Fed.NOTHING  # the step would wait again at once, having read nothing
+            return FED_NOTHING  # the step would wait again at once, having read nothing
         self._run()
-        return Fed.SOME
+        return FED_SOME
 
     def _feed_plain(self, chunk: str, out: list[str], until: Until | None) -> Fed:
         """The fast path: the step waits for plain text. It would commit the held text (a
@@ -249,21 +251,21 @@ class ReplyEngine:
         cur.pos = 0
         if complete:
             self._run()
-            return Fed.SOME
+            return FED_SOME
         if not stop:
-            return Fed.NOTHING
+            return FED_NOTHING
         if out is self.out.content:
-            return Fed.CONTENT
-        return Fed.REASONING if out is self.out.reasoning else Fed.NOTHING
+            return FED_CONTENT
+        return FED_REASONING if out is self.out.reasoning else FED_NOTHING
 
     def finish(self) -> None:
         cur = self.cursor
         if cur.eof:
             return
         cur.eof = True
-        if self._state is State.RUNNING:
+        if self._state is _RUNNING:
             self._run()
-        if self._state is State.TAIL:
+        if self._state is _TAIL:
             text = "".join(self._tail)
             if text:
                 # the tail may have begun at a chunk's end: its reason needs the whole of it
@@ -271,19 +273,19 @@ class ReplyEngine:
                 self.out.dropped.append(
                     Dropped(text, reason, self._tail_start - self.prompt_length)
                 )
-            self._state = State.STOPPED
+            self._state = _STOPPED
 
     # ------------------------------------------------------------------ the program
 
     def _run(self) -> None:
         cur, program = self.cursor, self._program
-        while self._state is State.RUNNING:
+        while self._state is _RUNNING:
             self.waiting.clear()
             if self._index >= len(program):
                 self._enter_tail()
                 return
             step, guard = program[self._index]
-            if guard is not Guard.ALWAYS and (self._calls_done > 0) is (guard is Guard.NO_CALLS):
+            if guard is not _ALWAYS and (self._calls_done > 0) is (guard is _NO_CALLS):
                 outcome = NEXT
             else:
                 outcome = self._run_step[type(step)](step)
@@ -297,7 +299,7 @@ class ReplyEngine:
                 self._stop()
                 return
             elif outcome is FAILED:
-                self._state = State.FAILED
+                self._state = _BROKEN
                 return
             # JUMP: the step set the index itself
 
@@ -313,7 +315,7 @@ class ReplyEngine:
         rest = cur.rest()
         if rest:
             self.out.dropped.append(Dropped(rest, "marker_prefix", self.reply_offset))
-        self._state = State.STOPPED
+        self._state = _STOPPED
 
     def _fail(self, reason: str) -> Outcome:
         return self.out.fail(self.cursor.offset, reason)
@@ -645,17 +647,17 @@ class ReplyEngine:
         self._tail = [cur.rest()] if not cur.at_end() else []
         self._tail_start = cur.offset
         cur.buf, cur.base, cur.pos = "", self._tail_start, 0
-        self._state = State.TAIL
+        self._state = _TAIL
 
 
 def _program(steps: tuple[Step, ...]) -> list[Instruction]:
     """The steps in the order the reply reads them, those of the calls after the calls."""
     program: list[Instruction] = []
     for step in steps:
-        program.append((step, Guard.ALWAYS))
+        program.append((step, _ALWAYS))
         if isinstance(step, Calls):
-            program.extend((s, Guard.AFTER_CALLS) for s in step.then)
-            program.extend((s, Guard.NO_CALLS) for s in step.otherwise)
+            program.extend((s, _AFTER_CALLS) for s in step.then)
+            program.extend((s, _NO_CALLS) for s in step.otherwise)
     kinds = [type(s) for s, _ in program]
     for kind in (Thought, Calls, Messages, ContentValue):
         if kinds.count(kind) > 1:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from ..errors import ReplyError, RequestError
 from .description import ReplyFormat
-from .engine import Fed, ReplyEngine
+from .engine import FED_CONTENT, FED_NOTHING, FED_REASONING, ReplyEngine
 from .mapper import MappedCall
 from .message import (
     AssistantMessage,
@@ -101,17 +101,17 @@ class ReplyStream:
         # the engine's fast path made one new piece and nothing else: its delta is that piece
         # (what _deltas would give: every earlier piece was taken, no call was committed, and
         # the role went out with an earlier delta)
-        if fed is Fed.CONTENT:
+        if fed is FED_CONTENT:
             pieces = engine.content_pieces
             if self._content_taken == len(pieces) - 1 and self._role_sent:
                 self._content_taken += 1
                 return [content_delta(pieces[-1])]
-        elif fed is Fed.REASONING:
+        elif fed is FED_REASONING:
             pieces = engine.reasoning_pieces
             if self._reasoning_started and self._reasoning_taken == len(pieces) - 1:
                 self._reasoning_taken += 1
                 return [reasoning_delta(pieces[-1])]
-        elif fed is Fed.NOTHING:
+        elif fed is FED_NOTHING:
             if self._content_taken == len(engine.content_pieces) and self._reasoning_taken == len(
                 engine.reasoning_pieces
             ):
