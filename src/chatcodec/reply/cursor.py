@@ -119,6 +119,15 @@ class Cursor:
             return NEED_MORE
         return FAIL
 
+    def optional_marker(self, marker: str) -> Outcome:
+        """``marker`` taken if it is next (decided once enough text has arrived)."""
+        status = self.literal(marker)
+        if status == NEED_MORE:
+            return STOP if self.eof else WAIT
+        if status == SUCCESS:
+            self.pos += len(marker)
+        return NEXT
+
     def pending_or_stop(self) -> Outcome:
         """A structure is cut by the end of the text so far: wait, or stop at the reply's end."""
         return STOP if self.eof else WAIT

@@ -334,14 +334,8 @@ class ReplyEngine:
         return self._fail("the reply does not start with the expected prefix")
 
     def _marker(self, step: Marker) -> Outcome:
-        cur = self.cursor
-        cur.materialize()
-        status = cur.literal(step.text)
-        if status == NEED_MORE:
-            return cur.pending_or_stop()
-        if status == SUCCESS:
-            cur.pos += len(step.text)
-        return NEXT
+        self.cursor.materialize()
+        return self.cursor.optional_marker(step.text)
 
     def _not_marker(self, step: NotMarker) -> Outcome:
         cur = self.cursor
@@ -518,13 +512,7 @@ class ReplyEngine:
     def _content_close(self, step: Content) -> Outcome:
         """The optional marker that closes framed content."""
         self._phase = ContentPhase.CLOSE
-        cur = self.cursor
-        status = cur.literal(step.close)
-        if status == NEED_MORE:
-            return cur.pending_or_stop()
-        if status == SUCCESS:
-            cur.pos += len(step.close)
-        return NEXT
+        return self.cursor.optional_marker(step.close)
 
     def _content_value(self, step: ContentValue) -> Outcome:
         """Content read as one value, parsed whole like a call: when its text has doubled since
