@@ -40,6 +40,7 @@ from typing import Any, NamedTuple, Protocol
 
 import pytest
 
+from chatcodec import Codec
 from chatcodec.errors import ChatCodecError
 from chatcodec.reply import AssistantMessage, Delta, Turn
 
@@ -51,6 +52,7 @@ from ._reply_oracle import (
     per_case,
     prepare_request,
 )
+from .conftest import template_source
 
 # (llama.cpp handler, template): one template per handler of the parse corpus, three of the
 # auto parser's
@@ -329,3 +331,80 @@ def test_the_measure_fails_a_quadratic_stream(waste: Callable[..., None]) -> Non
     assert reply is not None
     first, second = stretch_work(reply, _QuadraticStream(reply.turn, waste))
     assert max(growth(first, second).values()) > LIMIT, (first, second)
+
+
+# ------------------------------------------------------------------ the finished parse of many calls
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+MANY_CALLS = (
+    (
+        "Qwen-Qwen3-0.6B.jinja",
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n',
+    ),
+    (
+        "Qwen3-Coder.jinja",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "</function>\n</tool_call>\n",
+    ),
+    (
+        "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+    ),
+)
+
+
+def parse_work(turn: Turn, text: str) -> Work:
+    """The work of ``turn.parse(text)``: its calls, and the memory it allocated summed over
+    every interval between two calls (a copy of the rest of the text per call shows here)."""
+    calls = [0]
+    allocated = [0]
+    traced = tracemalloc.get_traced_memory
+    reset_peak = tracemalloc.reset_peak
+    live = [0]
+
+    def count(frame: FrameType, event: str, arg: object) -> None:
+        calls[0] += 1
+        allocated[0] += max(0, traced()[1] - live[0])
+        reset_peak()
+        live[0] = traced()[0]
+
+    was_collecting = gc.isenabled()
+    previous = sys.getprofile()
+    gc.disable()
+    tracemalloc.start(1)
+    try:
+        live[0] = traced()[0]
+        sys.setprofile(count)
+        try:
+            message = turn.parse(text)
+        finally:
+            sys.setprofile(previous)
+    finally:
+        tracemalloc.stop()
+        if was_collecting:
+            gc.enable()
+    assert message.tool_calls, "the reply must parse to calls"
+    return Work(calls[0], allocated[0])
+
+
+@pytest.mark.parametrize(("template", "call"), MANY_CALLS, ids=[t for t, _ in MANY_CALLS])
+def test_the_finished_parse_of_many_calls_is_linear(template: str, call: str) -> None:
+    """Issue 8: 2N calls must cost at most 2.2x N calls (a failed literal that copied the rest
+    of the text, the buffer re-sliced after every call and the kept calls copied after every
+    call made it 2.8x at 200 -> 400 calls)."""
+    codec = Codec(template_source(template), eos_token="<|im_end|>")
+    turn = codec.prepare(
+        [{"role": "user", "content": "hi"}], tools=WEATHER, parallel_tool_calls=True
+    )
+    short, long = parse_work(turn, call * 200), parse_work(turn, call * 400)
+    assert len(turn.parse(call * 400).tool_calls) == 400
+    worst = growth(short, long)
+    assert max(worst.values()) <= LIMIT, f"{template}: 200 -> 400 calls grew the work {worst}"

@@ -94,8 +94,9 @@ class Cursor:
             self.pending_len = 0
 
     def compact(self) -> None:
-        """Drop what was read from the buffer."""
-        if self.pos > 0:
+        """Drop what was read from the buffer, once it is at least what is left (a copy per
+        step would make a reply of many calls quadratic; this way copying is linear)."""
+        if self.pos > 0 and 2 * self.pos >= len(self.buf):
             self.base += self.pos
             self.buf = self.buf[self.pos :]
             self.pos = 0
@@ -114,8 +115,7 @@ class Cursor:
         buf, pos = self.buf, self.pos
         if buf.startswith(literal, pos):
             return SUCCESS
-        rest = buf[pos:]
-        if len(rest) < len(literal) and literal.startswith(rest):
+        if len(buf) - pos < len(literal) and literal.startswith(buf[pos:]):
             return NEED_MORE
         return FAIL
 
@@ -321,7 +321,7 @@ class Output:
     def commit_calls(self, nodes: list[Node], text: str) -> None:
         """A call (or calls) parsed whole: map and keep them."""
         self.mapper.visit(nodes, text)
-        self.committed = list(self.mapper.calls)
+        self.committed.extend(self.mapper.calls[len(self.committed) :])  # only the new ones
 
     def close_calls(self, nodes: list[Node], text: str) -> bool:
         """The reply ended inside a call: map what it reached; whether that made a new call."""

@@ -95,8 +95,9 @@ class Literal(Parser):
         s = self.s
         if text.startswith(s, pos):
             return Result(SUCCESS, pos + len(s))
-        rest = text[pos:]
-        if len(rest) < len(s) and s.startswith(rest):
+        # (the rest is sliced only when it is shorter than the literal: a failed literal must
+        # not copy the text after it)
+        if len(text) - pos < len(s) and s.startswith(text[pos:]):
             return Result(NEED_MORE, len(text))
         return Result(FAIL, pos)
 
