@@ -248,3 +248,40 @@ def test_a_response_format_value_that_ends_a_chunk_may_still_grow(template: str,
     for cut in range(len(text) + 1):
         _check(turn, text, [cut])
     _check(turn, text, list(range(len(text))))
+
+
+def _failure(turn: Turn, pieces: list[str]) -> str:
+    stream = turn.stream()
+    try:
+        for piece in pieces:
+            stream.feed(piece)
+        stream.finish()
+    except ReplyError as exc:
+        return str(exc)
+    return ""
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "Qwen-Qwen3-0.6B.jinja",
+        "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        "openai-gpt-oss-120b.jinja",
+        "LFM2-8B-A1B.jinja",
+        "Cohere2MoE.jinja",
+        "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+    ],
+)
+def test_a_failed_reply_fails_with_the_same_error_in_every_chunking(template: str) -> None:
+    """Issue 8: the ReplyError (its reason and offset) must not depend on the chunking (a
+    response-format value followed by text failed at offset 9 whole, 8 byte by byte)."""
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}
+    turn = Codec(template_source(template)).prepare(
+        [{"role": "user", "content": "Hi"}], response_format=schema
+    )
+    replies = ['{"a": 1} x', '{"a": 1}\n\nmore', '"42" extra', '<think>hm</think>{"a": 1} z', "x"]
+    for text in replies:
+        whole = _failure(turn, [text])
+        assert _failure(turn, list(text)) == whole, text
+        for cut in range(len(text) + 1):
+            assert _failure(turn, [text[:cut], text[cut:]]) == whole, (text, cut)
