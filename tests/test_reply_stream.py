@@ -285,3 +285,37 @@ def test_a_failed_reply_fails_with_the_same_error_in_every_chunking(template: st
         assert _failure(turn, list(text)) == whole, text
         for cut in range(len(text) + 1):
             assert _failure(turn, [text[:cut], text[cut:]]) == whole, (text, cut)
+
+
+def _finished_call(output: dict[str, Any]) -> bool:
+    return not output["is_partial"] and bool((output.get("expected") or {}).get("tool_calls"))
+
+
+@pytest.mark.parametrize(
+    "template", ["meta-llama-Llama-3.3-70B-Instruct.jinja", "deepseek-ai-DeepSeek-V3.2.jinja"]
+)
+def test_a_reply_can_fail_after_its_call_was_announced(template: str) -> None:
+    """The documented contract (docs/decoding.md): a call announced is final as a call, but
+    text the format forbids after it fails the reply at finish(), as the parse fails."""
+    from ._reply_oracle import corpus_cases, prepare_request
+
+    case = next(
+        c
+        for c in corpus_cases()
+        if c["template"] == template
+        and c.get("tools")
+        and any(_finished_call(o) for o in c["outputs"])
+    )
+    output = next(o for o in case["outputs"] if _finished_call(o))
+    turn = prepare_request(case)
+    called = turn.parse(output["text"])
+    assert called.tool_calls
+    text = output["text"] + "\nTrailing words."
+    with pytest.raises(ReplyError):
+        turn.parse(text)
+    stream = turn.stream()
+    deltas = [d for ch in text for d in stream.feed(ch)]
+    announced = [d.tool_call for d in deltas if d.tool_call is not None]
+    assert announced and announced[0].name == called.tool_calls[0].name
+    with pytest.raises(ReplyError):
+        stream.finish()
