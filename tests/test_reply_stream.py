@@ -319,3 +319,52 @@ def test_a_reply_can_fail_after_its_call_was_announced(template: str) -> None:
     assert announced and announced[0].name == called.tool_calls[0].name
     with pytest.raises(ReplyError):
         stream.finish()
+
+
+@pytest.mark.parametrize(
+    ("template", "messages", "reply", "content", "skipped"),
+    [
+        # thinking off: a thought the model writes anyway is read and dropped, and said so
+        (
+            "MiniMax-M3.jinja",
+            [],
+            "<mm:think>I think</mm:think>Answer",
+            "Answer",
+            "<mm:think>I think</mm:think>",
+        ),
+        # a thought that never closes takes the whole reply with it
+        ("MiniMax-M3.jinja", [], "<mm:think>lost forever", "", "<mm:think>lost forever"),
+        # a continued reasoning prefill with thinking off: the model's text goes with it
+        (
+            "deepseek-ai-DeepSeek-V3.2.jinja",
+            [{"role": "assistant", "reasoning_content": "I was thinking"}],
+            " more thoughts</think>Answer",
+            "Answer",
+            " more thoughts</think>",
+        ),
+        (
+            "MiniMax-M3.jinja",
+            [{"role": "assistant", "reasoning_content": "I was thinking"}],
+            " and so on",
+            "",
+            " and so on",
+        ),
+        # the generation prompt's own closed thought is the prompt's, not dropped model text
+        ("deepseek-ai-DeepSeek-V3.2.jinja", [], "Plain", "Plain", ""),
+    ],
+)
+def test_a_dropped_thought_is_reported_as_skipped_text(
+    template: str, messages: list[dict[str, Any]], reply: str, content: str, skipped: str
+) -> None:
+    """Issue 8: with thinking off llama.cpp reads a thought and keeps it nowhere; the message
+    is llama.cpp's, and ``dropped`` names the text (never the generation prompt's)."""
+    turn = Codec(template_source(template)).prepare(
+        [{"role": "user", "content": "hi"}, *messages], enable_thinking=False
+    )
+    message = turn.parse(reply)
+    assert message.content == content and message.reasoning_content == ""
+    reported = [(d.text, d.reason, d.offset) for d in message.dropped]
+    assert reported == ([(skipped, "skipped_text", 0)] if skipped else [])
+    for cut in range(len(reply) + 1):
+        _check(turn, reply, [cut])
+    _check(turn, reply, list(range(len(reply))))

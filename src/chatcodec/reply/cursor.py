@@ -297,6 +297,10 @@ class Output:
             self.reasoning.append(text)
         else:
             offset = at - self.prompt_length
+            if offset < 0:  # the generation prompt's text is not the model's: not reported
+                text, offset = text[-offset:], 0
+                if not text:
+                    return
             last = self.dropped[-1] if self.dropped else None
             if (
                 last is not None

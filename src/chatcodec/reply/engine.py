@@ -141,7 +141,10 @@ class ReplyEngine:
         # the thought: where its body goes, and where it stops (call stops dropped once the
         # calls failed to parse at one)
         block = self._block = fmt.reasoning
-        self._thought_out = _thought_out(block, self.out)
+        # a thought read and dropped (thinking disabled) is reported as skipped text
+        self._skipped: list[str] = []
+        self._skipped_at = 0
+        self._thought_out = _thought_out(block, self.out, self._skipped)
         self._thought_until = Until(*block.stops) if block is not None else None
         self._thought_call = False
         # the calls: how many were read, and the one in progress
@@ -289,6 +292,8 @@ class ReplyEngine:
                 outcome = NEXT
             else:
                 outcome = self._run_step[type(step)](step)
+                if self._skipped and outcome is not WAIT:
+                    self._report_skipped()  # the dropped thought ended (or the reply did)
             if outcome is NEXT:
                 self._index += 1
                 self._phase = None
@@ -391,6 +396,7 @@ class ReplyEngine:
         cur.materialize()
         phase = self._phase or ThoughtPhase.OPEN
         if phase is ThoughtPhase.OPEN:
+            self._skipped_at = cur.offset
             status = cur.literal(block.start)
             if status == FAIL:
                 outcome = self._no_thought_start(block)
@@ -403,7 +409,7 @@ class ReplyEngine:
                 cur.pos += len(block.start)
                 if not block.stops:
                     return NEXT  # a lone marker (DeepSeek V4's pre-closed thought)
-                self._inline(cur.pos - len(block.start))
+                self._markup(cur.pos - len(block.start))
                 space = block.space_after_start
                 phase = ThoughtPhase.START_SPACE if space else ThoughtPhase.START_CHARS
         if phase is ThoughtPhase.START_CHARS or phase is ThoughtPhase.START_SPACE:
@@ -412,7 +418,7 @@ class ReplyEngine:
                 outcome = cur.optional_chars(block.start_optional)
             else:
                 outcome = cur.skip_space()
-            self._inline(at)
+            self._markup(at)
             if outcome is WAIT:
                 self._phase = phase
                 return WAIT
@@ -441,13 +447,13 @@ class ReplyEngine:
                     if block.end_optional and cur.optional_chars(block.end_optional) is WAIT:
                         cur.pos = closer_at
                         return WAIT
-                    self._inline(closer_at)
+                    self._markup(closer_at)
                 return NEXT
             if status == NEED_MORE:
                 if cur.eof and consumed and block.body == "inline":
                     # llama.cpp's inline block spans the cut-short closer up to the end
                     cur.pos, at = len(cur.buf), cur.pos
-                    self._inline(at)
+                    self._markup(at)
                 return cur.pending_or_stop()
         return self._fail("the thought does not end with a closing marker")
 
@@ -466,12 +472,22 @@ class ReplyEngine:
             return self._fail(f"the reply does not open its thought with {block.start}")
         return None if block.start_may_be_absent else NEXT
 
-    def _inline(self, start: int) -> None:
-        """Markup of a thought kept inline (``body="inline"``) is content too."""
+    def _markup(self, start: int) -> None:
+        """A thought's markup read from ``start``: content too when the block is kept inline
+        (``body="inline"``), skipped text with the body when the thought is dropped."""
         block = self._block
         cur = self.cursor
-        if block is not None and block.body == "inline" and cur.pos > start:
-            self.out.content.append(cur.buf[start : cur.pos])
+        if block is not None and cur.pos > start:
+            if block.body == "inline":
+                self.out.content.append(cur.buf[start : cur.pos])
+            elif block.body == "":
+                self._skipped.append(cur.buf[start : cur.pos])
+
+    def _report_skipped(self) -> None:
+        """A dropped thought read so far goes to ``dropped`` (llama.cpp keeps it nowhere)."""
+        if self._skipped:
+            self.out.emit("", "".join(self._skipped), self._skipped_at)
+            self._skipped.clear()
 
     # ------------------------------------------------------------------ the content
 
@@ -596,6 +612,7 @@ class ReplyEngine:
             block = self._block
             assert block is not None
             self._thought_until = Until(*(m for m in block.stops if m not in block.call_stops))
+            self._skipped_at = cur.offset
             return self._jump(Thought, ThoughtPhase.BODY)
         if self._calls_done == 0 and section.required:
             at = result.end if section.fail_at_parse_end else cur.pos
@@ -653,9 +670,9 @@ def _program(steps: tuple[Step, ...]) -> list[Instruction]:
     return program
 
 
-def _thought_out(block: ReasoningBlock | None, out: Output) -> list[str]:
+def _thought_out(block: ReasoningBlock | None, out: Output, skipped: list[str]) -> list[str]:
     """Where a thought's body goes: reasoning, content (a block kept inline, or its body only),
     or nowhere (read and dropped: thinking disabled)."""
     if block is None or block.body == "reasoning":
         return out.reasoning
-    return out.content if block.body in ("content", "inline") else []
+    return out.content if block.body in ("content", "inline") else skipped
