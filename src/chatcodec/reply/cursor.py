@@ -296,20 +296,26 @@ class Output:
         elif target == "reasoning":
             self.reasoning.append(text)
         else:
-            offset = at - self.prompt_length
-            if offset < 0:  # the generation prompt's text is not the model's: not reported
-                text, offset = text[-offset:], 0
-                if not text:
-                    return
-            last = self.dropped[-1] if self.dropped else None
-            if (
-                last is not None
-                and last.reason == "skipped_text"
-                and last.offset + len(last.text) == offset
-            ):
-                self.dropped[-1] = Dropped(last.text + text, last.reason, last.offset)
-            else:
-                self.dropped.append(Dropped(text, "skipped_text", offset))
+            self.drop(text, "skipped_text", at)
+
+    def drop(self, text: str, reason: str, at: int) -> None:
+        """Text read at absolute offset ``at`` and kept nowhere: reported in ``dropped`` (an
+        adjacent skip of the same reason merged). The generation prompt's text is not the
+        model's: only what lies in the reply is reported."""
+        offset = at - self.prompt_length
+        if offset < 0:
+            text, offset = text[-offset:], 0
+        if not text:
+            return
+        last = self.dropped[-1] if self.dropped else None
+        if (
+            last is not None
+            and last.reason == reason == "skipped_text"
+            and last.offset + len(last.text) == offset
+        ):
+            self.dropped[-1] = Dropped(last.text + text, reason, last.offset)
+        else:
+            self.dropped.append(Dropped(text, reason, offset))
 
     def take_content(self, nodes: list[Node], text: str) -> None:
         """The text of the ``content`` nodes of a parse, in order (a response format's value

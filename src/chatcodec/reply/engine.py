@@ -50,7 +50,6 @@ from .description import (
 )
 from .flow import FlowRunner
 from .mapper import CallMapper, MappedCall
-from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Until
 
 __all__ = ["ReplyEngine", "Fed", "FED_SOME", "FED_CONTENT", "FED_REASONING", "FED_NOTHING"]
@@ -273,9 +272,7 @@ class ReplyEngine:
             if text:
                 # the tail may have begun at a chunk's end: its reason needs the whole of it
                 reason = self._tail_reason_for(text.lstrip(" \t\n\v\f\r"))
-                self.out.dropped.append(
-                    Dropped(text, reason, self._tail_start - self.prompt_length)
-                )
+                self.out.drop(text, reason, self._tail_start)
             self._state = _STOPPED
 
     # ------------------------------------------------------------------ the program
@@ -318,8 +315,7 @@ class ReplyEngine:
         cur = self.cursor
         cur.materialize()
         rest = cur.rest()
-        if rest:
-            self.out.dropped.append(Dropped(rest, "marker_prefix", self.reply_offset))
+        self.out.drop(rest, "marker_prefix", cur.offset)
         self._state = _STOPPED
 
     def _fail(self, reason: str) -> Outcome:
