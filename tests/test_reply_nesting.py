@@ -1,0 +1,276 @@
+"""Deeply nested values: the parse never depends on Python's recursion limit.
+
+The value parsers (``peg.json_value``, ``json_object``, ``json_array``,
+``python_or_json_value``) read nesting with an explicit stack. The combinator grammar they
+replaced is kept here as the reference: on generated values, their mutations and every prefix
+of each, both give the same Result (status, end, nodes). Then replies with values nested
+10,000 deep parse whole, partially and streamed in small chunks, on several families.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chatcodec import Codec
+from chatcodec.reply import peg
+from chatcodec.reply.peg import Choice, Literal, Parser, Ref, Repeat, Seq, Space
+
+from .conftest import template_source
+
+# ------------------------------------------------------------------ the reference grammar
+
+
+def _reference_json() -> dict[str, Parser]:
+    """The recursive combinator grammar of the JSON value (peg.py before the stack)."""
+    ws = Space()
+    value = Ref()
+    member = Seq(peg.python_string.children[0], ws, Literal(":"), ws, value)
+    members = Seq(member, Repeat(Seq(ws, Literal(","), ws, member)))
+    obj = Seq(Literal("{"), ws, Choice(Literal("}"), Seq(members, ws, Literal("}"))))
+    elements = Seq(value, Repeat(Seq(ws, Literal(","), ws, value)))
+    arr = Seq(Literal("["), ws, Choice(Literal("]"), Seq(elements, ws, Literal("]"))))
+    string = peg.python_string.children[0]
+    value.target = Choice(obj, arr, string, peg.json_number, peg.json_bool, peg.json_null)
+    return {"value": value, "object": obj, "array": arr}
+
+
+def _reference_python() -> Parser:
+    """The recursive combinator grammar of llama.cpp's python-or-json value."""
+    ws = Space()
+    value = Ref()
+    member = Seq(peg.python_string, ws, Literal(":"), ws, value)
+    members = Seq(member, Repeat(Seq(ws, Literal(","), ws, member)))
+    mapping = Seq(Literal("{"), ws, Choice(Literal("}"), Seq(members, ws, Literal("}"))), ws)
+    elements = Seq(value, Repeat(Seq(Literal(","), ws, value)))
+    sequence = Seq(Literal("["), ws, Choice(Literal("]"), Seq(elements, ws, Literal("]"))), ws)
+    value.target = Choice(
+        mapping,
+        sequence,
+        peg.python_string,
+        peg.json_number,
+        Choice(Literal("True"), Literal("False")),
+        Literal("None"),
+        peg.json_bool,
+        peg.json_null,
+    )
+    return value
+
+
+REFERENCE = _reference_json()
+PAIRS = (
+    (peg.json_value, REFERENCE["value"]),
+    (peg.json_object, REFERENCE["object"]),
+    (peg.json_array, REFERENCE["array"]),
+    (peg.python_or_json_value, _reference_python()),
+)
+
+# ------------------------------------------------------------------ generated values
+
+_SPACE = st.sampled_from(["", "", " ", "\n", " \t "])
+_SCALARS = st.sampled_from(
+    [
+        "0",
+        "-12.5e+3",
+        "1.",
+        "01",
+        "-",
+        "true",
+        "false",
+        "null",
+        "True",
+        "None",
+        '"a b"',
+        '"x\\"y"',
+        '"\\u00e9"',
+        '"\\q"',
+        "'single'",
+        "'it\\'s'",
+        '"unclosed',
+    ]
+)
+
+
+def _container(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    def array(items: list[str], a: str, b: str, c: str) -> str:
+        return "[" + a + (b + "," + c).join(items) + b + "]" + c
+
+    def obj(items: list[tuple[str, str]], a: str, b: str, c: str) -> str:
+        body = (b + "," + c).join(k + a + ":" + c + v for k, v in items)
+        return "{" + a + body + b + "}" + c
+
+    key = st.sampled_from(['"k"', '"a b"', "'p'", "k", '"\\n"'])
+    return st.one_of(
+        st.builds(array, st.lists(children, max_size=4), _SPACE, _SPACE, _SPACE),
+        st.builds(obj, st.lists(st.tuples(key, children), max_size=3), _SPACE, _SPACE, _SPACE),
+    )
+
+
+VALUES = st.recursive(_SCALARS, _container, max_leaves=12)
+EDITS = st.lists(
+    st.tuples(st.integers(0, 200), st.sampled_from(["", ",", "]", "}", "[", "{", ":", '"', " "])),
+    max_size=2,
+)
+
+
+def _mutate(text: str, edits: list[tuple[int, str]]) -> str:
+    for at, insert in edits:
+        at %= len(text) + 1
+        # an empty insert deletes the character there
+        text = text[:at] + insert + text[at + (0 if insert else 1) :]
+    return text
+
+
+def _same(text: str, pos: int) -> None:
+    for new, old in PAIRS:
+        assert new.parse(text, pos) == old.parse(text, pos), (text, pos, new)
+
+
+@settings(max_examples=400, deadline=None)
+@given(VALUES, EDITS, st.sampled_from(["", "x", " "]))
+def test_stack_parser_equals_the_combinator_grammar_on_every_prefix(
+    value: str, edits: list[tuple[int, str]], lead: str
+) -> None:
+    text = lead + _mutate(value, edits)
+    for cut in range(len(lead), len(text) + 1):
+        _same(text[:cut], len(lead))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2, {"b": null}]}',
+        "[1 , 2]",
+        "[[1] , 2]",
+        "{'a' : True , \"b\": [None,'x'] }  ",
+        '{"a":1,}',
+        "[1,]",
+        '{"a" 1}',
+        "[1 2]",
+        '"\\u12',
+        "[tr",
+        "{",
+        "",
+        "1.x",
+    ],
+)
+def test_stack_parser_equals_the_combinator_grammar_on_known_edges(text: str) -> None:
+    for cut in range(len(text) + 1):
+        _same(text[:cut], 0)
+
+
+def test_depth_beyond_the_recursion_limit_parses_at_the_value_level() -> None:
+    depth = 4 * sys.getrecursionlimit() + 10_000
+    arrays = "[" * depth + "]" * depth
+    objects = '{"a": ' * depth + "1" + "}" * depth
+    python = "{'a': " * depth + "[True]" + "}" * depth
+    assert peg.json_value.parse(arrays, 0) == peg.Result(peg.SUCCESS, len(arrays))
+    assert peg.json_value.parse(objects, 0) == peg.Result(peg.SUCCESS, len(objects))
+    assert peg.python_or_json_value.parse(python, 0) == peg.Result(peg.SUCCESS, len(python))
+    cut = objects[: len(objects) // 2]
+    assert peg.json_value.parse(cut, 0) == peg.Result(peg.NEED_MORE, len(cut))
+    broken = arrays[:depth] + "x" + arrays[depth:]
+    assert peg.json_value.parse(broken, 0) == peg.Result(peg.FAIL, 0)
+    assert peg.json_array.parse(broken, 0) == peg.Result(peg.FAIL, 1)
+
+
+# ------------------------------------------------------------------ whole replies
+
+DEPTH = 10_000
+DEEP = "[" * DEPTH + "]" * DEPTH
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city.",
+            "parameters": {
+                "type": "object",
+                # not a string nor an array: every family reads the value as JSON
+                "properties": {"city": {"type": "number"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+MESSAGES = [{"role": "user", "content": "What's the weather in Paris?"}]
+
+# (template, reply with DEEP as the city argument, the call's arguments)
+FAMILIES = [
+    (
+        "Qwen-Qwen3-0.6B.jinja",
+        '<think>\n\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+        + DEEP
+        + "}}\n</tool_call>",
+        '{"city": ' + DEEP + "}",
+    ),
+    (
+        "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        '{"name": "get_weather", "parameters": {"city": ' + DEEP + "}}",
+        '{"city": ' + DEEP + "}",
+    ),
+    (
+        "openai-gpt-oss-120b.jinja",
+        " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": " + DEEP + "}",
+        '{"city": ' + DEEP + "}",
+    ),
+    (
+        "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+        '[TOOL_CALLS]get_weather[ARGS]{"city": ' + DEEP + "}",
+        '{"city": ' + DEEP + "}",
+    ),
+    (
+        "deepseek-ai-DeepSeek-V3.2.jinja",
+        "</think>\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+        '<｜DSML｜parameter name="city" string="false">'
+        + DEEP
+        + "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        '{"city":' + DEEP + "}",
+    ),
+    (
+        "MiniMax-M3.jinja",
+        "</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">"
+        "]<]minimax[>[<city>" + DEEP + "]<]minimax[>[</city>]<]minimax[>[</invoke>\n"
+        "]<]minimax[>[</tool_call>",
+        '{"city":' + DEEP + "}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("template", "reply", "arguments"), FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_deep_arguments_parse_whole_partial_and_streamed(
+    template: str, reply: str, arguments: str
+) -> None:
+    turn = Codec(template_source(template), eos_token="</s>").prepare(MESSAGES, TOOLS)
+    message = turn.parse(reply)
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", arguments)]
+    assert turn.parse(reply, partial=True).tool_calls == message.tool_calls
+    # cut inside the nesting: a partial parse, no error
+    turn.parse(reply[: len(reply) // 2], partial=True)
+    stream = turn.stream()
+    for i in range(0, len(reply), 7):
+        stream.feed(reply[i : i + 7])
+    assert stream.finish().message.tool_calls == message.tool_calls
+
+
+INLINE_TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+    "{% if tools %}{% for t in tools %}{{ t | tojson }}{% endfor %}{% endif %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_deep_response_format_content_without_the_shared_corpus() -> None:
+    turn = Codec(INLINE_TEMPLATE).prepare(
+        MESSAGES, response_format={"type": "json_object"}
+    )
+    reply = '{"a": ' * DEPTH + "1" + "}" * DEPTH
+    assert turn.parse(reply).content == reply
+    assert turn.parse(reply[:-DEPTH], partial=True).content == reply[:-DEPTH]
+    stream = turn.stream()
+    for i in range(0, len(reply), 5):
+        stream.feed(reply[i : i + 5])
+    assert stream.finish().message.content == reply
