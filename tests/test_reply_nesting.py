@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from chatcodec import Codec
 from chatcodec.reply import peg
-from chatcodec.reply.peg import Choice, Literal, Parser, Ref, Repeat, Seq, Space
+from chatcodec.reply.families import gemma4 as g
+from chatcodec.reply.mapper import json_escape_inner
+from chatcodec.reply.peg import Choice, Literal, Node, Parser, Ref, Repeat, Seq, Space, Tag
 
 from .conftest import template_source
 
@@ -177,6 +179,107 @@ def test_depth_beyond_the_recursion_limit_parses_at_the_value_level() -> None:
     assert peg.json_array.parse(broken, 0) == peg.Result(peg.FAIL, 1)
 
 
+# ------------------------------------------------------------------ Gemma 4's argument dict
+
+
+def _reference_gemma4() -> Parser:
+    """Gemma 4's recursive combinator grammar (gemma4.py before the stack)."""
+    ws = Space()
+    value = Ref()
+    string = Tag(
+        g.GEMMA4_STRING,
+        Seq(Literal(g.QUOTE), Tag(g.GEMMA4_STRING_CONTENT, peg.Until(g.QUOTE)), Literal(g.QUOTE)),
+    )
+    key = Tag(
+        g.GEMMA4_DICT_KEY,
+        Seq(Tag(g.GEMMA4_DICT_KEY_NAME, peg.CharsExcept(":}", 1, -1)), Literal(":")),
+    )
+    member = Tag(g.GEMMA4_DICT_KV, Seq(key, ws, value))
+    members = Seq(member, Repeat(Seq(Literal(","), ws, member)))
+    mapping = Tag(
+        g.GEMMA4_DICT, Seq(Literal("{"), ws, Choice(Literal("}"), Seq(members, ws, Literal("}"))))
+    )
+    elements = Seq(value, Repeat(Seq(Literal(","), ws, value)))
+    array = Tag(
+        g.GEMMA4_ARRAY,
+        Seq(Literal("["), ws, Choice(Literal("]"), Seq(elements, ws, Literal("]")))),
+    )
+    scalar = Choice(peg.json_number, peg.json_bool, peg.json_null)
+    value.target = Tag(g.GEMMA4_VALUE, Choice(string, mapping, array, Tag(g.GEMMA4_SCALAR, scalar)))
+    return mapping
+
+
+def _reference_gemma4_json(node: Node, text: str) -> str:
+    """Gemma 4's recursive node-to-JSON (gemma4.py before the stack)."""
+    if node.end <= node.start:
+        return ""
+    tag = node.tag
+    if tag in (g.GEMMA4_SCALAR, g.GEMMA4_DICT_KEY_NAME):
+        return text[node.start : node.end]
+    if tag == g.GEMMA4_STRING_CONTENT:
+        return json_escape_inner(text[node.start : node.end])
+    if tag == g.GEMMA4_STRING:
+        if not node.children:
+            return '"'
+        inner = _reference_gemma4_json(node.children[0], text)
+        return '"' + inner + ("" if node.partial else '"')
+    if tag in (g.GEMMA4_ARRAY, g.GEMMA4_DICT):
+        inner = ",".join(_reference_gemma4_json(c, text) for c in node.children)
+        close = "]" if tag == g.GEMMA4_ARRAY else "}"
+        return ("[" if tag == g.GEMMA4_ARRAY else "{") + inner + ("" if node.partial else close)
+    if tag == g.GEMMA4_DICT_KEY:
+        name = _reference_gemma4_json(node.children[0], text) if node.children else ""
+        return '"' + json_escape_inner(name) + ("" if node.partial else '":')
+    if tag == g.GEMMA4_DICT_KV:
+        return "".join(_reference_gemma4_json(c, text) for c in node.children)
+    if tag == g.GEMMA4_VALUE:
+        return _reference_gemma4_json(node.children[0], text) if node.children else ""
+    return ""
+
+
+GEMMA4_REFERENCE = _reference_gemma4()
+GEMMA4_ARGUMENTS = g.Gemma4Arguments()
+_Q = g.QUOTE
+_GEMMA4_SCALARS = st.sampled_from(
+    ["0", "-2.5", "1.", "true", "null", "nul", _Q + "a b" + _Q, _Q + "x", _Q + _Q, "<|", "x"]
+)
+
+
+def _gemma4_container(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    def array(items: list[str], a: str, b: str) -> str:
+        return "[" + a + ("," + b).join(items) + b + "]"
+
+    def obj(items: list[tuple[str, str]], a: str, b: str) -> str:
+        return "{" + a + ("," + b).join(k + ":" + a + v for k, v in items) + b + "}"
+
+    key = st.sampled_from(["city", "a b", "k,", "x"])
+    return st.one_of(
+        st.builds(array, st.lists(children, max_size=3), _SPACE, _SPACE),
+        st.builds(obj, st.lists(st.tuples(key, children), max_size=3), _SPACE, _SPACE),
+    )
+
+
+GEMMA4_VALUES = st.recursive(_GEMMA4_SCALARS, _gemma4_container, max_leaves=10)
+
+
+def _same_gemma4(text: str, pos: int) -> None:
+    new = GEMMA4_ARGUMENTS.parse(text, pos)
+    old = GEMMA4_REFERENCE.parse(text, pos)
+    assert new == old, (text, pos)
+    for node in new.nodes:
+        assert g.gemma4_json(node, text) == _reference_gemma4_json(node, text), (text, pos)
+
+
+@settings(max_examples=300, deadline=None)
+@given(GEMMA4_VALUES, EDITS, st.sampled_from(["", "x"]))
+def test_gemma4_stack_parser_equals_the_combinator_grammar_on_every_prefix(
+    value: str, edits: list[tuple[int, str]], lead: str
+) -> None:
+    text = lead + _mutate("{city:" + value + "}", edits)
+    for cut in range(len(lead), len(text) + 1):
+        _same_gemma4(text[:cut], len(lead))
+
+
 # ------------------------------------------------------------------ whole replies
 
 DEPTH = 10_000
@@ -214,7 +317,7 @@ FAMILIES = [
     ),
     (
         "openai-gpt-oss-120b.jinja",
-        " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": " + DEEP + "}",
+        ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": ' + DEEP + "}",
         '{"city": ' + DEEP + "}",
     ),
     (
@@ -224,7 +327,7 @@ FAMILIES = [
     ),
     (
         "deepseek-ai-DeepSeek-V3.2.jinja",
-        "</think>\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+        '</think>\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
         '<｜DSML｜parameter name="city" string="false">'
         + DEEP
         + "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
@@ -232,9 +335,26 @@ FAMILIES = [
     ),
     (
         "MiniMax-M3.jinja",
-        "</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">"
+        '</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_weather">'
         "]<]minimax[>[<city>" + DEEP + "]<]minimax[>[</city>]<]minimax[>[</invoke>\n"
         "]<]minimax[>[</tool_call>",
+        '{"city":' + DEEP + "}",
+    ),
+    (
+        "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
+        "</think>\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+        + DEEP
+        + "\n</parameter>\n</function>\n</tool_call>",
+        '{"city":' + DEEP + "}",
+    ),
+    (
+        "LFM2-8B-A1B.jinja",
+        "<|tool_call_start|>[get_weather(city=" + DEEP + ")]<|tool_call_end|>",
+        '{"city":' + DEEP + "}",
+    ),
+    (
+        "google-gemma-4-31B-it.jinja",
+        "<|tool_call>call:get_weather{city:" + DEEP + "}<tool_call|>",
         '{"city":' + DEEP + "}",
     ),
 ]
@@ -264,9 +384,7 @@ INLINE_TEMPLATE = (
 
 
 def test_deep_response_format_content_without_the_shared_corpus() -> None:
-    turn = Codec(INLINE_TEMPLATE).prepare(
-        MESSAGES, response_format={"type": "json_object"}
-    )
+    turn = Codec(INLINE_TEMPLATE).prepare(MESSAGES, response_format={"type": "json_object"})
     reply = '{"a": ' * DEPTH + "1" + "}" * DEPTH
     assert turn.parse(reply).content == reply
     assert turn.parse(reply[:-DEPTH], partial=True).content == reply[:-DEPTH]
