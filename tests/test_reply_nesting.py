@@ -10,12 +10,13 @@ of each, both give the same Result (status, end, nodes). Then replies with value
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chatcodec import Codec
+from chatcodec import ChatTemplate, Codec, probe_capabilities, to_template_messages
 from chatcodec.reply import peg
 from chatcodec.reply.families import gemma4 as g
 from chatcodec.reply.mapper import json_escape_inner
@@ -368,8 +369,9 @@ def test_deep_arguments_parse_whole_partial_and_streamed(
     message = turn.parse(reply)
     assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", arguments)]
     assert turn.parse(reply, partial=True).tool_calls == message.tool_calls
-    # cut inside the nesting: a partial parse, no error
-    turn.parse(reply[: len(reply) // 2], partial=True)
+    # cut inside the nesting: a partial parse, no error; a call shown holds a prefix
+    cut = turn.parse(reply[: len(reply) // 2], partial=True)
+    assert all(arguments.startswith(c.arguments) for c in cut.tool_calls)
     stream = turn.stream()
     for i in range(0, len(reply), 7):
         stream.feed(reply[i : i + 7])
@@ -383,6 +385,41 @@ INLINE_TEMPLATE = (
 )
 
 
+# a Hermes-style template: the auto parser reads its calls as JSON objects
+INLINE_TOOLS_TEMPLATE = """{%- for m in messages -%}
+<|im_start|>{{ m.role }}
+{%- if m.content %}
+{{ m.content }}{% endif %}
+{%- if m.tool_calls %}{% for c in m.tool_calls %}
+<tool_call>
+{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}
+</tool_call>{% endfor %}{% endif %}<|im_end|>
+{% endfor -%}
+{%- if tools %}<|im_start|>system
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|im_end|>
+{% endif -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%}"""
+
+
+def test_deep_arguments_without_the_shared_corpus() -> None:
+    turn = Codec(INLINE_TOOLS_TEMPLATE, eos_token="<|im_end|>").prepare(MESSAGES, TOOLS)
+    objects = '{"a": ' * DEPTH + "[]" + "}" * DEPTH
+    reply = '<tool_call>\n{"name": "get_weather", "arguments": {"city": ' + objects
+    reply += "}}\n</tool_call>"
+    message = turn.parse(reply)
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [
+        ("get_weather", '{"city": ' + objects + "}")
+    ]
+    # cut inside the nesting: the call is not complete yet, and nothing raises
+    assert turn.parse(reply[: len(reply) // 2], partial=True).content == ""
+    stream = turn.stream()
+    for i in range(0, len(reply), 3):
+        stream.feed(reply[i : i + 3])
+    assert stream.finish().message.tool_calls == message.tool_calls
+
+
 def test_deep_response_format_content_without_the_shared_corpus() -> None:
     turn = Codec(INLINE_TEMPLATE).prepare(MESSAGES, response_format={"type": "json_object"})
     reply = '{"a": ' * DEPTH + "1" + "}" * DEPTH
@@ -392,3 +429,16 @@ def test_deep_response_format_content_without_the_shared_corpus() -> None:
     for i in range(0, len(reply), 5):
         stream.feed(reply[i : i + 5])
     assert stream.finish().message.content == reply
+
+
+def test_deep_reply_arguments_go_back_into_the_next_prompt_as_their_text() -> None:
+    # Python's json module stops at ~1,000 levels; the arguments of a parsed reply are never
+    # decoded by the parse, and the next turn's messages keep such arguments as their text
+    # (a template that renders calls with argument maps, as Qwen3's does)
+    template = ChatTemplate(INLINE_TEMPLATE)
+    arguments = '{"city": ' + DEEP + "}"
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    messages = [*MESSAGES, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    caps = replace(probe_capabilities(template), tool_calls=True, string_arguments=False)
+    converted = to_template_messages(messages, caps)
+    assert converted.messages[1]["tool_calls"][0]["function"]["arguments"] == arguments
