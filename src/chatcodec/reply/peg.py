@@ -32,6 +32,7 @@ __all__ = [
     "Atomic",
     "Eps",
     "Ref",
+    "NestedValue",
     "optional",
     "atomic_tag",
     "json_value",
@@ -329,7 +330,7 @@ def atomic_tag(tag: str, parser: Parser) -> Parser:
 
 
 class Ref(Parser):
-    """A late-bound parser, for the recursive JSON value."""
+    """A late-bound parser, for a recursive grammar (Gemma 4's argument values)."""
 
     def __init__(self) -> None:
         self.target: Parser = Eps()
@@ -338,9 +339,129 @@ class Ref(Parser):
         return self.target.parse(text, pos)
 
 
+class NestedValue(Parser):
+    """A JSON (or Python-literal) value, object or array, read with an explicit stack.
+
+    The result is exactly the combinator grammar's (kept in tests/test_reply_nesting.py as the
+    reference): a container is ``open ws (close | items ws close)``, a FAIL anywhere inside
+    fails every enclosing container, a NEED_MORE anywhere ends the parse with the inner end.
+    No Python recursion per nesting level: any depth that fits in memory parses.
+    ``python``: llama.cpp's python-or-json value (containers swallow the space after them, no
+    space before an element's comma). ``top``: what the value may be ("value", "{" or "[").
+    """
+
+    def __init__(self, scalar: Parser, key: Parser, python: bool, top: str = "value") -> None:
+        self.scalar, self.key, self.python, self.top = scalar, key, python, top
+
+    def parse(self, text: str, pos: int) -> Result:
+        n = len(text)
+        start = pos
+        python = self.python
+        top = self.top
+        if top != "value":
+            if pos >= n:
+                return Result(NEED_MORE, n)
+            if text[pos] != top:
+                return Result(FAIL, pos)
+        # per open container: True for an object; where its first item begins (its FAIL end)
+        objects: list[bool] = []
+        first_item = -1
+        scalar = self.scalar
+        while True:
+            # a value at pos
+            if pos >= n:
+                return Result(NEED_MORE, n)
+            c = text[pos]
+            if c == "{" or c == "[":
+                pos += 1
+                while pos < n and text[pos] in _C_SPACE:
+                    pos += 1
+                if pos >= n:
+                    return Result(NEED_MORE, n)
+                if text[pos] == ("}" if c == "{" else "]"):
+                    pos += 1
+                    if python:
+                        while pos < n and text[pos] in _C_SPACE:
+                            pos += 1
+                else:
+                    if not objects:
+                        first_item = pos
+                    objects.append(c == "{")
+                    if c == "{":
+                        r = self._key(text, pos)
+                        if r.status != SUCCESS:
+                            return self._failed(r, start, first_item)
+                        pos = r.end
+                    continue
+            else:
+                r = scalar.parse(text, pos)
+                if r.status != SUCCESS:
+                    return self._failed(r, start, first_item)
+                pos = r.end
+            # after a value: the next item, or the close of its container(s)
+            while objects:
+                if pos >= n:
+                    return Result(NEED_MORE, n)
+                is_object = objects[-1]
+                q = pos
+                if is_object or not python:
+                    while q < n and text[q] in _C_SPACE:
+                        q += 1
+                    if q >= n:
+                        return Result(NEED_MORE, n)
+                if text[q] == ",":
+                    q += 1
+                    while q < n and text[q] in _C_SPACE:
+                        q += 1
+                    pos = q
+                    if is_object:
+                        r = self._key(text, pos)
+                        if r.status != SUCCESS:
+                            return self._failed(r, start, first_item)
+                        pos = r.end
+                    break
+                while q < n and text[q] in _C_SPACE:
+                    q += 1
+                if q >= n:
+                    return Result(NEED_MORE, n)
+                if text[q] != ("}" if is_object else "]"):
+                    return Result(FAIL, start if top == "value" else first_item)
+                pos = q + 1
+                if python:
+                    while pos < n and text[pos] in _C_SPACE:
+                        pos += 1
+                objects.pop()
+            else:
+                return Result(SUCCESS, pos)
+
+    def _key(self, text: str, pos: int) -> Result:
+        """A member's key, the space and colon after it and the space before its value."""
+        r = self.key.parse(text, pos)
+        if r.status != SUCCESS:
+            return r
+        n = len(text)
+        pos = r.end
+        while pos < n and text[pos] in _C_SPACE:
+            pos += 1
+        if pos >= n:
+            return Result(NEED_MORE, n)
+        if text[pos] != ":":
+            return Result(FAIL, pos)
+        pos += 1
+        while pos < n and text[pos] in _C_SPACE:
+            pos += 1
+        return Result(SUCCESS, pos)
+
+    def _failed(self, r: Result, start: int, first_item: int) -> Result:
+        """An inner NEED_MORE as it is; an inner FAIL as the outermost construct's FAIL."""
+        if r.status == NEED_MORE:
+            return Result(NEED_MORE, r.end)
+        if self.top == "value" or first_item < 0:
+            return Result(FAIL, start)
+        return Result(FAIL, first_item)
+
+
 def _build_json() -> dict[str, Parser]:
-    ws = Space()
-    value = Ref()
     string = Seq(Literal('"'), StringBody('"'), Literal('"'))
     digits = Chars("0123456789", 1, -1)
     int_part = Choice(Literal("0"), Seq(Chars("123456789", 1, 1), Chars("0123456789", 0, -1)))
@@ -355,16 +476,11 @@ def _build_json() -> dict[str, Parser]:
     )
     boolean = Choice(Literal("true"), Literal("false"))
     null = Literal("null")
-    member = Seq(string, ws, Literal(":"), ws, value)
-    members = Seq(member, Repeat(Seq(ws, Literal(","), ws, member)))
-    obj = Seq(Literal("{"), ws, Choice(Literal("}"), Seq(members, ws, Literal("}"))))
-    elements = Seq(value, Repeat(Seq(ws, Literal(","), ws, value)))
-    arr = Seq(Literal("["), ws, Choice(Literal("]"), Seq(elements, ws, Literal("]"))))
-    value.target = Choice(obj, arr, string, number, boolean, null)
+    scalar = Choice(string, number, boolean, null)
     return {
-        "value": value,
-        "object": obj,
-        "array": arr,
+        "value": NestedValue(scalar, string, python=False),
+        "object": NestedValue(scalar, string, python=False, top="{"),
+        "array": NestedValue(scalar, string, python=False, top="["),
         "string": string,
         "number": number,
         "bool": boolean,
@@ -411,16 +527,7 @@ python_string = Choice(
 def _build_python_or_json() -> Parser:
     """llama.cpp's python-or-json-value: dicts and lists (which swallow the space after them),
     single- or double-quoted strings, JSON numbers, True/False/None and true/false/null."""
-    ws = Space()
-    value = Ref()
-    member = Seq(python_string, ws, Literal(":"), ws, value)
-    members = Seq(member, Repeat(Seq(ws, Literal(","), ws, member)))
-    mapping = Seq(Literal("{"), ws, Choice(Literal("}"), Seq(members, ws, Literal("}"))), ws)
-    elements = Seq(value, Repeat(Seq(Literal(","), ws, value)))
-    sequence = Seq(Literal("["), ws, Choice(Literal("]"), Seq(elements, ws, Literal("]"))), ws)
-    value.target = Choice(
-        mapping,
-        sequence,
+    scalar = Choice(
         python_string,
         json_number,
         Choice(Literal("True"), Literal("False")),
@@ -428,7 +535,7 @@ def _build_python_or_json() -> Parser:
         json_bool,
         json_null,
     )
-    return value
+    return NestedValue(scalar, python_string, python=True)
 
 
 python_or_json_value = _build_python_or_json()

@@ -182,8 +182,10 @@ def _arguments(arguments: Any, as_string: bool) -> Any:
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments)
-        except ValueError:
-            return arguments  # not JSON (a truncated reply, say): passed on as the string
+        except (ValueError, RecursionError):
+            # not JSON (a truncated reply, say), or nested deeper than Python's json module
+            # reads: passed on as the string
+            return arguments
         # only an object is an argument map; "5" or "[1]" stay as the text the model wrote
         return parsed if isinstance(parsed, dict) else arguments
     return arguments

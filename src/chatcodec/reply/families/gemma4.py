@@ -29,7 +29,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe", "Gemma4Mapper"]
+__all__ = ["NAME", "matches", "describe", "Gemma4Mapper", "Gemma4Arguments", "gemma4_json"]
 
 NAME = "Gemma4 (inferred from format)"
 REQUIRED = ("'<|tool_call>call:'",)
@@ -57,32 +57,56 @@ GEMMA4_DICT_KEY_NAME = "gemma4-dict-key-name"
 GEMMA4_VALUE = "gemma4-value"
 
 
-def _gemma4_json(node: Node, text: str) -> str:
-    """A Gemma 4 value node as compact JSON; containers and strings stay open while cut short."""
+def gemma4_json(node: Node, text: str) -> str:
+    """A Gemma 4 value node as compact JSON; containers and strings stay open while cut short.
+
+    Containers are walked with an explicit stack: a value nests as deep as its text does."""
+    out: list[str] = []
+    # a node to write, or a piece of text already written
+    todo: list[Node | str] = [node]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        if item.end <= item.start:
+            continue
+        tag = item.tag
+        if tag in (GEMMA4_ARRAY, GEMMA4_DICT):
+            is_array = tag == GEMMA4_ARRAY
+            if not item.partial:
+                todo.append("]" if is_array else "}")
+            for i in range(len(item.children) - 1, -1, -1):
+                todo.append(item.children[i])
+                if i:
+                    todo.append(",")
+            out.append("[" if is_array else "{")
+        elif tag == GEMMA4_DICT_KV:
+            todo.extend(reversed(item.children))
+        elif tag == GEMMA4_VALUE:
+            if item.children:
+                todo.append(item.children[0])
+        else:
+            out.append(_gemma4_leaf(item, text))
+    return "".join(out)
+
+
+def _gemma4_leaf(node: Node, text: str) -> str:
+    """A node that holds no value nodes (a scalar, a string, a key) as JSON."""
     if node.end <= node.start:
         return ""
     tag = node.tag
-    if tag == GEMMA4_SCALAR:
+    if tag == GEMMA4_SCALAR or tag == GEMMA4_DICT_KEY_NAME:
         return text[node.start : node.end]
     if tag == GEMMA4_STRING_CONTENT:
         return json_escape_inner(text[node.start : node.end])
-    if tag == GEMMA4_DICT_KEY_NAME:
-        return text[node.start : node.end]
     if tag == GEMMA4_STRING:
         if not node.children:
             return '"'
-        return '"' + _gemma4_json(node.children[0], text) + ("" if node.partial else '"')
-    if tag in (GEMMA4_ARRAY, GEMMA4_DICT):
-        inner = ",".join(_gemma4_json(c, text) for c in node.children)
-        close = "]" if tag == GEMMA4_ARRAY else "}"
-        return ("[" if tag == GEMMA4_ARRAY else "{") + inner + ("" if node.partial else close)
+        return '"' + _gemma4_leaf(node.children[0], text) + ("" if node.partial else '"')
     if tag == GEMMA4_DICT_KEY:
-        name = json_escape_inner(_gemma4_json(node.children[0], text)) if node.children else ""
+        name = json_escape_inner(_gemma4_leaf(node.children[0], text)) if node.children else ""
         return '"' + name + ("" if node.partial else '":')
-    if tag == GEMMA4_DICT_KV:
-        return "".join(_gemma4_json(c, text) for c in node.children)
-    if tag == GEMMA4_VALUE:
-        return _gemma4_json(node.children[0], text) if node.children else ""
     return ""
 
 
@@ -102,51 +126,157 @@ class Gemma4Mapper(CallMapper):
             args = find_node(node, t.TOOL_ARGS)
             if name is None or args is None or name.partial:
                 continue
-            arguments = _gemma4_json(args.children[0], text) if args.children else ""
+            arguments = gemma4_json(args.children[0], text) if args.children else ""
             self.calls.append(MappedCall(text[name.start : name.end], arguments))
 
     def flush(self) -> None:
         return
 
 
-def _value_grammar() -> peg.Parser:
-    """Gemma 4's argument dict (the gemma4-* rules), tagged for Gemma4Mapper."""
-    ws = peg.Space()
-    value = peg.Ref()
-    string = peg.Tag(
-        GEMMA4_STRING,
-        peg.Seq(
-            peg.Literal(QUOTE), peg.Tag(GEMMA4_STRING_CONTENT, peg.Until(QUOTE)), peg.Literal(QUOTE)
-        ),
-    )
-    key = peg.Tag(
-        GEMMA4_DICT_KEY,
-        peg.Seq(peg.Tag(GEMMA4_DICT_KEY_NAME, peg.CharsExcept(":}", 1, -1)), peg.Literal(":")),
-    )
-    member = peg.Tag(GEMMA4_DICT_KV, peg.Seq(key, ws, value))
-    members = peg.Seq(member, peg.Repeat(peg.Seq(peg.Literal(","), ws, member)))
-    mapping = peg.Tag(
-        GEMMA4_DICT,
-        peg.Seq(
-            peg.Literal("{"),
-            ws,
-            peg.Choice(peg.Literal("}"), peg.Seq(members, ws, peg.Literal("}"))),
-        ),
-    )
-    elements = peg.Seq(value, peg.Repeat(peg.Seq(peg.Literal(","), ws, value)))
-    array = peg.Tag(
-        GEMMA4_ARRAY,
-        peg.Seq(
-            peg.Literal("["),
-            ws,
-            peg.Choice(peg.Literal("]"), peg.Seq(elements, ws, peg.Literal("]"))),
-        ),
-    )
-    scalar = peg.Choice(peg.json_number, peg.json_bool, peg.json_null)
-    value.target = peg.Tag(
-        GEMMA4_VALUE, peg.Choice(string, mapping, array, peg.Tag(GEMMA4_SCALAR, scalar))
-    )
-    return mapping
+class _Open:
+    """A container being read: its items so far and the member in progress (dicts)."""
+
+    __slots__ = ("is_dict", "start", "items", "member_start", "key")
+
+    def __init__(self, is_dict: bool, start: int) -> None:
+        self.is_dict, self.start = is_dict, start
+        self.items: list[Node] = []
+        self.member_start = -1  # where the member in progress begins (-1: none)
+        self.key: Node | None = None  # its key, once complete
+
+
+class Gemma4Arguments(peg.Parser):
+    """Gemma 4's argument dict (llama.cpp's gemma4-* rules), tagged for Gemma4Mapper.
+
+    The same Result as the combinator grammar ``{ ws (} | member (, ws member)* ws })``, a
+    member ``key: ws value``, arrays alike (kept in tests/test_reply_nesting.py as the
+    reference), read with an explicit stack so that nesting depth never meets Python's
+    recursion limit."""
+
+    def __init__(self) -> None:
+        string = peg.Tag(
+            GEMMA4_STRING,
+            peg.Seq(
+                peg.Literal(QUOTE),
+                peg.Tag(GEMMA4_STRING_CONTENT, peg.Until(QUOTE)),
+                peg.Literal(QUOTE),
+            ),
+        )
+        self.key = peg.Tag(
+            GEMMA4_DICT_KEY,
+            peg.Seq(peg.Tag(GEMMA4_DICT_KEY_NAME, peg.CharsExcept(":}", 1, -1)), peg.Literal(":")),
+        )
+        scalar = peg.Choice(peg.json_number, peg.json_bool, peg.json_null)
+        # a value that is not a container (strings first: llama.cpp's order)
+        self.leaf = peg.Tag(GEMMA4_VALUE, peg.Choice(string, peg.Tag(GEMMA4_SCALAR, scalar)))
+
+    def parse(self, text: str, pos: int) -> peg.Result:
+        n = len(text)
+        if pos >= n:
+            return peg.Result(peg.NEED_MORE, n, [Node(GEMMA4_DICT, pos, n, True)])
+        if text[pos] != "{":
+            return peg.Result(peg.FAIL, pos)
+        stack: list[_Open] = []
+        first_item = -1  # where the outermost dict's first member begins: its FAIL end
+        while True:
+            # text[pos] opens a container, or pos begins a leaf value
+            if pos < n and text[pos] in "{[":
+                frame = _Open(text[pos] == "{", pos)
+                stack.append(frame)
+                pos = _skip_space(text, pos + 1)
+                if pos >= n:
+                    return _cut(stack, [], n)
+                if text[pos] != ("}" if frame.is_dict else "]"):
+                    if first_item < 0:
+                        first_item = pos
+                    if frame.is_dict:
+                        frame.member_start = pos
+                        r = self.key.parse(text, pos)
+                        if r.status != peg.SUCCESS:
+                            return _stopped(r, stack, first_item)
+                        frame.key = r.nodes[0]
+                        pos = _skip_space(text, r.end)
+                    continue
+                pos += 1
+                stack.pop()
+                value = _closed(frame, pos, outermost=not stack)
+            else:
+                r = self.leaf.parse(text, pos)
+                if r.status != peg.SUCCESS:
+                    return _stopped(r, stack, first_item)
+                value, pos = r.nodes[0], r.end
+            # a complete value: the next item, or the close of its container(s)
+            while True:
+                if not stack:
+                    return peg.Result(peg.SUCCESS, pos, [value])
+                frame = stack[-1]
+                if frame.is_dict:
+                    assert frame.key is not None
+                    member = Node(
+                        GEMMA4_DICT_KV, frame.member_start, pos, False, (frame.key, value)
+                    )
+                    frame.items.append(member)
+                    frame.member_start, frame.key = -1, None
+                else:
+                    frame.items.append(value)
+                if pos >= n:
+                    return _cut(stack, [], n)
+                if text[pos] == ",":
+                    pos = _skip_space(text, pos + 1)
+                    if frame.is_dict:
+                        frame.member_start = pos
+                        r = self.key.parse(text, pos)
+                        if r.status != peg.SUCCESS:
+                            return _stopped(r, stack, first_item)
+                        frame.key = r.nodes[0]
+                        pos = _skip_space(text, r.end)
+                    break
+                pos = _skip_space(text, pos)
+                if pos >= n:
+                    return _cut(stack, [], n)
+                if text[pos] != ("}" if frame.is_dict else "]"):
+                    return peg.Result(peg.FAIL, first_item)
+                pos += 1
+                stack.pop()
+                value = _closed(frame, pos, outermost=not stack)
+
+
+def _skip_space(text: str, pos: int) -> int:
+    n = len(text)
+    while pos < n and peg.is_c_space(text[pos]):
+        pos += 1
+    return pos
+
+
+def _closed(frame: _Open, end: int, outermost: bool) -> Node:
+    """A complete container's node (a value node around it, but for the outermost dict)."""
+    tag = GEMMA4_DICT if frame.is_dict else GEMMA4_ARRAY
+    node = Node(tag, frame.start, end, False, tuple(frame.items))
+    return node if outermost else Node(GEMMA4_VALUE, frame.start, end, False, (node,))
+
+
+def _cut(stack: list[_Open], inner: list[Node], end: int) -> peg.Result:
+    """NEED_MORE at ``end``: every open container's node, cut short, around ``inner``."""
+    nodes = inner
+    for depth in range(len(stack) - 1, -1, -1):
+        frame = stack[depth]
+        children = list(frame.items)
+        if frame.is_dict and frame.member_start >= 0:
+            kv = ((frame.key,) if frame.key is not None else ()) + tuple(nodes)
+            children.append(Node(GEMMA4_DICT_KV, frame.member_start, end, True, kv))
+        else:
+            children.extend(nodes)
+        tag = GEMMA4_DICT if frame.is_dict else GEMMA4_ARRAY
+        node = Node(tag, frame.start, end, True, tuple(children))
+        nodes = [node if depth == 0 else Node(GEMMA4_VALUE, frame.start, end, True, (node,))]
+    return peg.Result(peg.NEED_MORE, end, nodes)
+
+
+def _stopped(r: peg.Result, stack: list[_Open], first_item: int) -> peg.Result:
+    """An inner NEED_MORE cuts every open container; an inner FAIL fails the outermost dict."""
+    if r.status == peg.NEED_MORE:
+        return _cut(stack, r.nodes, r.end)
+    return peg.Result(peg.FAIL, first_item)
 
 
 def matches(source: str) -> bool:
@@ -181,7 +311,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
             (_then(thought, "more"), _then(content, "more")), otherwise="", loop=True
         )
     else:
-        dict_grammar = _value_grammar()
+        dict_grammar = Gemma4Arguments()
         choice = peg.Choice(
             *(
                 peg.Tag(
