@@ -100,8 +100,9 @@ def _mutate(rng: random.Random, text: str, markers: list[str]) -> str:
     if kind == 5:  # a span repeated (many calls, when it holds one)
         end = min(len(text), at + rng.randrange(1, 200))
         return text[:at] + text[at:end] * rng.randrange(2, 30) + text[end:]
-    if kind == 6:  # brackets opened deep
-        return text[:at] + rng.choice("[{") * rng.randrange(1, 60) + text[at:]
+    if kind == 6:  # brackets opened deep (deeper than Python's recursion limit at times)
+        depth = rng.choice((rng.randrange(1, 60), 3000))
+        return text[:at] + rng.choice(["[", '{"a": ']) * depth + text[at:]
     return text[:at] + "".join(rng.choice(UNICODE) for _ in range(rng.randrange(1, 8))) + text[at:]
 
 
