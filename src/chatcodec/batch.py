@@ -10,8 +10,9 @@ Two schemas, those of ``../shared/oracle/render/README.md`` and
 - a **parse** request (it has ``outputs``: a request and the model replies to read) gives
   ``{"id", "results": [{"message": ...} | {"error": "..."}, ...]}``, one per output.
 
-A request that cannot be run at all (a missing field, a template file that is not there)
-gives ``{"id", "error": {"type": "UsageError", "message"}}``. This module sits at the top of
+A request that cannot be run at all (a missing field, a field of the wrong JSON type, a
+template file that is not there or lies outside the template folders) gives
+``{"id", "error": {"type": "UsageError", "message"}}``. This module sits at the top of
 the package: it drives both halves (``checkpoint``/``codec`` and the reply runtime).
 """
 

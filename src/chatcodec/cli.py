@@ -120,8 +120,11 @@ _OWN_KEYWORDS = {
 def _variables(args: argparse.Namespace) -> dict[str, Any]:
     """The template variables of ``--var`` and ``--no-thinking``."""
     variables = dict(_parse_var(item) for item in args.var)
-    for name in sorted(variables.keys() & _OWN_KEYWORDS[args.command]):
-        raise UsageError(f"--var cannot set {name!r}: it is one of {args.command}'s own options")
+    clashes = sorted(variables.keys() & _OWN_KEYWORDS[args.command])
+    if clashes:
+        raise UsageError(
+            f"--var cannot set {clashes[0]!r}: it is one of {args.command}'s own options"
+        )
     if not args.thinking:
         variables["enable_thinking"] = False
     return variables
