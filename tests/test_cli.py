@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -224,7 +226,7 @@ def test_batch_replays_the_render_oracle() -> None:
     chosen = cases[::40]  # a spread over every template and shape, errors included
     stdin = "".join(json.dumps(case) + "\n" for case in chosen) + "\n{broken\n"
     result = chatcodec("batch", "--templates", str(shared_path("chat_templates")), stdin=stdin)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 2, result.stderr  # the broken line is a usage error
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(lines) == len(chosen) + 1
     for case, line in zip(chosen, lines[:-1], strict=True):
@@ -234,7 +236,11 @@ def test_batch_replays_the_render_oracle() -> None:
         else:
             assert line["rendered"] == case["expected"]
     assert lines[-1]["error"]["type"] == "UsageError"
-    assert result.stderr == ""  # no progress bar when stderr is not a terminal
+    # no progress bar when stderr is not a terminal: only the count of unusable lines
+    assert result.stderr == (
+        f"chatcodec batch: 1 UsageError of {len(chosen) + 1} requests could not be run "
+        "(see their result lines)\n"
+    )
 
 
 def test_batch_names_a_missing_template() -> None:
@@ -244,7 +250,7 @@ def test_batch_names_a_missing_template() -> None:
         "messages": [{"role": "user", "content": "x"}],
     }
     result = chatcodec("batch", stdin=json.dumps(request) + "\n")
-    assert result.returncode == 0
+    assert result.returncode == 2
     line = json.loads(result.stdout)
     assert "no-such.jinja" in line["error"]["message"]
 
@@ -365,7 +371,7 @@ def test_inspect_and_batch_run_on_the_example_checkpoint() -> None:
     assert found["special_tokens"] == {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
     assert found["capabilities"]["tools"] and found["capabilities"]["thinking_toggle"]
     assert found["reply"]["handler"] == "autoparser"
-    template = str(CHECKPOINT / "chat_template.jinja")
+    template = "chat_template.jinja"  # a file name inside --templates
     user = [{"role": "user", "content": "Hi"}]
     requests = [
         {"id": "r", "template": template, "messages": user, "add_generation_prompt": True},
@@ -379,8 +385,8 @@ def test_inspect_and_batch_run_on_the_example_checkpoint() -> None:
         {"id": "m", "template": "no-such.jinja", "messages": user},
     ]
     stdin = "".join(json.dumps(request) + "\n" for request in requests)
-    result = chatcodec("batch", stdin=stdin)
-    assert result.returncode == 0, result.stderr
+    result = chatcodec("batch", "--templates", str(CHECKPOINT), stdin=stdin)
+    assert result.returncode == 2, result.stderr  # the missing template is a usage error
     rendered, empty, parsed, missing = [json.loads(line) for line in result.stdout.splitlines()]
     assert rendered == {
         "id": "r",
@@ -418,3 +424,247 @@ def test_prepare_pins_strftime_now_as_render_does() -> None:
     assert turn.prompt == codec.render(user, add_generation_prompt=True, now=0)
     assert turn.prompt.startswith("Today: 01 Jan 1970\n")
     assert turn.parse("Hello").content == "Hello"
+
+
+# --- robustness: no traceback, one line, the right status, a batch that goes on -----------
+
+HI = [{"role": "user", "content": "Hi"}]
+
+
+def _one_error_line(result: subprocess.CompletedProcess[str], status: int, says: str) -> None:
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert says in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["render", "{ckpt}", "{bad}"], "messages in {bad} is not UTF-8 text"),
+        (["render", "{ckpt}", "{ok}", "--tools", "{bad}"], "tools in {bad} is not UTF-8 text"),
+        (["render", "{ckpt}", "{ok}", "--documents", "{bad}"], "documents in {bad} is not UTF-8"),
+        (["parse", "{ckpt}", "{bad}"], "the reply in {bad} is not UTF-8 text"),
+        (["parse", "{ckpt}", "--messages", "{bad}"], "messages in {bad} is not UTF-8 text"),
+        (["parse", "{ckpt}", "--response-format", "{bad}"], "response_format in {bad} is not"),
+    ],
+)
+def test_a_file_that_is_not_utf8_is_one_usage_line(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes('[{"role": "user", "content": "caf\xe9"}]'.encode("latin-1"))
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps(HI), encoding="utf-8")
+    names = {"{ckpt}": str(CHECKPOINT), "{bad}": str(bad), "{ok}": str(ok)}
+    argv = [names.get(arg, arg) for arg in args]
+    result = chatcodec(*argv, stdin="Hello")
+    _one_error_line(result, 2, says.replace("{bad}", str(bad)))
+    assert result.stdout == ""
+
+
+def test_stdin_that_is_not_utf8_is_one_usage_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "chatcodec", "render", str(CHECKPOINT)],
+        input=b'[{"role": "user", "content": "\xff"}]',
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.decode()
+        .strip()
+        .endswith("messages in stdin is not UTF-8 text (invalid start byte at byte 30)")
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "files", "status", "says"),
+    [
+        # messages of the wrong shape: the library's own error, status 1
+        (["parse", "--messages", "{a}"], {"a": [1, 2]}, 1, "TemplateArgumentError: message 0"),
+        (["render", "{a}"], {"a": [1, 2]}, 1, "TemplateArgumentError: message 0 is an int"),
+        (["render", "{a}", "--openai"], {"a": ["x"]}, 1, "message 0 is a str"),
+        (["parse", "--messages", "{a}"], {"a": {"messages": "x"}}, 2, "must be a JSON list"),
+        (["parse", "--response-format", "{a}"], {"a": [1]}, 1, "RequestError: response_format"),
+        (["parse", "--tools", "{a}"], {"a": {"type": "function"}}, 1, "tools must be a list"),
+        (["render", "{b}", "--tools", "{a}"], {"a": [1], "b": HI}, 1, "Tools should either be"),
+        # JSON too deep to read, options that collide with the command's own
+        (["render", "{a}"], {"a": "[" * 100_000}, 2, "nests too deeply to read"),
+        (["render", "{b}", "--var", "messages=[]"], {"b": HI}, 2, "--var cannot set 'messages'"),
+        (["render", "{b}", "--var", "self=1"], {"b": HI}, 2, "--var cannot set 'self'"),
+        (["parse", "--var", "tool_choice=1"], {}, 2, "--var cannot set 'tool_choice'"),
+    ],
+)
+def test_a_request_file_of_the_wrong_shape_is_one_line(
+    tmp_path: Path, args: list[str], files: dict[str, Any], status: int, says: str
+) -> None:
+    names = {}
+    for key, content in files.items():
+        path = tmp_path / f"{key}.json"
+        text = content if isinstance(content, str) else json.dumps(content)
+        path.write_text(text, encoding="utf-8")
+        names[f"{{{key}}}"] = str(path)
+    command, *rest = args
+    result = chatcodec(command, str(CHECKPOINT), *[names.get(a, a) for a in rest], stdin="Hi")
+    _one_error_line(result, status, says)
+    assert result.stderr.startswith(f"chatcodec {command}: {CHECKPOINT}: ")
+
+
+@pytest.mark.parametrize("chunk", ["0", "-1", "two"])
+def test_a_chunk_size_below_one_is_a_usage_error(chunk: str) -> None:
+    result = chatcodec("parse", str(CHECKPOINT), "--stream", "--chunk", chunk, stdin="Hello")
+    assert result.returncode == 2
+    assert "argument --chunk" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_prompt_the_output_cannot_encode_is_one_line_and_json_escapes_it(
+    tmp_path: Path,
+) -> None:
+    messages = tmp_path / "m.json"
+    messages.write_text('[{"role": "user", "content": "\\ud800"}]', encoding="utf-8")
+    raw = chatcodec("render", str(CHECKPOINT), str(messages))
+    _one_error_line(raw, 2, "use --json")
+    as_json = chatcodec("render", str(CHECKPOINT), str(messages), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert "\\ud800" in as_json.stdout
+    assert json.loads(as_json.stdout)["prompt"] == load(CHECKPOINT).render(
+        [{"role": "user", "content": "\ud800"}]
+    )
+
+
+def _batch(stdin: bytes, *args: str) -> tuple[int, list[dict[str, Any]], str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "chatcodec", "batch", *args],
+        input=stdin,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    lines = [json.loads(line) for line in result.stdout.decode("utf-8").splitlines()]
+    return result.returncode, lines, result.stderr.decode("utf-8")
+
+
+def test_one_bad_batch_line_is_one_error_result_and_the_batch_goes_on() -> None:
+    good = {"id": "good", "template": "chat_template.jinja", "messages": HI}
+    parse = {**good, "id": "parse", "outputs": [{"text": "Hello", "is_partial": False}]}
+    bad_requests = [
+        {**good, "id": "kwargs", "kwargs": [1]},
+        {**good, "id": "clash", "kwargs": {"messages": []}},
+        {**good, "id": "name", "template": 5},
+        {**good, "id": "messages", "messages": [1, 2]},
+        {**good, "id": "tools", "tools": "get_weather"},
+        {**good, "id": "deep", "messages": [{"role": "user", "content": [[[[[[[]]]]]]]}]},
+        {**parse, "id": "outputs", "outputs": 5},
+        {**parse, "id": "output", "outputs": [{"text": 3}]},
+        {**parse, "id": "ckw", "chat_template_kwargs": {"tools": []}},
+        {**parse, "id": "p-messages", "messages": "x"},
+        {**parse, "id": "p-format", "tool_choice": [1]},
+    ]
+    lines = [json.dumps(good).encode()]
+    for request in bad_requests:
+        lines += [json.dumps(request).encode(), json.dumps(good).encode()]
+    lines += [b"{not json", b"[1, 2]", b'{"id": "latin", "x": "caf\xe9"}', b"[" * 100_000]
+    lines += [json.dumps(parse).encode()]
+    status, results, stderr = _batch(b"\n".join(lines) + b"\n", "--templates", str(CHECKPOINT))
+    assert "Traceback" not in stderr
+    assert status == 2  # some lines could not be run at all
+    assert len(results) == 1 + 2 * len(bad_requests) + 5
+    expected = {"id": "good", "rendered": load(CHECKPOINT).render(HI)}
+    assert results[0] == expected and all(r == expected for r in results[2:-5:2])
+    by_id = {r["id"]: r for r in results[1:-5:2]}
+    for usage in ("kwargs", "clash", "name", "outputs", "output", "ckw"):
+        assert by_id[usage]["error"]["type"] == "UsageError", by_id[usage]
+    # the request reached the library: the render oracle's error form, with the kind
+    assert by_id["messages"]["error"] == {
+        "type": "AttributeError",
+        "stage": "render",
+        "message": "message 0 is an int, not a mapping of fields",
+    }
+    assert by_id["tools"]["error"]["type"] == "ValueError"
+    assert "rendered" in by_id["deep"] or by_id["deep"]["error"]["stage"] == "render"
+    # the parse corpus' error form: one error per output
+    assert by_id["p-messages"] == {
+        "id": "p-messages",
+        "results": [{"error": "messages must be a list of message mappings, not a str"}],
+    }
+    assert list(by_id["p-format"]["results"][0]) == ["error"]
+    not_json, not_object, latin, deep = results[-5:-1]
+    assert not_json["error"]["message"].startswith(f"line {len(lines) - 4} is not valid JSON")
+    assert not_object["error"]["message"] == f"line {len(lines) - 3} is not a JSON object"
+    assert latin["error"]["message"].startswith(f"line {len(lines) - 2} is not UTF-8 text")
+    assert deep["error"]["message"] == f"line {len(lines) - 1} nests too deeply to read"
+    assert results[-1]["results"][0]["message"]["content"] == "Hello"
+    unusable = 6 + 4  # the UsageError requests above and the four unreadable lines
+    assert stderr == (
+        f"chatcodec batch: {unusable} UsageError of {len(results)} requests could not be run "
+        "(see their result lines)\n"
+    )
+
+
+def test_a_batch_template_stays_inside_the_template_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "templates"
+    (folder / "sub").mkdir(parents=True)
+    source = (CHECKPOINT / "chat_template.jinja").read_text(encoding="utf-8")
+    (folder / "sub" / "inside.jinja").write_text(source, encoding="utf-8")
+    secret = tmp_path / "secret.jinja"
+    secret.write_text("the secret", encoding="utf-8")
+    (folder / "link.jinja").symlink_to(secret)
+    names = [
+        "sub/inside.jinja",  # inside: rendered
+        str(secret),  # absolute
+        "../secret.jinja",  # a climb
+        "sub/../../secret.jinja",  # a climb through a folder that is there
+        "link.jinja",  # a link out of the folder
+        str(CHECKPOINT / "chat_template.jinja"),  # absolute, even to a real template
+    ]
+    requests = [{"id": name, "template": name, "messages": HI} for name in names]
+    stdin = "".join(json.dumps(r) + "\n" for r in requests).encode()
+    status, results, stderr = _batch(stdin, "--templates", str(folder))
+    assert status == 2 and "Traceback" not in stderr
+    inside, *refused = results
+    assert inside == {"id": "sub/inside.jinja", "rendered": load(CHECKPOINT).render(HI)}
+    for result in refused:
+        assert result["error"]["type"] == "UsageError"
+        assert "the secret" not in json.dumps(result)
+    assert "absolute paths and '..' are refused" in refused[0]["error"]["message"]
+    assert "links outside its folder" in refused[3]["error"]["message"]
+
+
+def test_an_internal_error_is_one_line_and_does_not_stop_a_batch(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a stand-in for a bug of chatcodec's: the command reports it in one line, never a traceback
+    from chatcodec import batch, cli
+
+    def broken(request: Any, files: Any = None) -> dict[str, Any]:
+        if request["id"] == "boom":
+            raise AttributeError("'NoneType' object has no attribute 'x'")
+        return {"id": request["id"], "rendered": ""}
+
+    monkeypatch.setattr(batch, "batch_result", broken)
+    stdin = b'{"id": "boom"}\n{"id": "fine"}\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    assert cli.main(["batch"]) == 1
+    out, err = capsys.readouterr()
+    boom, fine = [json.loads(line) for line in out.splitlines()]
+    assert boom["error"]["type"] == "InternalError"
+    assert "AttributeError: 'NoneType' object has no attribute 'x'" in boom["error"]["message"]
+    assert fine == {"id": "fine", "rendered": ""}
+    assert (
+        err
+        == "chatcodec batch: 1 InternalError of 2 requests could not be run (see their result lines)\n"
+    )
+
+    monkeypatch.setattr(Codec, "render", lambda *a, **k: {}["missing"])
+    messages = json.dumps(HI)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(messages.encode())))
+    assert cli.main(["render", str(CHECKPOINT)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"chatcodec render: {CHECKPOINT}: internal error (a bug in chatcodec: please report it): "
+        "KeyError: 'missing'\n"
+    )

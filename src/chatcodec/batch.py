@@ -10,8 +10,9 @@ Two schemas, those of ``../shared/oracle/render/README.md`` and
 - a **parse** request (it has ``outputs``: a request and the model replies to read) gives
   ``{"id", "results": [{"message": ...} | {"error": "..."}, ...]}``, one per output.
 
-A request that cannot be run at all (a missing field, a template file that is not there)
-gives ``{"id", "error": {"type": "UsageError", "message"}}``. This module sits at the top of
+A request that cannot be run at all (a missing field, a field of the wrong JSON type, a
+template file that is not there or lies outside the template folders) gives
+``{"id", "error": {"type": "UsageError", "message"}}``. This module sits at the top of
 the package: it drives both halves (``checkpoint``/``codec`` and the reply runtime).
 """
 
@@ -21,11 +22,17 @@ import json
 import os
 from collections.abc import Mapping
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from .codec import Codec
-from .errors import ChatCodecError, TemplateError, TemplateNotFoundError
+from .errors import (
+    ChatCodecError,
+    CheckpointError,
+    RequestError,
+    TemplateError,
+    TemplateNotFoundError,
+)
 from .template import ChatTemplate
 
 if TYPE_CHECKING:
@@ -37,7 +44,7 @@ __all__ = ["TemplateFiles", "batch_result", "is_parse_request", "prepare_request
 class TemplateFiles:
     """Finds the template file a request names, and compiles each template once.
 
-    A name is looked up as a path, then in ``directory``, ``$CHATCODEC_TEMPLATES``,
+    A name is a file name looked up in ``directory``, ``$CHATCODEC_TEMPLATES``,
     ``./chat_templates``, and ``shared/chat_templates`` or ``holdout/chat_templates`` beside
     the working directory or any folder above it (where the oracle corpora keep them).
     """
@@ -53,14 +60,30 @@ class TemplateFiles:
         self._compiled: dict[str, ChatTemplate | TemplateError] = {}
 
     def source(self, name: str) -> str:
-        """The text of the template file ``name``; ``TemplateNotFoundError`` when none is."""
-        for base in [Path("."), *self.directories]:
-            path = base / name
-            if path.is_file():
+        """The text of the template file ``name``, a relative path inside one of the search
+        folders: an absolute path, a ``..`` climb or a link out of the folder is refused
+        (``RequestError``: a request must not read files elsewhere); ``TemplateNotFoundError``
+        when no folder has it, ``CheckpointError`` when it cannot be read as UTF-8 text."""
+        if not isinstance(name, str) or not name:
+            raise RequestError(f"a template name is a file name, not {name!r}")
+        relative = PurePath(name)
+        if relative.is_absolute() or relative.anchor or ".." in relative.parts or "\0" in name:
+            raise RequestError(
+                f"template {name!r} is not a file name inside the template folders "
+                "(--templates): absolute paths and '..' are refused"
+            )
+        for base in self.directories:
+            path = base / relative
+            if not path.is_file():
+                continue
+            if not path.resolve().is_relative_to(base.resolve()):
+                raise RequestError(f"template {name!r} links outside its folder {base}")
+            try:
                 return path.read_text(encoding="utf-8")
+            except (OSError, UnicodeError) as exc:
+                raise CheckpointError(f"cannot read template {name!r} from {path}: {exc}") from None
         raise TemplateNotFoundError(
-            f"template {name!r} not found (looked in ., {self.directories[0]}, ...; "
-            "see --templates)"
+            f"template {name!r} not found (looked in {self.directories[0]}, ...; see --templates)"
         )
 
     def template(self, name: str) -> ChatTemplate:
@@ -97,14 +120,56 @@ def is_parse_request(request: Mapping[str, Any]) -> bool:
 def batch_result(request: Mapping[str, Any], files: TemplateFiles | None = None) -> dict[str, Any]:
     """The result line of one request of either schema (see the module docstring)."""
     try:
-        if is_parse_request(request):
+        problem = _shape_problem(request)
+        if problem:
+            message = problem
+        elif is_parse_request(request):
             return _parse_result(request, _files(files))
-        return _render_result(request, _files(files))
-    except TemplateNotFoundError as exc:
+        else:
+            return _render_result(request, _files(files))
+    except (CheckpointError, RequestError) as exc:  # the template file named: absent, refused
         message = str(exc)
     except KeyError as exc:
         message = f"missing field {exc}"
     return {"id": request.get("id"), "error": {"type": "UsageError", "message": message}}
+
+
+# the keywords render and prepare take themselves: a template variable cannot be named so
+_RENDER_OPTIONS = frozenset(
+    {"self", "messages", "tools", "documents", "add_generation_prompt"}
+    | {"continue_final_message", "now"}
+)
+_PREPARE_OPTIONS = frozenset(
+    {"self", "messages", "tools", "tool_choice", "parallel_tool_calls", "enable_thinking"}
+    | {"reasoning_format", "continue_final_message", "response_format", "now", "tool_call_id"}
+)
+
+
+def _shape_problem(request: Mapping[str, Any]) -> str:
+    """What makes a request unusable before it is run ("" when nothing): fields of the wrong
+    JSON type that the library does not read itself (messages, tools and options it checks)."""
+    parse = is_parse_request(request)
+    for field in ("template", "template_source", "bos_token", "eos_token"):
+        if request.get(field) is not None and not isinstance(request[field], str):
+            return f"{field} must be a string, not {type(request[field]).__name__}"
+    field = "chat_template_kwargs" if parse else "kwargs"
+    kwargs = request.get(field)
+    if kwargs is not None:
+        if not isinstance(kwargs, Mapping):
+            return f"{field} must be an object, not {type(kwargs).__name__}"
+        taken = sorted(
+            set(kwargs) & (_PREPARE_OPTIONS - {"enable_thinking"} if parse else _RENDER_OPTIONS)
+        )
+        if taken:
+            return f"{field} cannot set {', '.join(map(repr, taken))}: it is a request field"
+    if parse:
+        outputs = request.get("outputs", [])
+        if not isinstance(outputs, list):
+            return f"outputs must be a list, not {type(outputs).__name__}"
+        for index, output in enumerate(outputs):
+            if not isinstance(output, Mapping) or not isinstance(output.get("text", ""), str):
+                return f"output {index} must be an object with a string 'text'"
+    return ""
 
 
 def _render_result(request: Mapping[str, Any], files: TemplateFiles) -> dict[str, Any]:
@@ -176,14 +241,17 @@ def _prepare_cached(key: str) -> Turn:
     if not isinstance(source, str):
         source = _files(None).source(str(request["template"]))
     codec = _codec(source, request.get("bos_token") or "", request.get("eos_token") or "")
+    kwargs = dict(request.get("chat_template_kwargs") or {})
+    # llama-server's rule: chat_template_kwargs' enable_thinking is the request's
+    thinking = kwargs.pop("enable_thinking", request.get("enable_thinking", True))
     return codec.prepare(
         request.get("messages") or [],
         tools=request.get("tools"),
         tool_choice=request.get("tool_choice") or "auto",
         parallel_tool_calls=request.get("parallel_tool_calls"),
-        enable_thinking=request.get("enable_thinking", True),
+        enable_thinking=thinking,
         reasoning_format=request.get("reasoning_format") or "deepseek",
-        **(request.get("chat_template_kwargs") or {}),
+        **kwargs,
     )
 
 

@@ -17,10 +17,11 @@ import json
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from .errors import ChatCodecError, UnusedVariableWarning
 
@@ -40,12 +41,17 @@ class UsageError(Exception):
 
 def _read_text(path: str | None, what: str) -> tuple[str, str]:
     """(text, where it came from) of a file, or of stdin for ``None`` / ``-``."""
-    if path is None or path == "-":
-        return sys.stdin.read(), "stdin"
+    where = "stdin" if path is None or path == "-" else path
     try:
-        return Path(path).read_text(encoding="utf-8"), path
+        data = sys.stdin.buffer.read() if where == "stdin" else Path(where).read_bytes()
     except OSError as exc:
-        raise UsageError(f"cannot read {what} from {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read {what} from {where}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8"), where
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{what} in {where} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
 
 
 def _read_json(path: str | None, what: str) -> Any:
@@ -54,6 +60,8 @@ def _read_json(path: str | None, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} in {where} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{what} in {where} nests too deeply to read") from None
 
 
 def _read_request(path: str | None) -> dict[str, Any]:
@@ -96,9 +104,27 @@ def _parse_now(raw: str | None) -> float | datetime | None:
     return moment
 
 
+# what each command passes by name itself: a --var of that name would collide with it
+_OWN_KEYWORDS = {
+    "render": frozenset(
+        {"self", "messages", "tools", "documents", "add_generation_prompt"}
+        | {"continue_final_message", "now", "template_name"}
+    ),
+    "parse": frozenset(
+        {"self", "messages", "tools", "tool_choice", "parallel_tool_calls", "reasoning_format"}
+        | {"continue_final_message", "response_format", "now", "tool_call_id"}
+    ),
+}
+
+
 def _variables(args: argparse.Namespace) -> dict[str, Any]:
     """The template variables of ``--var`` and ``--no-thinking``."""
     variables = dict(_parse_var(item) for item in args.var)
+    clashes = sorted(variables.keys() & _OWN_KEYWORDS[args.command])
+    if clashes:
+        raise UsageError(
+            f"--var cannot set {clashes[0]!r}: it is one of {args.command}'s own options"
+        )
     if not args.thinking:
         variables["enable_thinking"] = False
     return variables
@@ -128,8 +154,19 @@ def _load(args: argparse.Namespace) -> Codec:
 
 
 def _print_json(value: Any, indent: int | None = None) -> None:
-    json.dump(value, sys.stdout, ensure_ascii=False, indent=indent)
-    sys.stdout.write("\n")
+    sys.stdout.write(_json_line(value, indent))
+
+
+def _json_line(value: Any, indent: int | None = None) -> str:
+    """One JSON document and a newline; text the output cannot encode (a lone surrogate
+    from a ``"\\ud800"`` escape) is written as JSON escapes instead."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, indent=indent)
+    return text + "\n"
 
 
 # --- render --------------------------------------------------------------------------------
@@ -172,7 +209,13 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"prompt": prompt})
     else:
-        sys.stdout.write(prompt)  # the exact bytes: no newline added
+        try:
+            sys.stdout.write(prompt)  # the exact bytes: no newline added
+        except UnicodeEncodeError as exc:
+            raise UsageError(
+                f"the prompt holds {exc.object[exc.start : exc.end]!r}, which "
+                f"{exc.encoding} cannot write (a lone surrogate?): use --json"
+            ) from None
     return 0
 
 
@@ -205,7 +248,7 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     )
     if args.stream:
         stream = turn.stream()
-        step = max(1, args.chunk)
+        step = args.chunk
         for i in range(0, len(reply), step):
             for delta in stream.feed(reply[i : i + step]):
                 _print_json(delta.to_openai())
@@ -378,15 +421,23 @@ class _Progress:
         self.stream.flush()
 
 
-def _requests(stream: TextIO) -> Iterator[tuple[dict[str, Any] | None, str]]:
+def _requests(stream: BinaryIO) -> Iterator[tuple[dict[str, Any] | None, str]]:
     """(request, "") per JSON line, or (None, why) for a line that is not a JSON object."""
-    for number, line in enumerate(stream, 1):
+    for number, raw in enumerate(stream, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield None, f"line {number} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+            continue
         if not line.strip():
             continue
         try:
             request = json.loads(line)
         except json.JSONDecodeError as exc:
             yield None, f"line {number} is not valid JSON: {exc}"
+            continue
+        except RecursionError:
+            yield None, f"line {number} nests too deeply to read"
             continue
         if not isinstance(request, dict):
             yield None, f"line {number} is not a JSON object"
@@ -400,22 +451,40 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     files = TemplateFiles(args.templates)
     progress = _Progress(sys.stderr)
     done = errors = 0
+    unusable: Counter[str] = Counter()  # result lines that are no answer: UsageError, InternalError
     out = sys.stdout
-    for request, problem in _requests(sys.stdin):
+    for request, problem in _requests(sys.stdin.buffer):
         if request is None:
             result: dict[str, Any] = {
                 "id": None,
                 "error": {"type": "UsageError", "message": problem},
             }
         else:
-            result = batch_result(request, files)
+            try:
+                result = batch_result(request, files)
+            except Exception as exc:  # a bug of ours must not cost the other requests
+                message = f"{type(exc).__name__}: {exc} (a bug in chatcodec: please report it)"
+                result = {
+                    "id": request.get("id"),
+                    "error": {"type": "InternalError", "message": message},
+                }
         done += 1
         errors += "error" in result
-        out.write(json.dumps(result, ensure_ascii=False) + "\n")
+        kind = result.get("error", {}).get("type")
+        if kind in ("UsageError", "InternalError"):
+            unusable[kind] += 1
+        out.write(_json_line(result))
         progress.update(done, errors)
     progress.update(done, errors, final=True)
     out.flush()
-    return 0
+    if not unusable:
+        return 0
+    counts = ", ".join(f"{count} {kind}" for kind, count in sorted(unusable.items()))
+    print(
+        f"chatcodec batch: {counts} of {done} requests could not be run (see their result lines)",
+        file=sys.stderr,
+    )
+    return 1 if unusable["InternalError"] else 2
 
 
 # --- the parser ----------------------------------------------------------------------------
@@ -459,6 +528,16 @@ def _request_options() -> argparse.ArgumentParser:
         help="enable_thinking=false (templates that do not read it ignore it)",
     )
     return shared
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _tool_choice(value: str) -> str | dict[str, Any]:
@@ -566,7 +645,9 @@ def _add_parse(
     )
     parse.add_argument("--partial", action="store_true", help="read the reply as a stream prefix")
     parse.add_argument("--stream", action="store_true", help="print the deltas as JSON lines")
-    parse.add_argument("--chunk", type=int, default=1, help="characters per streamed chunk")
+    parse.add_argument(
+        "--chunk", type=_positive_int, default=1, help="characters per streamed chunk (>= 1)"
+    )
     parse.set_defaults(func=_cmd_parse)
 
 
@@ -634,6 +715,13 @@ def _run(args: argparse.Namespace, prefix: str) -> int:
         return 130
     except BrokenPipeError:  # e.g. piped into head: not an error of ours
         return 0
+    except Exception as exc:  # a bug of ours: one line all the same, never a traceback
+        print(
+            f"{prefix}internal error (a bug in chatcodec: please report it): "
+            f"{type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -6,8 +6,15 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .errors import CheckpointError, RequestError, TemplateError, TemplateNotFoundError
+from .errors import (
+    CheckpointError,
+    RequestError,
+    TemplateArgumentError,
+    TemplateError,
+    TemplateNotFoundError,
+)
 from .template import ChatTemplate, Limits, RenderedChat
+from .template.render import request_lists
 
 if TYPE_CHECKING:
     from .reply.description import ReplyFormat
@@ -180,7 +187,13 @@ class Codec:
         from .reply.turn import Turn
         from .template.capabilities import tool_call_support
 
+        messages, tools = _request_lists(messages, tools)
         _check_reasoning_format(reasoning_format)
+        if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+            raise RequestError(
+                "parallel_tool_calls must be true, false or None (the template's capability), "
+                f"not {parallel_tool_calls!r}"
+            )
         choice, reply_tools = _tool_choice(tool_choice, tools)
         call_id = _call_ids(tool_call_id)
         json_schema = _json_schema(response_format)
@@ -247,8 +260,19 @@ def _prefill(
     )
 
 
+def _request_lists(
+    messages: Any, tools: Any
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]] | None]:
+    """The request's messages and tools as lists of mappings, or the TemplateArgumentError
+    ``render`` would raise for them (prepare reads them itself before rendering)."""
+    listed, tool_list, problem = request_lists(messages, tools)
+    if problem:
+        raise TemplateArgumentError(problem, stage="render", kind="TypeError")
+    return listed, tool_list
+
+
 def _check_reasoning_format(reasoning_format: str) -> None:
-    if reasoning_format not in REASONING_FORMATS:
+    if not isinstance(reasoning_format, str) or reasoning_format not in REASONING_FORMATS:
         raise RequestError(
             f"reasoning_format must be one of {', '.join(map(repr, REASONING_FORMATS))} "
             f"(llama.cpp's names), not {reasoning_format!r}"
@@ -404,6 +428,11 @@ def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | 
     or empty schema is any object)."""
     if response_format is None:
         return None
+    if not isinstance(response_format, Mapping):
+        raise RequestError(
+            'response_format must be a mapping such as {"type": "json_schema", "json_schema": '
+            f"{{...}}}}, not {type(response_format).__name__}"
+        )
     kind = response_format.get("type") or ""
     if kind == "json_object":
         schema = response_format.get("schema", {})

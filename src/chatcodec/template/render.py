@@ -314,7 +314,7 @@ class ChatTemplate:
             raise TypeError(
                 f"messages must be a list of message dicts, not {type(messages).__name__}"
             )
-        chat: Any = [{k: v for k, v in msg.items() if v is not None} for msg in messages]
+        chat: Any = [_without_none_fields(msg, index) for index, msg in enumerate(messages)]
         if continue_final_message and add_generation_prompt:
             raise ValueError(
                 "continue_final_message and add_generation_prompt are not compatible. Use "
@@ -521,6 +521,50 @@ def _cut_at_continue_tag(rendered: str, final_text: Any) -> str:
     if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
         return rendered[:at]
     return rendered[:at].rstrip()  # the template trimmed trailing spacing
+
+
+def _without_none_fields(message: Any, index: int) -> Any:
+    # transformers' `{k: v for k, v in msg.items() if v is not None}`: the same AttributeError
+    # (the kind the reference reports) for a message with no items, saying which one it is
+    try:
+        items = message.items()
+    except AttributeError:
+        raise AttributeError(
+            f"message {index} is {_a(type(message).__name__)}, not a mapping of fields"
+        ) from None
+    return {k: v for k, v in items if v is not None}
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1] in "aeiou" else f"a {noun}"
+
+
+def request_lists(messages: Any, tools: Any) -> tuple[list[Any], list[Any] | None, str]:
+    """``messages`` and ``tools`` as lists, and what is wrong with their shape (``""`` when
+    nothing is): messages a list (or other non-text iterable) of mappings, tools ``None`` or
+    a list of mappings (OpenAI tool schemas). For the callers that read the messages
+    themselves before any render (``Codec.prepare``, ``to_template_messages``); each raises
+    its own error type with the text."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        what = _a(type(messages).__name__)
+        return [], None, f"messages must be a list of message mappings, not {what}"
+    listed = list(messages)
+    for index, message in enumerate(listed):
+        if not isinstance(message, Mapping):
+            what = _a(type(message).__name__)
+            return listed, None, f"message {index} is {what}, not a mapping of fields"
+    if tools is None:
+        return listed, None, ""
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable):
+        what = _a(type(tools).__name__)
+        return listed, None, f"tools must be a list of OpenAI tool schemas, not {what}"
+    tool_list = list(tools)
+    for index, tool in enumerate(tool_list):
+        if not isinstance(tool, Mapping):
+            what = _a(type(tool).__name__)
+            hint = " (get_json_schema(function) makes one)" if callable(tool) else ""
+            return listed, tool_list, f"tool {index} is {what}, not a tool schema mapping{hint}"
+    return listed, tool_list, ""
 
 
 def _alias_reasoning_fields(chat: list[dict[str, Any]]) -> list[dict[str, Any]]:

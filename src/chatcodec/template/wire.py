@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import RequestError
 from .capabilities import Capabilities
-from .render import plain_data
+from .render import plain_data, request_lists
 
 __all__ = ["TemplateInput", "tool_preamble", "to_template_messages"]
 
@@ -73,11 +73,12 @@ def to_template_messages(
     no content blocks at all, raises ``RequestError``: the model would never see it.
     """
     caps = capabilities
-    messages = [
-        _message(plain_data(message), caps, index) for index, message in enumerate(openai_messages)
-    ]
+    listed, given_tools, problem = request_lists(openai_messages, tools)
+    if problem:
+        raise RequestError(problem)
+    messages = [_message(plain_data(message), caps, index) for index, message in enumerate(listed)]
     messages = _fold_tool_results(messages, caps)
-    tool_list = [plain_data(tool) for tool in tools] if tools else None
+    tool_list = [plain_data(tool) for tool in given_tools] if given_tools else None
     preamble = bool(tool_list) and not caps.tools
     if tool_list and preamble:
         messages = _with_system_text(messages, tool_preamble(tool_list), caps)
