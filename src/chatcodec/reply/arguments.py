@@ -98,7 +98,7 @@ def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any
                 t.TOOL_ARG_OPEN,
                 peg.Seq(
                     peg.Literal(syntax.param_open),
-                    peg.atomic_tag(t.TOOL_ARG_NAME, peg.Literal(pname)),
+                    arg_name(pname),
                     peg.Literal(syntax.param_name_end),
                 ),
             )
@@ -112,7 +112,7 @@ def xml_call_parsers(syntax: XmlCallSyntax, functions: Sequence[Mapping[str, Any
             t.TOOL_OPEN,
             peg.Seq(
                 peg.Literal(syntax.function_open),
-                peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)),
+                tool_name(name),
                 peg.Literal(syntax.function_name_end),
             ),
         )

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import mapper as t
 from .. import peg
-from ..arguments import tool_functions, tool_names
+from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..description import (
     Calls,
     CallSection,
@@ -90,9 +90,7 @@ def _key(name: str) -> peg.Parser:
 
 
 def _quoted_name(name: str) -> peg.Parser:
-    return peg.Atomic(
-        peg.Seq(peg.Literal('"'), peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)), peg.Literal('"'))
-    )
+    return peg.Atomic(peg.Seq(peg.Literal('"'), tool_name(name), peg.Literal('"')))
 
 
 def _id_member(key: str) -> peg.Parser:
@@ -215,7 +213,7 @@ def _json_name_is_key(tl: Tools, name: str) -> peg.Parser:
             peg.atomic_tag(t.TOOL_OPEN, peg.Literal("{")),
             peg.Space(),
             peg.Literal('"'),
-            peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)),
+            tool_name(name),
             peg.Literal('"'),
             peg.Space(),
             peg.Literal(":"),
@@ -273,7 +271,7 @@ def _func(
         t.TOOL_OPEN,
         _seq(
             _lit(tl.name_prefix),
-            peg.atomic_tag(t.TOOL_NAME, peg.Literal(name)),
+            tool_name(name),
             _lit(tl.name_suffix),
         ),
     )
@@ -340,7 +338,7 @@ def _tag_tagged_choice(tl: Tools, functions: Sequence[Mapping[str, Any]]) -> peg
                 t.TOOL_ARG_OPEN,
                 _seq(
                     _lit(tl.arg_name_prefix),
-                    peg.atomic_tag(t.TOOL_ARG_NAME, peg.Literal(pname)),
+                    arg_name(pname),
                     _lit(tl.arg_name_suffix),
                 ),
             )

@@ -170,6 +170,14 @@ class Gemma4Arguments(peg.Parser):
         # a value that is not a container (strings first: llama.cpp's order)
         self.leaf = peg.Tag(GEMMA4_VALUE, peg.Choice(string, peg.Tag(GEMMA4_SCALAR, scalar)))
 
+    def _member_key(self, frame: _Open, text: str, pos: int) -> peg.Result:
+        """A dict member begins at ``pos``: its key (kept on the frame when it parsed)."""
+        frame.member_start = pos
+        r = self.key.parse(text, pos)
+        if r.status == peg.SUCCESS:
+            frame.key = r.nodes[0]
+        return r
+
     def parse(self, text: str, pos: int) -> peg.Result:
         n = len(text)
         if pos >= n:
@@ -190,11 +198,9 @@ class Gemma4Arguments(peg.Parser):
                     if first_item < 0:
                         first_item = pos
                     if frame.is_dict:
-                        frame.member_start = pos
-                        r = self.key.parse(text, pos)
+                        r = self._member_key(frame, text, pos)
                         if r.status != peg.SUCCESS:
                             return _stopped(r, stack, first_item)
-                        frame.key = r.nodes[0]
                         pos = _skip_space(text, r.end)
                     continue
                 pos += 1
@@ -224,11 +230,9 @@ class Gemma4Arguments(peg.Parser):
                 if text[pos] == ",":
                     pos = _skip_space(text, pos + 1)
                     if frame.is_dict:
-                        frame.member_start = pos
-                        r = self.key.parse(text, pos)
+                        r = self._member_key(frame, text, pos)
                         if r.status != peg.SUCCESS:
                             return _stopped(r, stack, first_item)
-                        frame.key = r.nodes[0]
                         pos = _skip_space(text, r.end)
                     break
                 pos = _skip_space(text, pos)
