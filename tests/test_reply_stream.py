@@ -368,3 +368,36 @@ def test_a_dropped_thought_is_reported_as_skipped_text(
     for cut in range(len(reply) + 1):
         _check(turn, reply, [cut])
     _check(turn, reply, list(range(len(reply))))
+
+
+def test_kimi_k3_reports_text_it_reads_past_in_a_header() -> None:
+    """Issue 8: llama.cpp reads past anything between a Kimi K3 header's name and ``<|sep|>``;
+    attributes are markup, any other text there is reported as skipped, in every chunking."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    turn = Codec(template_source("Kimi-K3.jinja")).prepare(
+        [{"role": "user", "content": "hi"}], tools=[tool]
+    )
+    reply = (
+        '<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" index="1" junk'
+        '<|sep|><|open|>argument key="city" type="string"LOST<|sep|>Paris<|close|>argument<|sep|>'
+        "<|close|>call<|sep|><|close|>tools<|sep|>"
+    )
+    message = turn.parse(reply)
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [
+        ("get_weather", '{"city":"Paris"}')
+    ]
+    assert [(d.text, d.reason, d.offset) for d in message.dropped] == [
+        (" junk", "skipped_text", reply.index(" junk")),
+        ("LOST", "skipped_text", reply.index("LOST")),
+    ]
+    clean = reply.replace(" junk", "").replace("LOST", "")
+    assert turn.parse(clean).dropped == ()  # attributes alone are markup
+    for cut in range(len(reply) + 1):
+        _check(turn, reply, [cut])
+    _check(turn, reply, list(range(len(reply))))

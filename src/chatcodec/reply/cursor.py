@@ -328,16 +328,24 @@ class Output:
             else:
                 stack.extend(reversed(node.children))
 
-    def commit_calls(self, nodes: list[Node], text: str) -> None:
-        """A call (or calls) parsed whole: map and keep them."""
-        self.mapper.visit(nodes, text)
+    def commit_calls(self, nodes: list[Node], text: str, base: int) -> None:
+        """A call (or calls) parsed whole from ``text`` (which starts at offset ``base``): map
+        and keep them."""
+        self._map_calls(nodes, text, base)
         self.committed.extend(self.mapper.calls[len(self.committed) :])  # only the new ones
 
-    def close_calls(self, nodes: list[Node], text: str) -> bool:
+    def close_calls(self, nodes: list[Node], text: str, base: int) -> bool:
         """The reply ended inside a call: map what it reached; whether that made a new call."""
-        self.mapper.visit(nodes, text)
+        self._map_calls(nodes, text, base)
         self.mapper.flush()
         return len(self.mapper.calls) != len(self.committed)
+
+    def _map_calls(self, nodes: list[Node], text: str, base: int) -> None:
+        mapper = self.mapper
+        mapper.visit(nodes, text)
+        for start, end in mapper.skipped:
+            self.drop(text[start:end], "skipped_text", base + start)
+        mapper.skipped.clear()
 
     def fail(self, position: int, reason: str) -> Outcome:
         self.failure = Failure(position, reason)

@@ -40,6 +40,7 @@ TOOL_ARG_CLOSE = "tool-arg-close"
 TOOL_ARG_NAME = "tool-arg-name"
 TOOL_ARG_VALUE = "tool-arg-value"
 TOOL_ARG_STRING_VALUE = "tool-arg-string-value"
+SKIPPED = "skipped"  # text inside call markup that the format reads and keeps nowhere
 
 
 def json_escape_inner(s: str) -> str:
@@ -172,6 +173,7 @@ class CallMapper:
         self.arg_count = 0
         self.args_buffer = ""
         self.quote_pending = False
+        self.skipped: list[tuple[int, int]] = []  # spans of SKIPPED nodes, in order
 
     def _target_get(self) -> str:
         cur = self.current
@@ -203,6 +205,8 @@ class CallMapper:
     def _map(self, node: Node, text: str) -> None:
         tag = node.tag
         if not tag.startswith("tool"):
+            if tag == SKIPPED and node.end > node.start:
+                self.skipped.append((node.start, node.end))
             return
         if tag == TOOL_OPEN:
             self.pending = MappedCall()

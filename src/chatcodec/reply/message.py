@@ -36,7 +36,8 @@ class Dropped:
     allowed when ``parallel_tool_calls`` is false, and everything after them),
     ``"marker_prefix"`` (the start of a marker cut off by the end of the reply),
     ``"skipped_text"`` (text the format reads and keeps nowhere: a gpt-oss message to a builtin
-    tool, what Gemma 4 skips before its first call).
+    tool, what Gemma 4 skips before its first call, text in a Kimi K3 header that is not an
+    attribute).
     ``offset`` counts characters of the reply (the generation prompt excluded; negative when
     the dropped text began inside the generation prompt).
     """
