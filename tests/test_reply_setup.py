@@ -152,3 +152,60 @@ def test_response_formats_are_read_as_llama_server_reads_them() -> None:
     assert turn.parse(' {"a": 1}\n').content == '{"a": 1}'
     with pytest.raises(ChatCodecError):
         turn.parse('{"a": 1} and more')
+
+
+@pytest.mark.parametrize(
+    ("expression", "llama_cpp"),
+    [  # what llama.cpp 0c1e570's engine renders (measured with its chat code)
+        ("'x' + {'a': 'b'}", "x{'a': 'b'}"),
+        ("'x' + [1, 'b']", "x[1, 'b']"),
+        (
+            "'x' + {'a': \"it's\", 'n': [1, 2.5, none, true]}",
+            "x{'a': \"it's\", 'n': [1, 2.5, None, True]}",
+        ),
+        ("'x' + 7 + 2.5 + true + none", "x72.5True"),
+    ],
+)
+def test_the_llama_cpp_render_writes_values_next_to_a_string_as_llama_cpp(
+    expression: str, llama_cpp: str
+) -> None:
+    """Python's Jinja raises on ``'x' + {...}``; llama.cpp's engine writes the value out. Its
+    render decides whether a request can be set up (DeepSeek R1/V3 templates concatenate
+    ``function.arguments``)."""
+    from chatcodec import ChatTemplate
+    from chatcodec.template.compat import llama_compatible
+
+    template = ChatTemplate("{{ " + expression + " }}")
+    hi = [{"role": "user", "content": "hi"}]
+    assert llama_compatible(template).render(hi) == llama_cpp
+    with pytest.raises(TemplateError):
+        template.render(hi)
+
+
+def test_a_template_that_concatenates_arguments_sets_up_a_history_with_calls() -> None:
+    source = (
+        "{%- for m in messages %}{% if m.tool_calls %}{% for t in m.tool_calls %}"
+        "{{ '<call>' + t.function.name + ' ' + t.function.arguments + '</call>' }}"
+        "{% endfor %}{% else %}{{ m.role + ': ' + m.content + '\\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    assert Codec(source).prepare(messages).generation_prompt == "assistant: "
+
+
+def test_a_template_with_escapes_llama_cpp_refuses_still_sets_up() -> None:
+    """llama.cpp's lexer refuses ``\\`` before a line break in a string literal (the whole
+    template fails); chatcodec reads it as Python's Jinja does (docs/differences.md, 11)."""
+    source = (
+        '{%- set greeting = "Hello \\\n'
+        'there" %}{{ greeting }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n'
+        "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    turn = Codec(source).prepare([{"role": "user", "content": "hi"}])
+    assert turn.prompt == "Hello there" + "user: hi\nassistant:"
+    assert turn.parse("Fine.").content == "Fine."

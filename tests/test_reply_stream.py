@@ -401,3 +401,39 @@ def test_kimi_k3_reports_text_it_reads_past_in_a_header() -> None:
     for cut in range(len(reply) + 1):
         _check(turn, reply, [cut])
     _check(turn, reply, list(range(len(reply))))
+
+
+@pytest.mark.parametrize(
+    ("template", "reply"),
+    [
+        (
+            "Qwen-Qwen3-0.6B.jinja",
+            '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}\n</tool_call>',
+        ),
+        (
+            "meta-llama-Llama-3.2-3B-Instruct.jinja",
+            '{"name": "get_weather", "parameters": "{\\"city\\": \\"Paris\\"}"}',
+        ),
+        (
+            "Qwen-Qwen3-0.6B.jinja",
+            '<tool_call>\n{"name": "get_weather", "arguments": 42}\n</tool_call>',
+        ),
+    ],
+)
+def test_arguments_that_are_not_an_object_are_reported_not_silently_emptied(
+    template: str, reply: str
+) -> None:
+    """Issue 8: llama.cpp reads a call's arguments only as an object; written as a JSON string
+    (or a number) the call gets ``{}``, as llama.cpp's does, and ``dropped`` names the text."""
+    turn = Codec(template_source(template)).prepare(
+        [{"role": "user", "content": "Weather in Paris?"}], tools=TOOLS
+    )
+    message = turn.parse(reply)
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", "{}")]
+    unread = reply[reply.index(": ", reply.index('"get_weather"')) + 2 :].rsplit("}", 1)[0]
+    assert [(d.text, d.reason, d.offset) for d in message.dropped] == [
+        (unread, "unread_arguments", reply.index(unread))
+    ]
+    for cut in range(0, len(reply) + 1, 3):
+        _check(turn, reply, [cut])
+    _check(turn, reply, list(range(len(reply))))

@@ -224,6 +224,7 @@ _TURN_FIELDS = (
     "parallel_tool_calls",
     "enable_thinking",
     "reasoning_format",
+    "response_format",
     "chat_template_kwargs",
 )
 
@@ -251,6 +252,7 @@ def _prepare_cached(key: str) -> Turn:
         parallel_tool_calls=request.get("parallel_tool_calls"),
         enable_thinking=thinking,
         reasoning_format=request.get("reasoning_format") or "deepseek",
+        response_format=request.get("response_format"),
         **kwargs,
     )
 

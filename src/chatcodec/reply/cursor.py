@@ -343,8 +343,8 @@ class Output:
     def _map_calls(self, nodes: list[Node], text: str, base: int) -> None:
         mapper = self.mapper
         mapper.visit(nodes, text)
-        for start, end in mapper.skipped:
-            self.drop(text[start:end], "skipped_text", base + start)
+        for start, end, reason in mapper.skipped:
+            self.drop(text[start:end], reason, base + start)
         mapper.skipped.clear()
 
     def fail(self, position: int, reason: str) -> Outcome:

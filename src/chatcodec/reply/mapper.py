@@ -173,7 +173,8 @@ class CallMapper:
         self.arg_count = 0
         self.args_buffer = ""
         self.quote_pending = False
-        self.skipped: list[tuple[int, int]] = []  # spans of SKIPPED nodes, in order
+        # text read and kept in no call, in order: (start, end, Dropped reason)
+        self.skipped: list[tuple[int, int, str]] = []
 
     def _target_get(self) -> str:
         cur = self.current
@@ -206,7 +207,7 @@ class CallMapper:
         tag = node.tag
         if not tag.startswith("tool"):
             if tag == SKIPPED and node.end > node.start:
-                self.skipped.append((node.start, node.end))
+                self.skipped.append((node.start, node.end, "skipped_text"))
             return
         if tag == TOOL_OPEN:
             self.pending = MappedCall()
@@ -240,6 +241,8 @@ class CallMapper:
             v = _trim_trailing(value)
             if v.startswith("{"):
                 self._target_set(v)
+            elif v and not node.children:  # JSON that is no object: llama.cpp leaves "{}"
+                self.skipped.append((node.start, node.start + len(v), "unread_arguments"))
         elif tag == TOOL_ARG_OPEN:
             self.quote_pending = False
         elif tag == TOOL_ARG_NAME:

@@ -18,6 +18,9 @@ Engine (``common/jinja``):
 
 - an attribute or item of an undefined value is undefined (no error), and undefined or
   ``none`` next to a string in ``+`` / ``~`` counts as the empty string;
+- any other value next to a string in ``+`` is written out as llama.cpp writes it (a dict
+  as ``{'key': 'value'}``, a number, ``True``) where Python's Jinja raises — templates that
+  concatenate ``function.arguments`` as if it were text render their calls;
 - a list or a dict used as a key raises (``Type: Array is not allowed as object key``)
   where Python's Jinja gives undefined;
 - ``tojson`` serialises what ``map``/``select`` give (llama.cpp's are lists) and undefined
@@ -133,11 +136,11 @@ class LlamaSandbox(ChatSandbox):
         return ChatSandbox.call(__self, __context, __obj, *args, **kwargs)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "+":
-            if left is None and isinstance(right, str):
-                return right
-            if right is None and isinstance(left, str):
-                return left
+        if operator == "+" and isinstance(left, str) is not isinstance(right, str):
+            if left is None or right is None:
+                return right if left is None else left
+            if not isinstance(left, jinja2.Undefined) and not isinstance(right, jinja2.Undefined):
+                left, right = llama_text(left), llama_text(right)
         return super().call_binop(context, operator, left, right)
 
     def guarded_concat(self, parts: Any) -> str:
@@ -145,6 +148,48 @@ class LlamaSandbox(ChatSandbox):
         if any(type(p) is str for p in parts):
             parts = ["" if _is_none_or_undefined(p) else p for p in parts]
         return super().guarded_concat(parts)
+
+
+def llama_text(value: Any) -> str:
+    """``value`` as llama.cpp's Jinja engine turns it into text (``as_string``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if value is None:
+        return "None"
+    if isinstance(value, float):
+        text = f"{value:f}".rstrip("0")
+        return text + "0" if text.endswith(".") else text
+    if isinstance(value, dict):
+        items = (f"{_llama_repr(k)}: {_llama_repr(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, tuple):
+        inner = ", ".join(_llama_repr(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(_llama_repr(v) for v in value) + "]"
+    return str(value)
+
+
+_JSON_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+
+
+def _llama_repr(value: Any) -> str:
+    if not isinstance(value, str):
+        return llama_text(value)
+    if "'" not in value:
+        return f"'{value}'"
+    escaped = (_JSON_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if ord(c) < 0x20 else c) for c in value)
+    return '"' + "".join(escaped) + '"'
 
 
 def _plain_json(value: Any) -> Any:
