@@ -3,6 +3,7 @@
     python dev/schema_gbnf/compare.py                 # corpus: ../shared oracle schemas + schemas.jsonl
     python dev/schema_gbnf/compare.py --write tests/data/schema_gbnf.jsonl
     python dev/schema_gbnf/compare.py --time          # also time the port per schema
+    python dev/schema_gbnf/compare.py --fuzz 5000     # and 5,000 random schemas (fuzz.py)
 
 The llama.cpp side is schema_oracle (build it with dev/schema_gbnf/build.sh; or set
 SCHEMA_ORACLE to its path). A developer tool: not part of the package, not run in CI.
@@ -32,6 +33,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from chatcodec.errors import GrammarError  # noqa: E402
 from chatcodec.grammar import GrammarBuilder, json_schema_to_gbnf  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from fuzz import random_schema  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "oracle"
 ORACLE = Path(
@@ -77,25 +81,28 @@ def own_corpus() -> list[dict[str, Any]]:
 
 
 def run_llama(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """llama.cpp's answer to each entry; a request that crashes the process (a segfault) is
+    answered ``{"ok": false, "crashed": true}`` and the rest are sent to a fresh process."""
     requests = []
     for i, entry in enumerate(entries):
-        request = {
-            "id": i,
-            **{k: v for k, v in entry.items() if k in ("schema", "steps", "dotall")},
-        }
-        requests.append(json.dumps(request, ensure_ascii=False) + "\n")
-    with tempfile.NamedTemporaryFile(suffix=".stderr") as err:
-        proc = subprocess.run(
-            [str(ORACLE), err.name],
-            input="".join(requests),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    if len(lines) != len(entries):
-        sys.exit(f"schema_oracle answered {len(lines)} of {len(entries)} requests")
-    return [json.loads(line) for line in lines]
+        fields = {k: v for k, v in entry.items() if k in ("schema", "steps", "dotall")}
+        requests.append(json.dumps({"id": i, **fields}, ensure_ascii=False) + "\n")
+    answers: list[dict[str, Any]] = []
+    while len(answers) < len(entries):
+        with tempfile.NamedTemporaryFile(suffix=".stderr") as err:
+            proc = subprocess.run(
+                [str(ORACLE), err.name],
+                input="".join(requests[len(answers) :]),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        answers += [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+        if len(answers) < len(entries):
+            if proc.returncode == 0:
+                sys.exit(f"schema_oracle answered {len(answers)} of {len(entries)} requests")
+            answers.append({"id": len(answers), "ok": False, "crashed": True})
+    return answers
 
 
 def run_port(entry: dict[str, Any]) -> dict[str, Any]:
@@ -125,6 +132,8 @@ def run_port(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def llama_answer(response: dict[str, Any]) -> dict[str, Any]:
+    if response.get("crashed"):
+        return {"crashed": True}
     if not response.get("ok"):
         return {"error": response.get("error", "")}
     out: dict[str, Any] = {"grammar": response["grammar"]}
@@ -149,22 +158,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="record llama.cpp's answers to this JSONL file")
     parser.add_argument("--time", action="store_true", help="time the port on each schema")
+    parser.add_argument("--fuzz", type=int, default=0, help="also compare N random schemas")
     args = parser.parse_args()
 
     entries = shared_corpus() + own_corpus()
+    entries += [
+        {"name": f"fuzz-{seed}", "schema": random_schema(seed)} for seed in range(args.fuzz)
+    ]
     answers = [llama_answer(r) for r in run_llama(entries)]
     same = 0
+    crashed = []
     for entry, expected in zip(entries, answers, strict=True):
         got = comparable(run_port(entry), "steps" in entry)
         if got == comparable(expected, "steps" in entry):
             same += 1
+            continue
+        if expected.get("crashed"):
+            crashed.append(f"{entry['name']}: chatcodec {got.get('error', 'gives a grammar')!r}")
             continue
         print(f"--- {entry['name']}: {json.dumps(entry.get('schema', entry.get('steps')))[:300]}")
         for key in sorted(set(got) | set(expected)):
             if got.get(key) != expected.get(key):
                 print(f"  {key} llama.cpp: {expected.get(key)!r}")
                 print(f"  {key} chatcodec: {got.get(key)!r}")
-    print(f"identical: {same} / {len(entries)}")
+    for line in crashed:
+        print(f"llama.cpp crashed on {line}")
+    print(f"identical: {same} / {len(entries)}; llama.cpp crashed on {len(crashed)}")
 
     if args.time:
         for entry in entries:
@@ -183,14 +202,16 @@ def main() -> None:
             print(f"{took * 1e6:9.1f} us  {entry['name']}")
 
     if args.write:
+        # only the hand-written corpus: the shared oracle's schemas stay in ../shared
         with args.write.open("w", encoding="utf-8") as out:
             for entry, expected in zip(entries, answers, strict=True):
-                record = {
-                    k: v for k, v in entry.items() if k in ("name", "schema", "steps", "dotall")
-                }
-                record.update(expected)
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        print(f"wrote {len(entries)} records to {args.write}")
+                if not entry["name"].startswith(("fuzz-", "shared-")):
+                    record = {
+                        k: v for k, v in entry.items() if k in ("name", "schema", "steps", "dotall")
+                    }
+                    record.update(expected)
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        print(f"wrote the hand-written corpus to {args.write}")
 
 
 if __name__ == "__main__":

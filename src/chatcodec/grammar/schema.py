@@ -97,6 +97,8 @@ _PRIMITIVES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 _RESERVED = frozenset(_PRIMITIVES) | {"root"}
+# llama.cpp recurses until its stack overflows (a crash) where Python stops with RecursionError
+_TOO_DEEP = "JSON schema conversion failed:\nthe schema nests too deeply"
 _INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
 _LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
 _LITERAL_ESCAPE = re.compile(r'[\r\n"\\]')
@@ -168,9 +170,12 @@ class GrammarBuilder:
     def add_schema(self, name: str, schema: Mapping[str, Any] | SchemaNode) -> str:
         """Add the rules matching ``schema`` (a JSON schema, or a node of a read document);
         the rule (or primitive) name that matches it. ``GrammarError`` for a schema llama.cpp
-        cannot read."""
+        cannot read (the builder is then not to be used further)."""
         node = read_schema(schema).root if isinstance(schema, Mapping) else schema
-        return self.visit(node, "" if name == "root" else name)
+        try:
+            return self.visit(node, "" if name == "root" else name)
+        except RecursionError:
+            raise GrammarError(_TOO_DEEP) from None
 
     def grammar(self) -> str:
         """The grammar text; ``GrammarError`` if a schema could not be converted."""
@@ -260,10 +265,19 @@ class GrammarBuilder:
         enum_counts: dict[str, int] = {}
 
         def add_component(component: SchemaNode, is_required: bool) -> None:
+            chain: set[str] = set()
+            while isinstance(component, RefNode) and component.target is not None:
+                if component.ref in chain:
+                    # llama.cpp follows such a cycle until its stack overflows (a crash)
+                    raise GrammarError(
+                        f"JSON schema conversion failed:\n$ref {component.ref} in allOf "
+                        "refers only to itself"
+                    )
+                chain.add(component.ref)
+                component = component.target
             if isinstance(component, RefNode):
-                if component.target is not None:
-                    add_component(component.target, is_required)
-            elif isinstance(component, ObjectNode):
+                return
+            if isinstance(component, ObjectNode):
                 for prop in component.properties:
                     properties.append((prop.name, prop.schema))
                     if is_required:
@@ -442,7 +456,7 @@ def json_schema_to_gbnf(schema: Mapping[str, Any]) -> str:
             message = "JSON schema conversion failed:\n" + message
         raise GrammarError(message) from None
     except RecursionError:
-        raise GrammarError("JSON schema conversion failed:\nthe schema nests too deeply") from None
+        raise GrammarError(_TOO_DEEP) from None
     if builder.warnings:
         warnings.warn(
             "JSON schema conversion was incomplete: " + "; ".join(builder.warnings),
