@@ -245,6 +245,9 @@ def test_format_literal_escapes_only_what_gbnf_needs() -> None:
         (0.0001, "0.0001"),
         (-0.0, "-0.0"),
         (2**64, "1.8446744073709552e+19"),
+        # Grisu2's digits, not always the shortest ones Python's repr gives
+        (6.470052947663474e16, "6.4700529476634736e+16"),
+        (3.6779474083417975e-21, "3.6779474083417974e-21"),
         ({"b": [None, True], "a": "\x01é"}, '{"b":[null,true],"a":"\\u0001é"}'),
     ],
 )

@@ -4,6 +4,7 @@ values (a seed makes a run repeatable). A developer tool."""
 from __future__ import annotations
 
 import random
+import struct
 from typing import Any
 
 NAMES = ["a", "b", "ab", "a b", "a-b", "é", "x_y", "", "*", "string", "root", "dot", "n1", "日本"]
@@ -27,10 +28,26 @@ FORMATS = ["date", "time", "date-time", "uuid", "uuid3", "email", ""]
 CONSTS: list[Any] = ["x", 1, 2.5, None, True, [1, "a"], {"k": [None, 0.1]}, 'q"\\\n', 1e20, -7]
 
 
+PATTERN_CHARS = 'ab0().*+?|[]{}^$\\-,:2"édxu'
+
+
 def number(rng: random.Random) -> Any:
-    return rng.choice(
-        [0, 1, 5, 9, 10, 99, 100, 123, -1, -10, -123, 1.5, -2.5, 10**12, 2**63 - 1, -(2**63)]
-    )
+    pick = rng.randrange(4)
+    if pick == 0:
+        return rng.choice([0, 1, 5, 9, 10, 99, 100, 123, -1, -10, -123, 1.5, -2.5, 10**12])
+    if pick == 1:
+        return rng.randrange(-(10 ** rng.randrange(1, 19)), 10 ** rng.randrange(1, 19))
+    if pick == 2:
+        return rng.uniform(-1e6, 1e6)
+    if rng.random() < 0.5:  # any finite double, denormals included
+        bits = rng.getrandbits(64) & ~(0x7FF << 52) | (rng.randrange(0x7FF) << 52)
+        return struct.unpack("<d", struct.pack("<Q", bits))[0]
+    return rng.choice([1, -1]) * rng.random() * 10 ** rng.randrange(-30, 30)
+
+
+def random_pattern(rng: random.Random) -> str:
+    body = "".join(rng.choice(PATTERN_CHARS) for _ in range(rng.randrange(12)))
+    return rng.choice(["^" + body + "$", body, "^" + body + "$"])
 
 
 def schema(rng: random.Random, depth: int, refs: list[str]) -> Any:
@@ -71,7 +88,7 @@ def leaf(rng: random.Random, refs: list[str]) -> Any:
     if pick == 1:
         return {"enum": rng.sample(CONSTS, 1 + rng.randrange(3))}
     if pick == 2:
-        return {"const": rng.choice(CONSTS)}
+        return {"const": rng.choice(CONSTS) if rng.random() < 0.5 else number(rng)}
     if pick == 3:
         out: dict[str, Any] = {"type": "integer"}
         for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
@@ -81,7 +98,7 @@ def leaf(rng: random.Random, refs: list[str]) -> Any:
     if pick == 4:
         out = {"type": "string"}
         if rng.random() < 0.4:
-            out["pattern"] = rng.choice(PATTERNS)
+            out["pattern"] = rng.choice(PATTERNS) if rng.random() < 0.5 else random_pattern(rng)
         if rng.random() < 0.3:
             out["format"] = rng.choice(FORMATS)
         if rng.random() < 0.3:

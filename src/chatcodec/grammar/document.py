@@ -9,7 +9,7 @@ is fine), and a schema outside the supported subset fails with ``JSON schema err
 rounded inwards, counts are read as C ``int`` and bounds as ``int64``.
 
 It also holds ``dump_json``, nlohmann::json's compact ``dump()`` (the text a ``const`` or an
-``enum`` value becomes in the grammar).
+``enum`` value becomes in the grammar; its numbers through ``floats.format_double``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GrammarError
+from .floats import format_double
 
 __all__ = [
     "INT64_MIN",
@@ -470,33 +471,6 @@ def _dump_string(text: str) -> str:
     return "".join(out)
 
 
-def _dump_float(value: float) -> str:
-    """nlohmann's float text: shortest digits, exponent form outside 1e-4 .. 1e15."""
-    if not math.isfinite(value):
-        return "null"
-    if value == 0:
-        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    sign = "-" if value < 0 else ""
-    mantissa, _, exp_text = repr(abs(value)).partition("e")
-    whole, _, frac = mantissa.partition(".")
-    digits = (whole + frac).lstrip("0")
-    exponent = (int(exp_text) if exp_text else 0) + len(whole) - (len(whole + frac) - len(digits))
-    # exponent is now the decimal point's position relative to the first significant digit
-    digits = digits.rstrip("0") or "0"
-    k, n = len(digits), exponent
-    if k <= n <= 15:
-        text = digits + "0" * (n - k) + ".0"
-    elif 0 < n <= 15:
-        text = digits[:n] + "." + digits[n:]
-    elif -4 < n <= 0:
-        text = "0." + "0" * -n + digits
-    else:
-        e = n - 1
-        head = digits if k == 1 else digits[0] + "." + digits[1:]
-        text = f"{head}e{'-' if e < 0 else '+'}{abs(e):02d}"
-    return sign + text
-
-
 def dump_json(value: Any) -> str:
     """``value`` as nlohmann::json (ordered) dumps it: compact, keys in insertion order,
     non-ASCII kept, control characters as ``\\u00xx``."""
@@ -507,9 +481,12 @@ def dump_json(value: Any) -> str:
     if value is False:
         return "false"
     if isinstance(value, int):
-        return str(value) if INT64_MIN <= value < _UINT64_END else _dump_float(float(value))
+        if INT64_MIN <= value < _UINT64_END:
+            return str(value)
+        # nlohmann reads a wider integer as a double
+        return format_double(float(value)) if abs(value) < 2**1024 else "null"
     if isinstance(value, float):
-        return _dump_float(value)
+        return format_double(value)
     if isinstance(value, str):
         return _dump_string(value)
     if isinstance(value, Mapping):
