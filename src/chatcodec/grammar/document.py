@@ -290,7 +290,7 @@ class _Reader:
         for selector in ref[1:].split("/")[1:]:
             if isinstance(target, Mapping) and selector in target:
                 target = target[selector]
-            elif isinstance(target, list):
+            elif isinstance(target, (list, tuple)):
                 index = _array_index(selector)
                 if index is None:
                     index = len(target)
@@ -317,7 +317,7 @@ class _Reader:
         return node
 
     def alternatives(self, alts: Any, path: str, all_of: bool) -> SchemaNode:
-        if not isinstance(alts, list):
+        if not isinstance(alts, (list, tuple)):
             raise _fail(path, "must be an array of schemas")
         if not alts:
             raise _fail(path, "must not be empty")
@@ -327,7 +327,7 @@ class _Reader:
     def object(self, schema: Mapping[str, Any], path: str) -> ObjectNode:
         node = ObjectNode()
         required: set[str] = set()
-        if isinstance(schema.get("required"), list):
+        if isinstance(schema.get("required"), (list, tuple)):
             required = {name for name in schema["required"] if isinstance(name, str)}
         if "properties" in schema:
             properties = schema["properties"]
@@ -353,7 +353,7 @@ class _Reader:
         if "items" in schema or "prefixItems" in schema:
             key = "items" if "items" in schema else "prefixItems"
             items = schema[key]
-            if isinstance(items, list):
+            if isinstance(items, (list, tuple)):
                 return TupleNode(
                     [self.node(item, f"{path}/{key}/{i}") for i, item in enumerate(items)]
                 )
@@ -395,7 +395,7 @@ class _Reader:
             key = "oneOf" if "oneOf" in schema else "anyOf"
             return self.alternatives(schema[key], f"{path}/{key}", all_of=False)
         kind = schema.get("type")
-        if isinstance(kind, list):
+        if isinstance(kind, (list, tuple)):
             if not kind:
                 raise _fail(path, "type must not be empty")
             # {"type": [a, b], ...} reads as {"anyOf": [{"type": a, ...}, {"type": b, ...}]}
@@ -406,7 +406,7 @@ class _Reader:
             return ConstNode(schema["const"])
         if "enum" in schema:
             values = schema["enum"]
-            if not isinstance(values, list) or not values:
+            if not isinstance(values, (list, tuple)) or not values:
                 raise _fail(path, "enum must be a non-empty array")
             return EnumNode(list(values))
         if kind is not None and not isinstance(kind, str):

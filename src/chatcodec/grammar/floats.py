@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import struct
-from fractions import Fraction
 
 __all__ = ["format_double"]
 
@@ -23,13 +22,17 @@ _DEC_STEP = 8
 
 def _cached_power(k: int) -> tuple[int, int]:
     """10^k as a 64-bit significand (rounded to nearest) and a binary exponent."""
-    value = Fraction(10) ** k
-    e = math.floor(math.log2(value.numerator) - math.log2(value.denominator)) - 63
-    while value / Fraction(2) ** e >= 2**64:
-        e += 1
-    while value / Fraction(2) ** e < 2**63:
-        e -= 1
-    return round(value / Fraction(2) ** e), e
+    if k >= 0:
+        value = 10**k
+        shift = value.bit_length() - 64
+        if shift <= 0:
+            return value << -shift, shift
+        return (value + (1 << (shift - 1))) >> shift, shift
+    divisor = 10**-k
+    shift = 63 + divisor.bit_length()
+    if (1 << shift) // divisor >= 1 << 64:
+        shift -= 1
+    return ((1 << shift) + divisor // 2) // divisor, -shift
 
 
 # 10^-300, 10^-292, ..., 10^324: the fixed table Grisu2 picks its scaling power from
