@@ -19,10 +19,12 @@ Each failure has its own type, so the type is what a caller catches (docs/errors
     ├── CheckpointError                a checkpoint has no usable chat template
     │   └── TemplateNotFoundError (LookupError)  no template of the requested name
     ├── ReplyError                     a model reply cannot become an assistant message
+    ├── GrammarError (ValueError)      a JSON schema has no grammar (llama.cpp refuses it)
     └── MissingExtraError (ImportError) an optional feature needs a package from an extra
 
-and one warning, ``UnusedVariableWarning``: a keyword given to ``render`` that the template
-never reads (a typo such as ``add_generation_promt=True`` would otherwise pass unnoticed).
+and two warnings: ``UnusedVariableWarning``, a keyword given to ``render`` that the template
+never reads (a typo such as ``add_generation_promt=True`` would otherwise pass unnoticed), and
+``GrammarWarning``, a part of a JSON schema its grammar cannot enforce (llama.cpp's warning).
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ __all__ = [
     "CheckpointError",
     "TemplateNotFoundError",
     "ReplyError",
+    "GrammarError",
     "MissingExtraError",
     "UnusedVariableWarning",
+    "GrammarWarning",
 ]
 
 Stage = Literal["compile", "render"]
@@ -193,6 +197,13 @@ class ReplyError(ChatCodecError):
     """A model reply cannot be turned into an assistant message."""
 
 
+class GrammarError(ChatCodecError, ValueError):
+    """A JSON schema cannot become a grammar: llama.cpp's converter refuses it (a type it does
+    not know, a remote ``$ref``, an ``enum`` that is not a non-empty list, a ``pattern`` that
+    is no regular expression, ...). The message is llama.cpp's, e.g. ``JSON schema conversion
+    failed:\nJSON schema error at #/properties/a: unrecognized type foo``."""
+
+
 class MissingExtraError(ChatCodecError, ImportError):
     """An optional feature needs a package from one of chatcodec's extras."""
 
@@ -210,3 +221,9 @@ class UnusedVariableWarning(UserWarning):
     transformers passes such keywords on silently; chatcodec knows which names a template
     reads (``ChatTemplate.variables``) and warns, naming the closest option or variable.
     """
+
+
+class GrammarWarning(UserWarning):
+    """Part of a JSON schema is not enforced by its grammar: a ``pattern`` llama.cpp cannot
+    translate (``\\d``, a lookaround, no ``^...$`` anchors) is replaced by "any string", as
+    llama.cpp does; the message is the warning llama.cpp prints."""
