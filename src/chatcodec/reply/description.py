@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+from .constraint import Constraint
 from .mapper import CallMapper
 from .peg import Parser
 from .prefill import Continuation
@@ -226,12 +227,15 @@ def steps(*items: Step | None) -> tuple[Step, ...]:
 class ReplyFormat:
     """One request's reply format: the handler's name and the steps read in order over
     ``generation_prompt + reply``; ``stop`` ends generation, ``continuation`` writes the
-    generation prompt that continues a final assistant message (read by Codec.prepare)."""
+    generation prompt that continues a final assistant message (read by Codec.prepare),
+    ``constraint`` is llama.cpp's sampler setup for the request (grammar or not, lazy,
+    triggers, preserved tokens, additional stops; the grammar's text is not built yet)."""
 
     handler: str
     steps: tuple[Step, ...]
     stop: tuple[str, ...] = ()
     continuation: Continuation = Continuation()
+    constraint: Constraint = Constraint()
 
     def find(self, kind: type[S]) -> S | None:
         """The first step of this kind, also among the steps of the calls."""

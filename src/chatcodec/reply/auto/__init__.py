@@ -17,7 +17,7 @@ from ..description import ReplyFormat
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from .analysis import Analysis, AnalysisFailed, analyze
-from .build import HANDLER, build_format
+from .build import HANDLER, build_format, constraint_for
 
 __all__ = ["NAME", "HANDLER", "Analysis", "analysis_for", "matches", "describe"]
 
@@ -65,7 +65,13 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         request.reasoning_format,
         request.json_schema,
     )
-    return replace(fmt, continuation=continuation(analysis))
+    return replace(
+        fmt,
+        continuation=continuation(analysis),
+        constraint=constraint_for(
+            analysis, request.tools, request.tool_choice, request.json_schema
+        ),
+    )
 
 
 def continuation(analysis: Analysis) -> Continuation:

@@ -14,6 +14,7 @@ from typing import Any
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..constraint import Constraint, constraint, words
 from ..description import (
     Calls,
     CallSection,
@@ -34,7 +35,7 @@ from ..schema import parameters, value_types
 from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
 from .diff import trim
 
-__all__ = ["HANDLER", "build_format"]
+__all__ = ["HANDLER", "build_format", "constraint_for"]
 
 HANDLER = "auto"
 _SPACE = " \t\n\v\f\r"
@@ -652,4 +653,37 @@ def _content_format(
             End(),
         ),
         stop=stops,
+    )
+
+
+# ---------------------------------------------------------------------------------- constraint
+
+# the lazy grammar also wakes where a template's model writes the OpenAI call wrapper
+OPENAI_WRAPPER_TRIGGER = '{"type": "function",'
+
+
+def constraint_for(
+    a: Analysis,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    json_schema: Mapping[str, Any] | None = None,
+) -> Constraint:
+    """llama.cpp's grammar setup for an analysed template and a request (everything but the
+    grammar's text): a response format gets an eager grammar; offered tools a lazy one under
+    ``auto`` (only when the calls have a start marker to wake it) and an eager one under
+    ``required``; the analysis gives the preserved tokens and the additional stops."""
+    rf = bool(json_schema)
+    has_tools = a.tools.mode != T_NONE and bool(tool_functions(tools))
+    marker = a.tools.section_start or a.tools.per_call_start
+    grammar = rf or (
+        has_tools and ((tool_choice == "auto" and bool(marker)) or tool_choice == "required")
+    )
+    lazy = not rf and tool_choice == "auto"
+    triggers = words(marker) + (words(OPENAI_WRAPPER_TRIGGER) if a.tools.openai_wrapper else ())
+    return constraint(
+        a.preserved_tokens,
+        grammar=grammar,
+        lazy=lazy,
+        triggers=triggers if lazy else (),
+        additional_stops=a.additional_stops,
     )

@@ -18,11 +18,19 @@ Anything else — plain text, trailing text, an unknown tool, a second call when
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -40,7 +48,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "Cohere2 MoE"
 REQUIRED = ("<|START_TEXT|>", "<|START_ACTION|>")
@@ -132,7 +140,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     reasoning = _thought(inline=request.reasoning_format == "none")
     value = None
     if request.json_schema:
@@ -168,3 +176,36 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         stop=(TURN_END,),
         continuation=CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (
+    "<|START_OF_TURN_TOKEN|>",
+    TURN_END,
+    "<|CHATBOT_TOKEN|>",
+    "<|USER_TOKEN|>",
+    "<|SYSTEM_TOKEN|>",
+    THINK_START,
+    THINK_END,
+    TEXT_START,
+    TEXT_END,
+    ACTION_START,
+    ACTION_END,
+    "<|START_TOOL_RESULT|>",
+    "<|END_TOOL_RESULT|>",
+)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=not has_response_format(request) and request.tool_choice == "auto",
+        triggers=words(ACTION_START),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

@@ -13,11 +13,20 @@ fails, as in llama.cpp (the prompt's ``<think>`` meets the content's guard).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    tools_offered,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -36,7 +45,7 @@ from ..request import ReplyRequest
 from ..schema import may_be_string, parameters
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "DeepSeek V3.2/V4"
 REQUIRED = ("dsml_token", "DSML")
@@ -100,9 +109,14 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED) and ("function_calls" in source or "tool_calls" in source)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
-    is_v4 = "function_calls" not in request.source
-    block_name = "tool_calls" if is_v4 else "function_calls"
+def _block_name(source: str) -> str:
+    """V4 names the call block ``tool_calls``, V3.2 ``function_calls``."""
+    return "function_calls" if "function_calls" in source else "tool_calls"
+
+
+def _reply(request: ReplyRequest) -> ReplyFormat:
+    block_name = _block_name(request.source)
+    is_v4 = block_name == "tool_calls"
     fc_start = f"<{DSML}{block_name}>"
     fc_end = f"</{DSML}{block_name}>"
     functions = tool_functions(request.tools)
@@ -168,3 +182,24 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         ),
         continuation=CONTINUATION_V4 if is_v4 else CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (DSML, THINK_START, THINK_END)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    # lazy whenever tools are offered and not required, tool_choice none beside a response
+    # format included
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=tools_offered(request) and request.tool_choice != "required",
+        triggers=words(f"<{DSML}{_block_name(request.source)}>"),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

@@ -9,9 +9,17 @@ call reads as content, markup included (its fallback alternative); text after th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    patterns,
+)
 from ..description import (
     CallMessage,
     Expect,
@@ -25,7 +33,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "Functionary v3.2"
 REQUIRED = (">>>all", ">>>${recipient}")
@@ -38,7 +46,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     functions = tool_functions(request.tools)
     all_header = peg.Literal("all\n")
     rest = TextMessage(all_header, "content", (), then="$")
@@ -86,3 +94,22 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         stop=("<|eot_id|>",),
         continuation=CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (">>>all",)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=calls_offered(request),
+        lazy=request.tool_choice == "auto",
+        triggers=patterns(">>>(?!all)"),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

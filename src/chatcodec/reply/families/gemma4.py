@@ -11,10 +11,19 @@ the calls is dropped.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    tools_offered,
+    words,
+)
 from ..description import (
     CallMessage,
     Flow,
@@ -29,7 +38,16 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe", "Gemma4Mapper", "Gemma4Arguments", "gemma4_json"]
+__all__ = [
+    "NAME",
+    "PRESERVED_TOKENS",
+    "matches",
+    "describe",
+    "constraint_for",
+    "Gemma4Mapper",
+    "Gemma4Arguments",
+    "gemma4_json",
+]
 
 NAME = "Gemma4 (inferred from format)"
 REQUIRED = ("'<|tool_call>call:'",)
@@ -287,7 +305,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     functions = tool_functions(request.tools)
     calls = bool(functions) and request.tool_choice != "none"
     # empty channel tokens before a thought are skipped
@@ -369,3 +387,25 @@ def _then(message: TextMessage, state: str) -> TextMessage:
         wrap=message.wrap,
         then=state,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (CHANNEL, CHANNEL_END, CALL_OPEN, CALL_CLOSE, "<|turn>")
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=not (
+            has_response_format(request)
+            or (tools_offered(request) and request.tool_choice == "required")
+        ),
+        triggers=words(CALL_OPEN),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

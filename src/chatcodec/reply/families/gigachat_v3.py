@@ -7,9 +7,18 @@ most, whatever parallel_tool_calls says; text after it is dropped.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    tools_offered,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -22,7 +31,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "GigaChatV3"
 REQUIRED = ("<|role_sep|>", "<|message_sep|>")
@@ -68,7 +77,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED, EXCLUDED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     functions = tool_functions(request.tools)
     if not functions or request.tool_choice == "none":
         return ReplyFormat(NAME, (Expect(PREFIX), Content(None)), continuation=CONTINUATION)
@@ -90,3 +99,23 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         (Expect(PREFIX), Content((SEPARATOR,)), Whitespace(), Calls(section)),
         continuation=CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (SEPARATOR, "<|role_sep|>\n")
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    # a response format gets no grammar here
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=calls_offered(request),
+        lazy=tools_offered(request) and request.tool_choice == "auto",
+        triggers=words(CALL_START),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

@@ -9,9 +9,19 @@ the role header or in the channel header and its arguments JSON as the model wro
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    patterns,
+    tools_offered,
+)
 from ..description import (
     CallMessage,
     Flow,
@@ -24,7 +34,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "GPT-OSS"
 REQUIRED = ("<|channel|>",)
@@ -69,7 +79,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     start = peg.Literal(START)
     end = peg.Literal(END)
     # gpt-oss-20b sometimes opens a message with a stray commentary channel
@@ -148,3 +158,31 @@ def describe(request: ReplyRequest) -> ReplyFormat:
     return ReplyFormat(
         NAME, (Messages(flow),), stop=("<|return|>", "<|call|>"), continuation=CONTINUATION
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", END)
+TRIGGERS = patterns(
+    r"^\s+to$",
+    r"^<\|channel\|>(?:commentary|analysis)\s+to=functions$",
+    r"<\|start\|>assistant(\s+to)",
+    r"<\|start\|>assistant(<\|channel\|>(?:commentary|analysis)\s+to)",
+)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=not (
+            has_response_format(request)
+            or (tools_offered(request) and request.tool_choice == "required")
+        ),
+        triggers=TRIGGERS,
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

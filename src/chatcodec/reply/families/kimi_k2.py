@@ -8,9 +8,17 @@ optional, and nothing after them (the parse fails). The call id is ``functions.N
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -27,7 +35,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "Kimi K2 Thinking"
 REQUIRED = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>")
@@ -68,7 +76,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     reasoning = THOUGHT if request.reasoning_format != "none" else None
     functions = tool_functions(request.tools)
     if not functions or request.tool_choice == "none":
@@ -103,3 +111,30 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         ),
         continuation=CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (
+    SECTION_BEGIN,
+    SECTION_END,
+    CALL_BEGIN,
+    ARGS_BEGIN,
+    CALL_END,
+    "<think>",
+    "</think>",
+)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=calls_offered(request),
+        lazy=request.tool_choice == "auto",
+        triggers=words(CALL_BEGIN),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

@@ -12,11 +12,18 @@ calls (``parallel_tool_calls`` is ignored); nothing may follow the message (the 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -35,7 +42,7 @@ from ..request import ReplyRequest
 from ..schema import parameters
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "Kimi K3"
 REQUIRED = ("<|open|>", "<|close|>", "<|end_of_msg|>")
@@ -106,7 +113,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     thought = ReasoningBlock(
         start=THINK_START,
         stops=(THINK_END, RESP_START),
@@ -150,3 +157,23 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         settle=True,
     )
     return ReplyFormat(NAME, frame(Calls(section)), continuation=CONTINUATION)
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = ("<|open|>", "<|close|>", SEP, EOM)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    # a response format gets no grammar here
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=calls_offered(request),
+        lazy=not request.tool_choice == "required",
+        triggers=words(TOOLS_START),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

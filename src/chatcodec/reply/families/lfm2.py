@@ -14,11 +14,20 @@ call when ``parallel_tool_calls`` is false, or an unknown tool make the parse fa
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    tools_offered,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -36,7 +45,7 @@ from ..request import ReplyRequest
 from ..schema import parameters
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe", "reply_format"]
+__all__ = ["NAME", "matches", "describe", "reply_format", "constraint_for"]
 
 NAME = "LFM2"
 REQUIRED = ("<|tool_list_start|>", "<|tool_list_end|>")
@@ -98,7 +107,8 @@ def matches(source: str) -> bool:
 
 
 def describe(request: ReplyRequest) -> ReplyFormat:
-    return reply_format(NAME, request)
+    fmt = reply_format(NAME, request)
+    return replace(fmt, constraint=constraint_for(request, tool_list_tokens=True))
 
 
 def reply_format(name: str, request: ReplyRequest) -> ReplyFormat:
@@ -140,4 +150,22 @@ def reply_format(name: str, request: ReplyRequest) -> ReplyFormat:
         ),
         stop=stop,
         continuation=CONTINUATION,
+    )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+
+def constraint_for(request: ReplyRequest, tool_list_tokens: bool) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text); LFM2
+    also preserves its tool-list markers (``tool_list_tokens``), LFM2.5 does not."""
+    tokens = (CALL_START, CALL_END, "<think>", "</think>")
+    if tool_list_tokens:
+        tokens += REQUIRED
+    rf = has_response_format(request)
+    return constraint(
+        tokens,
+        grammar=rf or calls_offered(request),
+        lazy=not (rf or (tools_offered(request) and request.tool_choice == "required")),
+        triggers=words(CALL_START),
     )

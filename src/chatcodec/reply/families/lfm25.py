@@ -6,6 +6,8 @@ It gets the templates that list tools as ``List of tools: [`` without LFM2's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..description import (
     ReplyFormat,
 )
@@ -24,4 +26,5 @@ def matches(source: str) -> bool:
 
 
 def describe(request: ReplyRequest) -> ReplyFormat:
-    return lfm2.reply_format(NAME, request)
+    fmt = lfm2.reply_format(NAME, request)
+    return replace(fmt, constraint=lfm2.constraint_for(request, tool_list_tokens=False))

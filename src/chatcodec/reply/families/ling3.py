@@ -11,11 +11,18 @@ required arguments in any order.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -34,7 +41,7 @@ from ..request import ReplyRequest
 from ..schema import parameters, value_types
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "Ling 3.0 (Bailing V3)"
 REQUIRED = ("<role>ASSISTANT</role>", "<arg_key>")
@@ -96,7 +103,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     # the prompt left a thought open: it also ends where a call begins; a continued message
     # leaves it open unless its content is continued
     last_open = request.generation_prompt.rfind(THINK_START)
@@ -140,3 +147,34 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         ),
         continuation=CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (
+    THINK_START,
+    THINK_END,
+    CALL_START,
+    CALL_END,
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    VALUE_END,
+    ROLE_END,
+)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    # a response format gets no grammar here
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=calls_offered(request),
+        lazy=not request.tool_choice == "required",
+        triggers=words(CALL_START),
+        additional_stops=(ROLE_END,),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

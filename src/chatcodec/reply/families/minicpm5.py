@@ -9,11 +9,20 @@ fails). String parameters are raw text, or CDATA; other parameters are JSON.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    tools_offered,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -31,7 +40,7 @@ from ..request import ReplyRequest
 from ..schema import may_be_string, parameters
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "MiniCPM5"
 REQUIRED = ("Tool usage guidelines:", '<function name="', '<param name="')
@@ -88,7 +97,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     reasoning = THOUGHT if request.reasoning_format != "none" else None
     thought = (Thought(reasoning), Whitespace()) if reasoning is not None else ()
     functions = tool_functions(request.tools)
@@ -113,3 +122,25 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         steps(Expect(PREFIX), *thought, Content(("<function",)), Calls(section), End()),
         continuation=CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = ("<function", "<param", "</function>", PARAM_END, "<think>", "</think>")
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=not (
+            has_response_format(request)
+            or (tools_offered(request) and request.tool_choice == "required")
+        ),
+        triggers=words("<function"),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    tools_offered,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -36,7 +45,7 @@ from ..request import ReplyRequest
 from ..schema import function_parameters, has_properties, may_be_string
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe", "MiniMaxM3Mapper"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "MiniMaxM3Mapper"]
 
 NAME = "MiniMax-M3"
 REQUIRED = ("]<]minimax[>[", "<tool_call>", "<invoke name=")
@@ -222,7 +231,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     at = request.generation_prompt.find(THINK_START)
     prefix = request.generation_prompt[:at] if at >= 0 else request.generation_prompt
     reasoning = None
@@ -270,3 +279,25 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         ),
         continuation=CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (NS, "<tool_call>", "</tool_call>", THINK_START, THINK_END)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=not (
+            has_response_format(request)
+            or (tools_offered(request) and request.tool_choice == "required")
+        ),
+        triggers=words(FC_START),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

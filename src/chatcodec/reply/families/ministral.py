@@ -11,11 +11,20 @@ calls beyond the first when ``parallel_tool_calls`` is false are dropped, not er
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    tools_offered,
+    words,
+)
 from ..description import (
     Balance,
     Calls,
@@ -32,7 +41,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "Ministral/Magistral Large 3"
 REQUIRED = ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")
@@ -58,7 +67,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED, EXCLUDED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     reasoning = THOUGHT if request.reasoning_format != "none" else None
     if request.json_schema:
         # a response format wins over tools: the JSON fenced in ```json ... ```
@@ -101,3 +110,24 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         ),
         continuation=CONTINUATION,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = ("[THINK]", "[/THINK]", CALLS, ARGS)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    # a grammar unless the reply is plain content; lazy for tools under auto, even beside a
+    # response format
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=tools_offered(request) and request.tool_choice == "auto",
+        triggers=words(CALLS),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

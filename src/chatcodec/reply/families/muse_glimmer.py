@@ -11,11 +11,20 @@ follow ``<|eom|>``; the generation prompt is always ``<|start|>assistant``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    patterns,
+    tools_offered,
+)
 from ..description import (
     CallMessage,
     Content,
@@ -31,7 +40,7 @@ from ..request import ReplyRequest
 from ..schema import ALL_TYPES, parameters, value_types
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
 
 NAME = "Muse Glimmer"
 REQUIRED = ("<atem:function_calls>", "<|eom|>")
@@ -95,7 +104,7 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     functions = tool_functions(request.tools)
     calls = bool(functions) and request.tool_choice != "none"
     extract = request.reasoning_format != "none"
@@ -139,3 +148,39 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         tool_names=tool_names(functions),
     )
     return ReplyFormat(NAME, (Messages(flow),), stop=(EOT,), continuation=CONTINUATION)
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+PRESERVED_TOKENS = (
+    "<|start|>",
+    "<|message|>",
+    EOM,
+    EOT,
+    "<atem:function_calls>",
+    "<atem:invoke",
+    "<atem:parameter",
+    PARAM_CLOSE,
+    "</atem:invoke>",
+    CALLS_CLOSE,
+)
+TRIGGERS = patterns(
+    r"(?:^|<\|start\|>assistant)( to=(?!self<\|message\|>)(?!user<\|message\|>)[^<]*?<\|message\|>)"
+)
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
+    return constraint(
+        PRESERVED_TOKENS,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=not (
+            has_response_format(request)
+            or (tools_offered(request) and request.tool_choice == "required")
+        ),
+        triggers=TRIGGERS,
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))

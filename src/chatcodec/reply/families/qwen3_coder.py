@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import peg
 from ..arguments import XmlCallSyntax, tool_functions, tool_names, xml_call_parsers
+from ..constraint import (
+    Constraint,
+    calls_offered,
+    constraint,
+    has_response_format,
+    tools_offered,
+    words,
+)
 from ..description import (
     Calls,
     CallSection,
@@ -18,7 +28,7 @@ from ..description import (
 from ..prefill import Continuation
 from ..request import ReplyRequest
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "matches", "describe", "constraint_for"]
 
 NAME = "Qwen3-Coder"
 PREFIX = "<|im_start|>assistant\n"
@@ -53,7 +63,7 @@ def matches(source: str) -> bool:
     )
 
 
-def describe(request: ReplyRequest) -> ReplyFormat:
+def _reply(request: ReplyRequest) -> ReplyFormat:
     thinking = "<think>" in request.source
     # Qwen3-Coder (no <think> in its template) may open a call with a bare <function=NAME>
     bare_function = not thinking
@@ -100,3 +110,28 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         stop=("<|im_end|>",),
         continuation=CONTINUATION if thinking else CONTINUATION_NO_THOUGHT,
     )
+
+
+# ------------------------------------------------------------------ llama.cpp's sampler setup
+
+
+def constraint_for(request: ReplyRequest) -> Constraint:
+    """llama.cpp's grammar setup for this request (everything but the grammar's text): a
+    template with ``<think>`` preserves the thought's markers too; the lazy grammar wakes at
+    ``<tool_call>`` and, for Qwen3-Coder (no thought), at each tool's bare ``<function=NAME>``."""
+    thinking = "<think>" in request.source
+    tokens = ("<tool_call>", "</tool_call>") + (("<think>", "</think>") if thinking else ())
+    starts = ["<tool_call>"]
+    if not thinking:
+        starts += [f"{SYNTAX.function_open}{fn['name']}>" for fn in tool_functions(request.tools)]
+    lazy = tools_offered(request) and request.tool_choice == "auto"
+    return constraint(
+        tokens,
+        grammar=has_response_format(request) or calls_offered(request),
+        lazy=lazy,
+        triggers=words(*starts) if lazy else (),
+    )
+
+
+def describe(request: ReplyRequest) -> ReplyFormat:
+    return replace(_reply(request), constraint=constraint_for(request))
