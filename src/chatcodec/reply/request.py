@@ -14,8 +14,9 @@ class ReplyRequest:
     """One request as llama.cpp's handlers see it (the argument of every family's ``describe``).
 
     ``generation_prompt``: the template's, for the conversation the reply follows.
-    ``json_schema``: the request's response format (read by the families that support it:
-    the auto parser, gpt-oss, Ministral, LFM2/LFM2.5, Cohere2 MoE). ``continue_final_message``:
+    ``json_schema``: the request's response format (parsed by the families that support it:
+    the auto parser, gpt-oss, Ministral, LFM2/LFM2.5, Cohere2 MoE; every family's constraint
+    reads it as llama.cpp does). ``continue_final_message``:
     ``"content"`` or ``"reasoning_content"`` when a final assistant message is continued
     (``generation_prompt`` is then the template's for the conversation before it; the format's
     ``continuation`` writes the one to parse with), else ``"none"``.
