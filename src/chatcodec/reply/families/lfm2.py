@@ -159,7 +159,7 @@ def reply_format(name: str, request: ReplyRequest) -> ReplyFormat:
 def constraint_for(request: ReplyRequest, tool_list_tokens: bool) -> Constraint:
     """llama.cpp's grammar setup for this request (everything but the grammar's text); LFM2
     also preserves its tool-list markers (``tool_list_tokens``), LFM2.5 does not."""
-    tokens = (CALL_START, CALL_END, "<think>", "</think>")
+    tokens: tuple[str, ...] = (CALL_START, CALL_END, "<think>", "</think>")
     if tool_list_tokens:
         tokens += REQUIRED
     rf = has_response_format(request)
