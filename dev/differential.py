@@ -240,6 +240,15 @@ def _text_arguments(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "tool_calls": calls}
 
 
+# calls as models of the common families write them, whatever the template renders
+WRITTEN_CALLS = (
+    '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+)
+
+
 def mutations(intent: str, reply: str) -> Iterator[tuple[str, str]]:
     yield intent, reply
     yield f"{intent}+trailing", reply + "\nAnything else?"
@@ -285,6 +294,8 @@ def build_cases(path: Path, every: int) -> list[Case]:
             for intent, reply in derive_replies(template, messages, tools)
             for m in mutations(intent, reply)
         ]
+        if tools:
+            replies += [(f"written_call_{i}", call) for i, call in enumerate(WRITTEN_CALLS)]
         if not replies:
             replies = [("plain", "It is sunny.")]
         request = {

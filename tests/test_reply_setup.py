@@ -209,3 +209,33 @@ def test_a_template_with_escapes_llama_cpp_refuses_still_sets_up() -> None:
     turn = Codec(source).prepare([{"role": "user", "content": "hi"}])
     assert turn.prompt == "Hello there" + "user: hi\nassistant:"
     assert turn.parse("Fine.").content == "Fine."
+
+
+def test_a_template_that_loops_over_content_gets_typed_content_and_no_tool_calls() -> None:
+    """llama.cpp's engine refuses ``{% for %}`` over a string: a template that loops over
+    ``message['content']`` takes content only as typed blocks, and its tool-call probes (string
+    content) fail, so llama.cpp reads no calls (measured with llama.cpp's chat code on this
+    template: generation prompt ``<|assistant|>``, a JSON call read as content)."""
+    from chatcodec.template.capabilities import tool_call_support
+
+    source = (
+        "{%- for message in messages %}{{ '<|' + message['role'] + '|>' }}"
+        "{%- if 'tool_calls' in message %}{{ '{\"name\": \"' + "
+        'message.tool_calls[0].function.name + \'", "parameters": \' + '
+        "message.tool_calls[0].function.arguments | tojson + '}' }}"
+        "{%- else %}{%- for content in message['content'] %}"
+        "{%- if content['type'] == 'text' %}{{ content['text'] }}{%- endif %}{%- endfor %}"
+        "{%- endif %}{{ '<|end|>\\n' }}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{ '<|assistant|>' }}{%- endif %}"
+    )
+    tool = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+    }
+    codec = Codec(source)
+    assert not tool_call_support(source).calls
+    turn = codec.prepare([{"role": "user", "content": "Weather?"}], tools=[tool])
+    assert turn.generation_prompt == "<|assistant|>"
+    reply = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+    message = turn.parse(reply)
+    assert (message.content, message.tool_calls) == (reply, ())

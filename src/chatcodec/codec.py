@@ -370,9 +370,16 @@ def _llama_generation_prompt(
     generation prompt is the render with ``add_generation_prompt`` past its longest common
     prefix with the render without. A request it cannot render cannot be set up.
     """
-    from .template.compat import llama_compatible, llama_extra_context
+    from .template.compat import (
+        as_typed_content,
+        llama_compatible,
+        llama_extra_context,
+        takes_typed_content_only,
+    )
 
     compat = llama_compatible(template)
+    if takes_typed_content_only(compat):
+        messages = as_typed_content(messages)
     variables = {**llama_extra_context(), **context}
     try:
         with_prompt = compat.render(

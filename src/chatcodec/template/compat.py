@@ -25,7 +25,10 @@ Engine (``common/jinja``):
   where Python's Jinja gives undefined;
 - ``tojson`` serialises what ``map``/``select`` give (llama.cpp's are lists) and undefined
   as ``null``;
-- lists have ``append`` and ``pop``.
+- lists have ``append`` and ``pop``;
+- a ``{% for %}`` loop over a string raises (``Expected iterable or object type in for
+  loop``): llama.cpp then finds that the template takes content only as typed blocks
+  (:func:`takes_typed_content_only`) and that its tool-call probes fail.
 
 Everything else — the sandbox, its limits, the filters — is the transformers environment:
 the template is as confined as in ``ChatTemplate``. The values it may mutate are the
@@ -35,7 +38,7 @@ render's own copies, and a list grows only within the output limit.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +46,7 @@ import jinja2
 from jinja2.compiler import Frame
 from jinja2.sandbox import SandboxedEnvironment
 
+from ..errors import TemplateError
 from .environment import (
     ChatSandbox,
     GuardedCodeGenerator,
@@ -52,7 +56,13 @@ from .environment import (
 )
 from .render import ChatTemplate
 
-__all__ = ["LlamaCompatTemplate", "llama_compatible", "llama_extra_context"]
+__all__ = [
+    "LlamaCompatTemplate",
+    "as_typed_content",
+    "llama_compatible",
+    "llama_extra_context",
+    "takes_typed_content_only",
+]
 
 
 class LlamaUndefined(jinja2.ChainableUndefined):
@@ -114,6 +124,9 @@ class LlamaSandbox(ChatSandbox):
         if isinstance(haystack, dict) and isinstance(needle, (list, dict)):
             raise TypeError(f"Object key of unhashable type: {type(needle).__name__}")
         return needle in haystack
+
+    def loop_iterable(self, node: jinja2.nodes.Expr) -> jinja2.nodes.Expr:
+        return jinja2.nodes.Filter(node, _ITERABLE, [], [], None, None, lineno=node.lineno)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
         if isinstance(argument, (list, dict)) and not isinstance(obj, jinja2.Undefined):
@@ -192,6 +205,15 @@ def _llama_repr(value: Any) -> str:
     return '"' + "".join(escaped) + '"'
 
 
+_ITERABLE = "__chatcodec_llama_iterable"
+
+
+def _llama_iterable(value: Any) -> Any:
+    if isinstance(value, str):
+        raise TypeError("Expected iterable or object type in for loop: got String")
+    return value
+
+
 def _plain_json(value: Any) -> Any:
     if isinstance(value, jinja2.Undefined):
         return None
@@ -210,6 +232,7 @@ def _llama_environment() -> ChatSandbox:
     if _environment is None:
         env = new_environment(LlamaSandbox, json_data=_plain_json, undefined=LlamaUndefined)
         assert isinstance(env, LlamaSandbox)
+        env.filters[_ITERABLE] = _llama_iterable
         _environment = env
     return _environment
 
@@ -271,3 +294,39 @@ def llama_compatible(template: ChatTemplate) -> LlamaCompatTemplate:
         )
         _compiled[template] = found
     return found
+
+
+_typed_only: weakref.WeakKeyDictionary[LlamaCompatTemplate, bool] = weakref.WeakKeyDictionary()
+_MARKER = "STRING_MARKER"
+
+
+def takes_typed_content_only(template: LlamaCompatTemplate) -> bool:
+    """Whether llama.cpp hands this template message content only as typed blocks
+    (``[{"type": "text", "text": ...}]``): it fails on string content and shows typed content
+    (a template that loops over ``message.content``). Cached per template."""
+    found = _typed_only.get(template)
+    if found is None:
+        found = not _shows_marker(template, _MARKER) and _shows_marker(
+            template, [{"type": "text", "text": _MARKER}]
+        )
+        _typed_only[template] = found
+    return found
+
+
+def as_typed_content(messages: Any) -> list[Any]:
+    """``messages`` with string content turned into one text block, as llama.cpp does for a
+    template that takes typed content only."""
+    out = []
+    for message in messages:
+        if isinstance(message, Mapping) and isinstance(message.get("content"), str):
+            message = {**message, "content": [{"type": "text", "text": message["content"]}]}
+        out.append(message)
+    return out
+
+
+def _shows_marker(template: LlamaCompatTemplate, content: Any) -> bool:
+    try:
+        rendered = template.render([{"role": "user", "content": content}])
+    except TemplateError:
+        return False
+    return _MARKER in rendered

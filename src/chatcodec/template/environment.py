@@ -593,9 +593,13 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         tree = super()._parse(source, name, filename)
         for loop in tree.find_all(jinja2.nodes.For):
             loop.iter = jinja2.nodes.Filter(
-                loop.iter, _LOOP_GUARD, [], [], None, None, lineno=loop.lineno
+                self.loop_iterable(loop.iter), _LOOP_GUARD, [], [], None, None, lineno=loop.lineno
             )
         return tree
+
+    def loop_iterable(self, node: jinja2.nodes.Expr) -> jinja2.nodes.Expr:
+        """The expression a ``{% for %}`` loop iterates (a subclass may wrap it in a check)."""
+        return node
 
 
 def _filter_center(value: Any, width: Any = 80) -> None:
