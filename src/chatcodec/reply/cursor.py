@@ -9,12 +9,13 @@ other, so neither reaches into the other's state.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from .description import Balance
-from .mapper import CallMapper, MappedCall
+from .mapper import ATTRIBUTES, RECIPIENT, TOOL_NAME, CallMapper, MappedCall
 from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until, is_c_space
 
@@ -33,6 +34,10 @@ __all__ = [
     "CallMarkers",
     "Waiting",
 ]
+
+
+# well-formed markup attributes: ` key="value"` pairs, then maybe space
+_ATTRIBUTES = re.compile(r'(?:\s+[A-Za-z_][\w.-]*="[^"]*")*\s*')
 
 
 class Outcome(Enum):
@@ -328,16 +333,42 @@ class Output:
             else:
                 stack.extend(reversed(node.children))
 
-    def commit_calls(self, nodes: list[Node], text: str) -> None:
-        """A call (or calls) parsed whole: map and keep them."""
+    def commit_calls(self, nodes: list[Node], text: str, base: int) -> None:
+        """A call (or calls) parsed whole from ``text`` (``text[0]`` at absolute offset
+        ``base``): map and keep them."""
         self.mapper.visit(nodes, text)
         self.committed.extend(self.mapper.calls[len(self.committed) :])  # only the new ones
+        self._report_recipients(nodes, text, base)
 
-    def close_calls(self, nodes: list[Node], text: str) -> bool:
+    def close_calls(self, nodes: list[Node], text: str, base: int) -> bool:
         """The reply ended inside a call: map what it reached; whether that made a new call."""
         self.mapper.visit(nodes, text)
         self.mapper.flush()
-        return len(self.mapper.calls) != len(self.committed)
+        made = len(self.mapper.calls) != len(self.committed)
+        if made:
+            self._report_recipients(nodes, text, base)
+        return made
+
+    def _report_recipients(self, nodes: list[Node], text: str, base: int) -> None:
+        """Text of a call's markup that the format reads and keeps nowhere, reported as
+        skipped where it is not markup: a recipient (Muse Glimmer's `` to=...``) other than the
+        name the call goes on to give, attributes (Kimi K3's) that are not ``key="value"``."""
+        recipient: Node | None = None
+        stack = list(reversed(nodes))
+        while stack:
+            node = stack.pop()
+            if node.tag == ATTRIBUTES:
+                said = text[node.start : node.end]
+                if not _ATTRIBUTES.fullmatch(said):
+                    self.drop(said, "skipped_text", base + node.start)
+            elif node.tag == RECIPIENT:
+                recipient = node
+            elif node.tag == TOOL_NAME and recipient is not None:
+                said = text[recipient.start : recipient.end]
+                if said != text[node.start : node.end]:
+                    self.drop(said, "skipped_text", base + recipient.start)
+                recipient = None
+            stack.extend(reversed(node.children))
 
     def fail(self, position: int, reason: str) -> Outcome:
         self.failure = Failure(position, reason)

@@ -591,7 +591,7 @@ class ReplyEngine:
                 return self._wait_for_call()  # a call that ends with the text may go on
         if result.status == SUCCESS:
             self._thought_call = False
-            self.out.commit_calls(result.nodes, cur.buf)
+            self.out.commit_calls(result.nodes, cur.buf, cur.base)
             self._calls_done += 1
             cur.pos = result.end
             cur.compact()
@@ -599,7 +599,7 @@ class ReplyEngine:
         if result.status == NEED_MORE:
             if not cur.eof:
                 return self._wait_for_call()
-            if self.out.close_calls(result.nodes, cur.buf):
+            if self.out.close_calls(result.nodes, cur.buf, cur.base):
                 cur.pos = len(cur.buf)
             return STOP
         if self._thought_call:

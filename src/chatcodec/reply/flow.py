@@ -155,7 +155,7 @@ class FlowRunner:
         if result.status == NEED_MORE:
             if cur.eof:
                 self.out.take_content(result.nodes, buf)
-                if self.out.close_calls(result.nodes, buf):
+                if self.out.close_calls(result.nodes, buf, cur.base):
                     cur.pos = len(buf)
                 return STOP
             self.tried_len = len(buf) - at
@@ -164,7 +164,7 @@ class FlowRunner:
             self.waiting.call(self._call_ready, self.watch)
             return WAIT
         self.out.take_content(result.nodes, buf)
-        self.out.commit_calls(result.nodes, buf)
+        self.out.commit_calls(result.nodes, buf, cur.base)
         self.option_start = cur.base + at
         cur.pos = result.end
         self.after_call = True

@@ -21,6 +21,8 @@ __all__ = [
     "TOOL_ARG_NAME",
     "TOOL_ARG_VALUE",
     "TOOL_ARG_STRING_VALUE",
+    "RECIPIENT",
+    "ATTRIBUTES",
     "CallMapper",
     "MappedCall",
     "json_escape_inner",
@@ -40,6 +42,12 @@ TOOL_ARG_CLOSE = "tool-arg-close"
 TOOL_ARG_NAME = "tool-arg-name"
 TOOL_ARG_VALUE = "tool-arg-value"
 TOOL_ARG_STRING_VALUE = "tool-arg-string-value"
+# the text a call is addressed to (Muse Glimmer's ``to=...``): not the mapper's, reported as
+# skipped text when it is not the call's name
+RECIPIENT = "recipient"
+# attributes a call's markup reads and ignores (Kimi K3's ``index="0"``, ``type="string"``):
+# reported as skipped text when they are not well-formed ``key="value"`` attributes
+ATTRIBUTES = "attributes"
 
 
 def json_escape_inner(s: str) -> str:

@@ -70,7 +70,8 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
                     peg.atomic_tag(t.TOOL_ARG_OPEN, peg.Literal(ARG_START)),
                     arg_name(key),
                     peg.Literal('"'),
-                    peg.Until(SEP),  # the type="..." attribute: the schema decides
+                    # the type="..." attribute: the schema decides
+                    peg.Tag(t.ATTRIBUTES, peg.Until(SEP)),
                     peg.Literal(SEP),
                     peg.Tag(value_tag, peg.Until(ARG_END)),
                     peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(ARG_END)),
@@ -80,7 +81,11 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
     if choices:
         args = peg.Repeat(peg.Choice(*choices))
     opener = peg.Seq(
-        peg.Literal(CALL_START), tool_name(name), peg.Literal('"'), peg.Until(SEP), peg.Literal(SEP)
+        peg.Literal(CALL_START),
+        tool_name(name),
+        peg.Literal('"'),
+        peg.Tag(t.ATTRIBUTES, peg.Until(SEP)),  # index="0"
+        peg.Literal(SEP),
     )
     return peg.Tag(
         t.TOOL,

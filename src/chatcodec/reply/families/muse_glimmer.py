@@ -76,7 +76,7 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
         t.TOOL_OPEN,
         peg.Seq(
             peg.Literal(" to="),
-            peg.Until("<|message|>"),
+            peg.Tag(t.RECIPIENT, peg.Until("<|message|>")),
             peg.Literal("<|message|><atem:function_calls>"),
             ws,
             peg.Literal('<atem:invoke name="'),
