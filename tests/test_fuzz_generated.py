@@ -108,11 +108,11 @@ def _json(family: Family) -> st.SearchStrategy[Any]:
         | st.floats(allow_nan=False, allow_infinity=False)
         | _words()
     )
-    return st.recursive(
-        scalars,
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3),
-        max_leaves=6,
-    )
+
+    def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3)
+
+    return st.recursive(scalars, containers, max_leaves=6)
 
 
 def _dumps(value: Any, ascii_only: bool) -> str:

@@ -288,13 +288,14 @@ def test_kimi_k3_call_attributes_that_are_not_attributes_are_reported_as_skipped
 
     well_formed = turn.parse(reply(' index="0"', ' type="string"'))
     assert well_formed.dropped == ()
-    text = reply(' index=zero"0"', " type=string")
-    odd = turn.parse(text)
-    assert odd.tool_calls == well_formed.tool_calls
-    assert [(d.reason, d.text, d.offset) for d in odd.dropped] == [
-        ("skipped_text", ' index=zero"0"', text.index(" index")),
-        ("skipped_text", " type=string", text.index(" type")),
-    ]
+    for index, kind in ((' index=zero"0"', " type=string"), (' index="0"x', ' type="str\nok"')):
+        text = reply(index, kind)
+        odd = turn.parse(text)
+        assert odd.tool_calls == well_formed.tool_calls
+        assert [(d.reason, d.text, d.offset) for d in odd.dropped] == [
+            ("skipped_text", index, text.index(" index")),
+            ("skipped_text", kind, text.index(" type")),
+        ]
 
 
 @pytest.mark.parametrize(

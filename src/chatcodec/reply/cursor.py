@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .description import Balance
-from .mapper import ATTRIBUTES, RECIPIENT, TOOL_NAME, CallMapper, MappedCall
+from .mapper import MARKUP, CallMapper, MappedCall
 from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until, is_c_space
 
@@ -34,10 +34,6 @@ __all__ = [
     "CallMarkers",
     "Waiting",
 ]
-
-
-# well-formed markup attributes: ` key="value"` pairs, then maybe space
-_ATTRIBUTES = re.compile(r'(?:\s+[A-Za-z_][\w.-]*="[^"]*")*\s*')
 
 
 class Outcome(Enum):
@@ -338,7 +334,7 @@ class Output:
         ``base``): map and keep them."""
         self.mapper.visit(nodes, text)
         self.committed.extend(self.mapper.calls[len(self.committed) :])  # only the new ones
-        self._report_recipients(nodes, text, base)
+        self._report_markup(nodes, text, base)
 
     def close_calls(self, nodes: list[Node], text: str, base: int) -> bool:
         """The reply ended inside a call: map what it reached; whether that made a new call."""
@@ -346,28 +342,19 @@ class Output:
         self.mapper.flush()
         made = len(self.mapper.calls) != len(self.committed)
         if made:
-            self._report_recipients(nodes, text, base)
+            self._report_markup(nodes, text, base)
         return made
 
-    def _report_recipients(self, nodes: list[Node], text: str, base: int) -> None:
-        """Text of a call's markup that the format reads and keeps nowhere, reported as
-        skipped where it is not markup: a recipient (Muse Glimmer's `` to=...``) other than the
-        name the call goes on to give, attributes (Kimi K3's) that are not ``key="value"``."""
-        recipient: Node | None = None
+    def _report_markup(self, nodes: list[Node], text: str, base: int) -> None:
+        """Text of a call's markup that the format reads and keeps nowhere (``markup_tag``):
+        reported as skipped where it is not what the format writes there."""
         stack = list(reversed(nodes))
         while stack:
             node = stack.pop()
-            if node.tag == ATTRIBUTES:
+            if node.tag.startswith(MARKUP):
                 said = text[node.start : node.end]
-                if not _ATTRIBUTES.fullmatch(said):
+                if not re.fullmatch(node.tag[len(MARKUP) :], said):
                     self.drop(said, "skipped_text", base + node.start)
-            elif node.tag == RECIPIENT:
-                recipient = node
-            elif node.tag == TOOL_NAME and recipient is not None:
-                said = text[recipient.start : recipient.end]
-                if said != text[node.start : node.end]:
-                    self.drop(said, "skipped_text", base + recipient.start)
-                recipient = None
             stack.extend(reversed(node.children))
 
     def fail(self, position: int, reason: str) -> Outcome:

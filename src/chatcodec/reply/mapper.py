@@ -21,8 +21,8 @@ __all__ = [
     "TOOL_ARG_NAME",
     "TOOL_ARG_VALUE",
     "TOOL_ARG_STRING_VALUE",
-    "RECIPIENT",
-    "ATTRIBUTES",
+    "MARKUP",
+    "markup_tag",
     "CallMapper",
     "MappedCall",
     "json_escape_inner",
@@ -42,12 +42,16 @@ TOOL_ARG_CLOSE = "tool-arg-close"
 TOOL_ARG_NAME = "tool-arg-name"
 TOOL_ARG_VALUE = "tool-arg-value"
 TOOL_ARG_STRING_VALUE = "tool-arg-string-value"
-# the text a call is addressed to (Muse Glimmer's ``to=...``): not the mapper's, reported as
-# skipped text when it is not the call's name
-RECIPIENT = "recipient"
-# attributes a call's markup reads and ignores (Kimi K3's ``index="0"``, ``type="string"``):
-# reported as skipped text when they are not well-formed ``key="value"`` attributes
-ATTRIBUTES = "attributes"
+# text a call's markup reads and keeps nowhere (Muse Glimmer's recipient, Kimi K3's
+# attributes): the tag names what the format itself writes there (see markup_tag)
+MARKUP = "markup:"
+
+
+def markup_tag(pattern: str) -> str:
+    """The tag of text a call's markup reads and keeps nowhere: markup when it matches
+    ``pattern`` (a regular expression: what the format writes there), else reported in
+    ``dropped`` as skipped text (the model's own words, lost by llama.cpp)."""
+    return MARKUP + pattern
 
 
 def json_escape_inner(s: str) -> str:

@@ -55,6 +55,12 @@ EOM = "<|end_of_msg|>"
 CONTINUATION = Continuation(MSG_START, think_start=THINK_START, think_end=THINK_END + RESP_START)
 
 
+# the attributes the template writes after a call's tool and an argument's key (markup; any
+# other text there is reported as skipped)
+CALL_ATTRIBUTES = t.markup_tag(r' index="\d+"')
+ARGUMENT_ATTRIBUTES = t.markup_tag(r' type="(?:boolean|null|number|string|object|array)"')
+
+
 def _call(function: Mapping[str, Any]) -> peg.Parser:
     name = str(function["name"])
     args: peg.Parser = peg.Eps()
@@ -70,8 +76,8 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
                     peg.atomic_tag(t.TOOL_ARG_OPEN, peg.Literal(ARG_START)),
                     arg_name(key),
                     peg.Literal('"'),
-                    # the type="..." attribute: the schema decides
-                    peg.Tag(t.ATTRIBUTES, peg.Until(SEP)),
+                    # the type="..." attribute, read and ignored: the schema decides
+                    peg.Tag(ARGUMENT_ATTRIBUTES, peg.Until(SEP)),
                     peg.Literal(SEP),
                     peg.Tag(value_tag, peg.Until(ARG_END)),
                     peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(ARG_END)),
@@ -84,7 +90,7 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
         peg.Literal(CALL_START),
         tool_name(name),
         peg.Literal('"'),
-        peg.Tag(t.ATTRIBUTES, peg.Until(SEP)),  # index="0"
+        peg.Tag(CALL_ATTRIBUTES, peg.Until(SEP)),  # index="1", read and ignored
         peg.Literal(SEP),
     )
     return peg.Tag(
