@@ -7,9 +7,11 @@ checks what docs/decoding.md promises of every reply, well formed or not:
 - the stream ends with the parse's message; every delta is final: the role comes with the
   first delta only, a call is announced once (index, id, name) and then only extended,
   content, reasoning and each call's arguments only extend, and the fold of the deltas is
-  the message. The one documented retraction: a reply that fails after deltas were sent
-  (the deltas stand and the stream fails), and a ``partial`` finish of a failed reply, whose
-  message is empty (llama.cpp's is_partial rule);
+  the message; what was sent after any piece is a prefix of the message the text so far
+  gives if the reply ends there, also when the whole reply fails later. The documented
+  retractions: a reply that fails after deltas were sent (the deltas stand and the stream
+  fails), and a ``partial`` finish of a failed reply, whose message is empty (llama.cpp's
+  is_partial rule);
 - every ``dropped`` entry names the reply's own text at its offset, and no text is lost that
   ``dropped`` does not name: each sentinel word of the reply (``zq<n>x``, written into the
   generated text by the fuzz tests) that lies outside the dropped spans is found in the
@@ -122,10 +124,11 @@ def parse(turn: Turn, text: str, partial: bool = False) -> AssistantMessage | st
 
 
 def check_deltas_are_final(
-    deltas: list[Delta], message: AssistantMessage | None, text: str
+    deltas: list[Delta], message: AssistantMessage | None, text: str, ended: bool = True
 ) -> None:
     """Every delta is final: announced once, only extended; with ``message`` (the stream
-    ended well), everything sent is a prefix of the message's fields and folds to it."""
+    ended well), everything sent is a prefix of the message's fields, and folds to it when
+    these are all the stream's deltas (``ended``)."""
     calls: dict[int, list[str]] = {}
     content = reasoning = ""
     for n, delta in enumerate(deltas):
@@ -150,7 +153,7 @@ def check_deltas_are_final(
             final = message.tool_calls[index]
             assert (final.id, final.name) == (call_id, name), ("call changed", index, text)
             assert final.arguments.startswith(arguments), ("arguments retracted", index, text)
-    if message is not None:
+    if message is not None and ended:
         folded = fold(deltas)
         assert (folded.content, folded.reasoning_content, folded.tool_calls) == (
             message.content,
@@ -178,13 +181,27 @@ def check_nothing_lost(message: AssistantMessage, text: str) -> None:
         outside.append(text[at:start])
         at = end
     outside.append(text[at:])
-    # a sentinel cut by a dropped span's edge is not whole on either side: split at the edges
+    # (a sentinel a dropped span's edge cuts is partly named there: it is counted on no side)
     read = Counter(w for part in outside for w in SENTINEL.findall(part))
     kept = Counter(SENTINEL.findall(kept_text(message)))
     lost = read - kept
     assert not lost, (
         f"text lost without a `dropped` entry: {sorted(lost)} of {text!r} -> {message.to_dict()}"
     )
+
+
+def check_sent_before_the_end(turn: Turn, pieces: Sequence[str], got: Streamed) -> None:
+    """A delta is final for what it says, even when the reply fails later: what was sent
+    after each piece is a prefix of the message the text so far gives if it ends there
+    (when it parses)."""
+    sent: list[Delta] = []
+    text = ""
+    for piece, step in zip(pieces, got.steps, strict=False):  # (no step after a failed feed)
+        text += piece
+        sent += step
+        ended_here = parse(turn, text)
+        if isinstance(ended_here, AssistantMessage):
+            check_deltas_are_final(sent, ended_here, text, ended=False)
 
 
 def check_reply(turn: Turn, text: str, chunkings: Sequence[Sequence[str]]) -> None:
@@ -195,6 +212,8 @@ def check_reply(turn: Turn, text: str, chunkings: Sequence[Sequence[str]]) -> No
         got = stream(turn, pieces)
         assert (got.message or got.error) == expected, (len(pieces), text)
         check_deltas_are_final(got.deltas, got.message, text)
+        if 1 < len(pieces) <= 16:  # a few cuts: each prefix costs a parse
+            check_sent_before_the_end(turn, pieces, got)
     if isinstance(expected, AssistantMessage):
         check_nothing_lost(expected, text)
     # partial: the same parse, or (a failure past the start) the documented empty message

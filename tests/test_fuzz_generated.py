@@ -85,9 +85,12 @@ def _family(template: str) -> Family:
         replies += [(len(turns), _pieces(text, found)) for text in texts]
         turns.append(turn)
     return Family(
-        tuple(turns), tuple(replies), tuple(sorted(markers)), tuple(sorted(tools)),
+        tuple(turns),
+        tuple(replies),
+        tuple(sorted(markers)),
+        tuple(sorted(tools)),
         tuple(sorted(arguments)),
-    )  # fmt: skip
+    )
 
 
 # ------------------------------------------------------------------ the generated pieces

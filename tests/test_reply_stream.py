@@ -264,6 +264,32 @@ def test_a_muse_glimmer_recipient_that_is_not_the_call_is_reported_as_skipped() 
             assert stream.finish().message == message  # the same byte by byte
 
 
+def test_a_gpt_oss_content_type_other_than_json_is_reported_as_skipped() -> None:
+    # llama.cpp reads the word after `<|channel|>commentary` (`<|constrain|>json`) and keeps it
+    # nowhere: `json`, what the template writes, is markup; another word is the model's text
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    turn = Codec(template_source("openai-gpt-oss-120b.jinja")).prepare(
+        [{"role": "user", "content": "Weather in Paris?"}], tools=[tool]
+    )
+    for kind, dropped in (("json", []), ("<|constrain|>json", []), ("<|constrain|>yaml", ["yaml"])):
+        reply = (
+            f' to=functions.get_weather<|channel|>commentary {kind}<|message|>{{"city": "Paris"}}'
+        )
+        message = turn.parse(reply)
+        assert [(c.name, c.arguments) for c in message.tool_calls] == [
+            ("get_weather", '{"city": "Paris"}')
+        ]
+        assert [(d.reason, d.text, d.offset) for d in message.dropped] == [
+            ("skipped_text", text, reply.index(text)) for text in dropped
+        ], reply
+
+
 def test_kimi_k3_call_attributes_that_are_not_attributes_are_reported_as_skipped() -> None:
     # llama.cpp reads a call's ` index="0"` and an argument's ` type="string"` with `until` and
     # keeps them nowhere: well-formed they are markup, anything else is the model's lost text

@@ -38,7 +38,7 @@ class Dropped:
     ``"skipped_text"`` (text the format reads and keeps nowhere: a gpt-oss message to a builtin
     tool, what Gemma 4 skips before its first call, a Muse Glimmer recipient that is not the
     called tool, Kimi K3 call and argument attributes other than the ``index`` and ``type``
-    its template writes).
+    its template writes, a gpt-oss content type other than ``json``).
     ``offset`` counts characters of the reply (the generation prompt excluded; negative when
     the dropped text began inside the generation prompt).
     """
