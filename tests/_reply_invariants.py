@@ -154,6 +154,8 @@ def check_deltas_are_final(
             assert (final.id, final.name) == (call_id, name), ("call changed", index, text)
             assert final.arguments.startswith(arguments), ("arguments retracted", index, text)
     if message is not None and ended:
+        # a client always sees the role, even from a stream with nothing to show
+        assert deltas and deltas[0].role == "assistant", ("no role", text)
         folded = fold(deltas)
         assert (folded.content, folded.reasoning_content, folded.tool_calls) == (
             message.content,
