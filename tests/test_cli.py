@@ -463,6 +463,20 @@ def test_a_file_that_is_not_utf8_is_one_usage_line(
     assert result.stdout == ""
 
 
+def test_an_integer_too_long_for_python_is_one_usage_line(tmp_path: Path) -> None:
+    # Python converts at most 4,300 digits: json.loads raises a plain ValueError (it was an
+    # "internal error" line); in --var the text stays a plain string
+    huge = "1" * 5000
+    messages = tmp_path / "huge.json"
+    messages.write_text(f'[{{"role": "user", "content": {huge}}}]', encoding="utf-8")
+    result = chatcodec("render", str(CHECKPOINT), str(messages))
+    _one_error_line(result, 2, f"messages in {messages} cannot be read: Exceeds the limit")
+    as_var = chatcodec("render", str(CHECKPOINT), "--var", f"x={huge}", stdin=json.dumps(HI))
+    assert as_var.returncode == 0, as_var.stderr
+    assert as_var.stdout == load(CHECKPOINT).render(HI)  # the template never reads x
+    assert "never reads 'x'" in as_var.stderr and "internal error" not in as_var.stderr
+
+
 def test_stdin_that_is_not_utf8_is_one_usage_line() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "chatcodec", "render", str(CHECKPOINT)],

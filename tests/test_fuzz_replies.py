@@ -7,7 +7,13 @@ unicode. Every mutant must keep the decoder's promises:
 - only a documented error escapes (``ReplyError``), from the parse and the stream alike;
 - the stream in any chunking (whole, byte by byte, a random split) ends with the finished
   parse's message, or with the same error;
-- the deltas fold to the message; ``dropped`` offsets lie inside the reply.
+- every delta is final (announced once, only extended, a prefix of the message) and the
+  deltas fold to the message;
+- ``dropped`` names the reply's own text, and no text is lost that it does not name: the
+  sentinel words (``zq<n>x``) the mutations write are kept in a field or dropped by name.
+
+(``tests/_reply_invariants.py`` checks all of this; ``tests/test_fuzz_generated.py`` builds
+replies with hypothesis instead of mutating the corpus'.)
 
 The default run is small and seeded (it is part of the suite). A long run:
 
@@ -20,14 +26,13 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any
 
 import pytest
 
-from chatcodec import ReplyError
-from chatcodec.reply import AssistantMessage, Turn, fold
-from chatcodec.reply.description import Calls, Content, Thought
+from chatcodec import ChatCodecError
+from chatcodec.reply import Turn
 
+from ._reply_invariants import SENTINEL, check_reply, fuzz_cases, reply_markers, sentinel
 from ._reply_oracle import PARSE_CASES, cases_by_template, per_case, prepare_request
 
 MUTANTS = int(os.environ.get("CHATCODEC_FUZZ", "40"))
@@ -57,30 +62,9 @@ TEMPLATES = (
 UNICODE = "é中🚀\u200b\u0301\ufeff\x00\r\n\t<>[]{}\"'\\"
 
 
-def _markers(turn: Turn) -> list[str]:
-    """The markers the turn's reply format reads (its thought, content stops and calls)."""
-    fmt = turn.format
-    found: set[str] = set(turn.stop)
-    thought = fmt.find(Thought)
-    if thought is not None:
-        found.update([thought.block.start, *thought.block.stops])
-    content = fmt.find(Content)
-    if content is not None:
-        found.update([*(content.stops or ()), content.open, content.close])
-    calls = fmt.find(Calls)
-    if calls is not None:
-        section = calls.section
-        found.update([*section.openers, section.name_marker, section.name_marker_end])
-        if isinstance(section.commit, str):
-            found.add(section.commit)
-    if fmt.flow is not None:
-        found.update(fmt.flow.openers)
-    return sorted(m for m in found if m)
-
-
 def _mutate(rng: random.Random, text: str, markers: list[str]) -> str:
     at = rng.randrange(len(text) + 1)
-    kind = rng.randrange(8)
+    kind = rng.randrange(10)
     if kind == 0 and markers:  # a marker inserted
         return text[:at] + rng.choice(markers) + text[at:]
     if kind == 1 and markers:  # a marker's first occurrence deleted
@@ -103,49 +87,18 @@ def _mutate(rng: random.Random, text: str, markers: list[str]) -> str:
     if kind == 6:  # brackets opened deep (deeper than Python's recursion limit at times)
         depth = rng.choice((rng.randrange(1, 60), 3000))
         return text[:at] + rng.choice(["[", '{"a": ']) * depth + text[at:]
+    if kind >= 8:  # a sentinel word (each one new: the text is checked to be kept or dropped)
+        word = sentinel(len(SENTINEL.findall(text)) + rng.randrange(1000))
+        return text[:at] + rng.choice(["", " ", "\n"]) + word + rng.choice(["", " "]) + text[at:]
     return text[:at] + "".join(rng.choice(UNICODE) for _ in range(rng.randrange(1, 8))) + text[at:]
-
-
-def _outcome(turn: Turn, pieces: list[str]) -> tuple[AssistantMessage | str, list[Any]]:
-    stream = turn.stream()
-    deltas: list[Any] = []
-    try:
-        for piece in pieces:
-            deltas += stream.feed(piece)
-        end = stream.finish()
-    except ReplyError as exc:
-        return f"ReplyError: {exc}", deltas
-    return end.message, deltas + end.deltas
-
-
-def _check(turn: Turn, text: str, rng: random.Random) -> None:
-    try:
-        expected: AssistantMessage | str = turn.parse(text)
-    except ReplyError as exc:
-        expected = f"ReplyError: {exc}"
-    cut = rng.randrange(len(text) + 1)
-    for pieces in ([text], list(text), [text[:cut], text[cut:]]):
-        got, deltas = _outcome(turn, pieces)
-        assert got == expected, f"chunking {len(pieces)} pieces of {text!r}"
-        if isinstance(got, AssistantMessage):
-            folded = fold(deltas)
-            assert (folded.content, folded.reasoning_content, folded.tool_calls) == (
-                got.content,
-                got.reasoning_content,
-                got.tool_calls,
-            ), text
-            for d in got.dropped:
-                assert 0 <= d.offset and d.offset + len(d.text) <= len(text), (d, text)
 
 
 def _replies(template: str) -> list[tuple[Turn, str]]:
     out = []
-    for case in cases_by_template().get(template, ()):
-        if len(out) >= 12:
-            break
+    for case in fuzz_cases(cases_by_template().get(template, ()), 8):
         try:
             turn = prepare_request(case)
-        except ReplyError:
+        except ChatCodecError:  # a request transformers cannot render
             continue
         texts = {o["text"] for o in case["outputs"] if not o["is_partial"]}
         out += [(turn, t) for t in sorted(texts)[:2]]
@@ -157,9 +110,10 @@ def test_mutated_replies_keep_the_decoders_promises(template: str) -> None:
     replies = _replies(template)
     assert replies, f"no corpus reply for {template}"
     rng = random.Random(f"{SEED}:{template}")
-    markers = {id(turn): _markers(turn) for turn, _ in replies}
+    markers = {id(turn): reply_markers(turn) for turn, _ in replies}
     for _ in range(MUTANTS):
         turn, text = rng.choice(replies)
         for _ in range(rng.randrange(1, 4)):
             text = _mutate(rng, text, markers[id(turn)])
-        _check(turn, text, rng)
+        cut = rng.randrange(len(text) + 1)
+        check_reply(turn, text, [[text], list(text), [text[:cut], text[cut:]]])

@@ -234,6 +234,96 @@ def test_text_llama_cpp_reads_and_keeps_nowhere_is_reported_as_skipped() -> None
     assert message.dropped[0].offset == reply.index("functions.")  # counted in the reply
 
 
+def test_a_muse_glimmer_recipient_that_is_not_the_call_is_reported_as_skipped() -> None:
+    # llama.cpp reads ` to=RECIPIENT<|message|>` before a call with `until` and keeps it
+    # nowhere; the call's name comes from `<atem:invoke name=...>` (found by the fuzz suite)
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    turn = Codec(template_source("muse-glimmer.jinja")).prepare(
+        [{"role": "user", "content": "Weather in Paris?"}], tools=[tool]
+    )
+    call = (
+        '<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
+        '<atem:parameter name="city">Paris</atem:parameter>\n</atem:invoke>\n</atem:function_calls>'
+    )
+    for recipient, dropped in (("get_weather", []), ("weather now", ["weather now"]), ("", [])):
+        for reply in (f" to={recipient}{call}", f" to={recipient}{call[:-30]}"):
+            message = turn.parse(reply)
+            assert [c.name for c in message.tool_calls] == ["get_weather"], reply
+            assert [(d.reason, d.text, d.offset) for d in message.dropped] == [
+                ("skipped_text", text, 4) for text in dropped
+            ], reply
+            stream = turn.stream()
+            for character in reply:
+                stream.feed(character)
+            assert stream.finish().message == message  # the same byte by byte
+
+
+def test_a_gpt_oss_content_type_other_than_json_is_reported_as_skipped() -> None:
+    # llama.cpp reads the word after `<|channel|>commentary` (`<|constrain|>json`) and keeps it
+    # nowhere: `json`, what the template writes, is markup; another word is the model's text
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    turn = Codec(template_source("openai-gpt-oss-120b.jinja")).prepare(
+        [{"role": "user", "content": "Weather in Paris?"}], tools=[tool]
+    )
+    for kind, dropped in (("json", []), ("<|constrain|>json", []), ("<|constrain|>yaml", ["yaml"])):
+        reply = (
+            f' to=functions.get_weather<|channel|>commentary {kind}<|message|>{{"city": "Paris"}}'
+        )
+        message = turn.parse(reply)
+        assert [(c.name, c.arguments) for c in message.tool_calls] == [
+            ("get_weather", '{"city": "Paris"}')
+        ]
+        assert [(d.reason, d.text, d.offset) for d in message.dropped] == [
+            ("skipped_text", text, reply.index(text)) for text in dropped
+        ], reply
+
+
+def test_kimi_k3_call_attributes_that_are_not_attributes_are_reported_as_skipped() -> None:
+    # llama.cpp reads a call's ` index="0"` and an argument's ` type="string"` with `until` and
+    # keeps them nowhere: well-formed they are markup, anything else is the model's lost text
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        },
+    }
+    turn = Codec(template_source("Kimi-K3.jinja")).prepare(
+        [{"role": "user", "content": "Find Paris"}], tools=[tool]
+    )
+
+    def reply(index: str, kind: str) -> str:
+        return (
+            "<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
+            f'<|open|>tools<|sep|><|open|>call tool="search"{index}<|sep|>'
+            f'<|open|>argument key="query"{kind}<|sep|>Paris<|close|>argument<|sep|>'
+            "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>"
+        )
+
+    well_formed = turn.parse(reply(' index="0"', ' type="string"'))
+    assert well_formed.dropped == ()
+    for index, kind in ((' index=zero"0"', " type=string"), (' index="0"x', ' type="str\nok"')):
+        text = reply(index, kind)
+        odd = turn.parse(text)
+        assert odd.tool_calls == well_formed.tool_calls
+        assert [(d.reason, d.text, d.offset) for d in odd.dropped] == [
+            ("skipped_text", index, text.index(" index")),
+            ("skipped_text", kind, text.index(" type")),
+        ]
+
+
 @pytest.mark.parametrize(
     "template", ["meta-llama-Llama-3.1-8B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja"]
 )
@@ -372,7 +462,8 @@ def test_a_dropped_thought_is_reported_as_skipped_text(
 
 def test_kimi_k3_reports_text_it_reads_past_in_a_header() -> None:
     """Issue 8: llama.cpp reads past anything between a Kimi K3 header's name and ``<|sep|>``;
-    attributes are markup, any other text there is reported as skipped, in every chunking."""
+    the attributes the template writes are markup, other text there is reported as skipped,
+    in every chunking."""
     tool = {
         "type": "function",
         "function": {
@@ -392,9 +483,10 @@ def test_kimi_k3_reports_text_it_reads_past_in_a_header() -> None:
     assert [(c.name, c.arguments) for c in message.tool_calls] == [
         ("get_weather", '{"city":"Paris"}')
     ]
+    # the header's text is reported whole where it is not what the template writes
     assert [(d.text, d.reason, d.offset) for d in message.dropped] == [
-        (" junk", "skipped_text", reply.index(" junk")),
-        ("LOST", "skipped_text", reply.index("LOST")),
+        (' index="1" junk', "skipped_text", reply.index(' index="1" junk')),
+        (' type="string"LOST', "skipped_text", reply.index(' type="string"LOST')),
     ]
     clean = reply.replace(" junk", "").replace("LOST", "")
     assert turn.parse(clean).dropped == ()  # attributes alone are markup

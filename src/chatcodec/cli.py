@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 import warnings
@@ -62,6 +63,8 @@ def _read_json(path: str | None, what: str) -> Any:
         raise UsageError(f"{what} in {where} is not valid JSON: {exc}") from None
     except RecursionError:
         raise UsageError(f"{what} in {where} nests too deeply to read") from None
+    except ValueError as exc:  # an integer longer than Python converts (4,300 digits)
+        raise UsageError(f"{what} in {where} cannot be read: {exc}") from None
 
 
 def _read_request(path: str | None) -> dict[str, Any]:
@@ -82,7 +85,7 @@ def _parse_var(item: str) -> tuple[str, Any]:
         raise UsageError(f"--var takes key=value, got {item!r}")
     try:
         return key, json.loads(raw)  # true, 3, {"a": 1} ... keep their JSON types
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or an integer too long to convert
         return key, raw  # anything else is a plain string
 
 
@@ -421,6 +424,19 @@ class _Progress:
         self.stream.flush()
 
 
+def _not_json(constant: str) -> float:
+    """NaN and Infinity: Python reads them, JSON has no such values (nor can a result line
+    carry them back)."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is beyond the range of a double")
+    return value
+
+
 def _requests(stream: BinaryIO) -> Iterator[tuple[dict[str, Any] | None, str]]:
     """(request, "") per JSON line, or (None, why) for a line that is not a JSON object."""
     for number, raw in enumerate(stream, 1):
@@ -432,12 +448,15 @@ def _requests(stream: BinaryIO) -> Iterator[tuple[dict[str, Any] | None, str]]:
         if not line.strip():
             continue
         try:
-            request = json.loads(line)
+            request = json.loads(line, parse_constant=_not_json, parse_float=_finite)
         except json.JSONDecodeError as exc:
             yield None, f"line {number} is not valid JSON: {exc}"
             continue
         except RecursionError:
             yield None, f"line {number} nests too deeply to read"
+            continue
+        except ValueError as exc:  # NaN, infinity, an integer too long to convert
+            yield None, f"line {number} cannot be read: {exc}"
             continue
         if not isinstance(request, dict):
             yield None, f"line {number} is not a JSON object"

@@ -329,23 +329,27 @@ class Output:
                 stack.extend(reversed(node.children))
 
     def commit_calls(self, nodes: list[Node], text: str, base: int) -> None:
-        """A call (or calls) parsed whole from ``text`` (which starts at offset ``base``): map
-        and keep them."""
-        self._map_calls(nodes, text, base)
+        """A call (or calls) parsed whole from ``text`` (``text[0]`` at absolute offset
+        ``base``): map and keep them."""
+        self.mapper.visit(nodes, text)
         self.committed.extend(self.mapper.calls[len(self.committed) :])  # only the new ones
+        self._report_unread(text, base, True)
 
     def close_calls(self, nodes: list[Node], text: str, base: int) -> bool:
         """The reply ended inside a call: map what it reached; whether that made a new call."""
-        self._map_calls(nodes, text, base)
+        self.mapper.visit(nodes, text)
         self.mapper.flush()
-        return len(self.mapper.calls) != len(self.committed)
+        made = len(self.mapper.calls) != len(self.committed)
+        self._report_unread(text, base, made)
+        return made
 
-    def _map_calls(self, nodes: list[Node], text: str, base: int) -> None:
-        mapper = self.mapper
-        mapper.visit(nodes, text)
-        for start, end, reason in mapper.skipped:
-            self.drop(text[start:end], reason, base + start)
-        mapper.skipped.clear()
+    def _report_unread(self, text: str, base: int, report: bool) -> None:
+        """What the mapper read in a call and kept nowhere (markup the format does not write,
+        arguments that are not an object), reported in ``dropped`` when a call was made."""
+        if report:
+            for start, end, reason in self.mapper.skipped:
+                self.drop(text[start:end], reason, base + start)
+        self.mapper.skipped.clear()
 
     def fail(self, position: int, reason: str) -> Outcome:
         self.failure = Failure(position, reason)

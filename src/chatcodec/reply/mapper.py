@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -21,6 +22,8 @@ __all__ = [
     "TOOL_ARG_NAME",
     "TOOL_ARG_VALUE",
     "TOOL_ARG_STRING_VALUE",
+    "MARKUP",
+    "markup_tag",
     "CallMapper",
     "MappedCall",
     "json_escape_inner",
@@ -40,7 +43,16 @@ TOOL_ARG_CLOSE = "tool-arg-close"
 TOOL_ARG_NAME = "tool-arg-name"
 TOOL_ARG_VALUE = "tool-arg-value"
 TOOL_ARG_STRING_VALUE = "tool-arg-string-value"
-SKIPPED = "skipped"  # text inside call markup that the format reads and keeps nowhere
+# text a call's markup reads and keeps nowhere (Muse Glimmer's recipient, Kimi K3's
+# attributes): the tag names what the format itself writes there (see markup_tag)
+MARKUP = "markup:"
+
+
+def markup_tag(pattern: str) -> str:
+    """The tag of text a call's markup reads and keeps nowhere: markup when it matches
+    ``pattern`` (a regular expression: what the format writes there), else reported in
+    ``dropped`` as skipped text (the model's own words, lost by llama.cpp)."""
+    return MARKUP + pattern
 
 
 def json_escape_inner(s: str) -> str:
@@ -206,8 +218,10 @@ class CallMapper:
     def _map(self, node: Node, text: str) -> None:
         tag = node.tag
         if not tag.startswith("tool"):
-            if tag == SKIPPED and node.end > node.start:
-                self.skipped.append((node.start, node.end, "skipped_text"))
+            if tag.startswith(MARKUP):  # call markup: what the format does not write is lost
+                said = text[node.start : node.end]
+                if said and not re.fullmatch(tag[len(MARKUP) :], said):
+                    self.skipped.append((node.start, node.end, "skipped_text"))
             return
         if tag == TOOL_OPEN:
             self.pending = MappedCall()

@@ -36,9 +36,11 @@ class Dropped:
     allowed when ``parallel_tool_calls`` is false, and everything after them),
     ``"marker_prefix"`` (the start of a marker cut off by the end of the reply),
     ``"skipped_text"`` (text the format reads and keeps nowhere: a gpt-oss message to a builtin
-    tool, what Gemma 4 skips before its first call, text in a Kimi K3 header that is not an
-    attribute), ``"unread_arguments"`` (a call's arguments written as a JSON string, number or
-    list where the format reads an object: the call keeps ``{}``, as llama.cpp's does).
+    tool, what Gemma 4 skips before its first call, a Muse Glimmer recipient that is not the
+    called tool, Kimi K3 call and argument attributes other than the ``index`` and ``type``
+    its template writes, a gpt-oss content type other than ``json``), ``"unread_arguments"``
+    (a call's arguments written as a JSON string, number or list where the format reads an
+    object: the call keeps ``{}``, as llama.cpp's does).
     ``offset`` counts characters of the reply (the generation prompt excluded; negative when
     the dropped text began inside the generation prompt).
     """

@@ -64,13 +64,23 @@ def _tool(name: str) -> peg.Parser:
     )
 
 
+# the content type after a call's or a response format's channel: read and kept nowhere;
+# ``json`` (what the template writes) is markup, another word is reported as skipped text
+CONTENT_TYPE = t.markup_tag("json")
+
+
 def _constraint() -> peg.Parser:
     """`` <|constrain|>json`` (or any type name) after a recipient or a channel."""
     return peg.optional(
         peg.Seq(
             peg.Space(),
             peg.optional(peg.Literal("<|constrain|>")),
-            peg.Chars("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", 1, -1),
+            peg.Tag(
+                CONTENT_TYPE,
+                peg.Chars(
+                    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", 1, -1
+                ),
+            ),
         )
     )
 

@@ -4,9 +4,10 @@ The generation prompt opens the message and its ``think`` section; the think sec
 consumed even with reasoning extraction off (its body is then content). The response runs to
 its closer or to the tools section; calls are ``<|open|>call tool="NAME" ...<|sep|>`` with one
 ``<|open|>argument key="K" ...<|sep|>VALUE<|close|>argument<|sep|>`` per argument, typed by the
-schema's top-level ``type`` (missing: string; other values are inserted raw); other text
-before a header's ``<|sep|>`` is read past and reported as skipped. Any number of
-calls (``parallel_tool_calls`` is ignored); nothing may follow the message (the parse fails).
+schema's top-level ``type`` (missing: string; other values are inserted raw); text before a
+header's ``<|sep|>`` other than the attributes the template writes is reported as skipped.
+Any number of calls (``parallel_tool_calls`` is ignored); nothing may follow the message
+(the parse fails).
 """
 
 from __future__ import annotations
@@ -60,19 +61,13 @@ ARG_START = '<|open|>argument key="'
 ARG_END = "<|close|>argument<|sep|>"
 MSG_END = "<|close|>message<|sep|>"
 EOM = "<|end_of_msg|>"
-# a header's attributes (` type="string"`, ` index="1"`) are markup; anything else before
-# `<|sep|>` is read past as llama.cpp does, and reported as skipped text
-_ATTRIBUTES = peg.Repeat(
-    peg.Seq(
-        peg.Literal(" "),
-        peg.Chars("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"),
-        peg.Literal('="'),
-        peg.CharsExcept('"', 0),
-        peg.Literal('"'),
-    )
-)
-HEADER_END = peg.Seq(_ATTRIBUTES, peg.Tag(t.SKIPPED, peg.Until(SEP)), peg.Literal(SEP))
 CONTINUATION = Continuation(MSG_START, think_start=THINK_START, think_end=THINK_END + RESP_START)
+
+
+# the attributes the template writes after a call's tool and an argument's key (markup; any
+# other text there is reported as skipped)
+CALL_ATTRIBUTES = t.markup_tag(r' index="\d+"')
+ARGUMENT_ATTRIBUTES = t.markup_tag(r' type="(?:boolean|null|number|string|object|array)"')
 
 
 def _call(function: Mapping[str, Any]) -> peg.Parser:
@@ -90,7 +85,9 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
                     peg.atomic_tag(t.TOOL_ARG_OPEN, peg.Literal(ARG_START)),
                     arg_name(key),
                     peg.Literal('"'),
-                    HEADER_END,  # the type="..." attribute is not read: the schema decides
+                    # the type="..." attribute, read and ignored: the schema decides
+                    peg.Tag(ARGUMENT_ATTRIBUTES, peg.Until(SEP)),
+                    peg.Literal(SEP),
                     peg.Tag(value_tag, peg.Until(ARG_END)),
                     peg.atomic_tag(t.TOOL_ARG_CLOSE, peg.Literal(ARG_END)),
                 ),
@@ -98,7 +95,13 @@ def _call(function: Mapping[str, Any]) -> peg.Parser:
         )
     if choices:
         args = peg.Repeat(peg.Choice(*choices))
-    opener = peg.Seq(peg.Literal(CALL_START), tool_name(name), peg.Literal('"'), HEADER_END)
+    opener = peg.Seq(
+        peg.Literal(CALL_START),
+        tool_name(name),
+        peg.Literal('"'),
+        peg.Tag(CALL_ATTRIBUTES, peg.Until(SEP)),  # index="1", read and ignored
+        peg.Literal(SEP),
+    )
     return peg.Tag(
         t.TOOL,
         peg.Seq(

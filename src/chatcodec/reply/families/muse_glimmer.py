@@ -10,6 +10,7 @@ follow ``<|eom|>``; the generation prompt is always ``<|start|>assistant``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -85,7 +86,8 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
         t.TOOL_OPEN,
         peg.Seq(
             peg.Literal(" to="),
-            peg.Until("<|message|>"),
+            # the recipient: llama.cpp keeps none of it; the called tool's name is markup
+            peg.Tag(t.markup_tag(re.escape(name)), peg.Until("<|message|>")),
             peg.Literal("<|message|><atem:function_calls>"),
             ws,
             peg.Literal('<atem:invoke name="'),
