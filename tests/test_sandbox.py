@@ -512,8 +512,8 @@ BOUND_PAYLOADS: list[tuple[str, str]] = [
     ("select", BIG + "{% for i in range(100) %}{{ big|select('odd')|list|length }}{% endfor %}"),
     ("reject-in", BIG + "{{ ([1] * 100000)|reject('in', big + [2])|list|length }}"),
     ("sum-lists-quadratic", "{{ ([[1] * 10] * 100000)|sum(start=[])|length }}"),
-    ("unique-lower", "{% set s = 'X' * 500000 %}{{ ([s] * 1000)|unique|list|length }}"),
-    ("max-lower", "{% set s = 'X' * 500000 %}{{ ([s] * 2000)|max|length }}"),
+    ("unique-lower", "{% set s = 'X' * 500000 %}{{ ([s] * 10000)|unique|list|length }}"),
+    ("max-lower", "{% set s = 'X' * 500000 %}{{ ([s] * 10000)|max|length }}"),
     ("batch-big", BIG + "{% for i in range(100) %}{{ big|batch(1)|list|length }}{% endfor %}"),
     ("wordwrap-long-word", "{{ ('x' * 1000000)|wordwrap(1) }}"),
     # one call that would expand shared references before any check

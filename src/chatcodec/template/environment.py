@@ -866,15 +866,15 @@ _PURE_PYTHON: dict[str, int] = {
     "wordwrap": 1 << 20,
     "urlencode": 1 << 22,
     "urlize": 1 << 18,
-    "sort": 1 << 18,
-    "dictsort": 1 << 18,
-    "groupby": 1 << 18,
-    "xmlattr": 1 << 16,
-    "pprint": 1 << 17,
+    "sort": 1 << 17,
+    "dictsort": 1 << 17,
+    "groupby": 1 << 17,
+    "xmlattr": 1 << 15,
+    "pprint": 1 << 16,
 }
 _PURE_TEXT = frozenset({"title", "wordwrap", "urlencode", "urlize"})
 _PURE_ITEMS = frozenset({"sort", "dictsort", "groupby", "xmlattr"})
-_JSON_INDENT_NODES = 1 << 18  # json.dumps(indent=...) runs a pure-Python encoder
+_JSON_INDENT_NODES = 1 << 17  # json.dumps(indent=...) runs a pure-Python encoder
 _WRAP_WORK = 1 << 32  # chars textwrap may copy while cutting long words (~0.3 s)
 _SMALL = 16
 
