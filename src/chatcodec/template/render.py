@@ -131,7 +131,7 @@ class ChatTemplate:
         self.limits = limits or Limits()
         env = self._environment()
         try:
-            self._template = env.from_string(source)
+            self._template = _compile(env, source, self.limits)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateSyntaxError(
                 f"the chat template does not compile: {exc.message}",
@@ -481,6 +481,22 @@ class ChatTemplate:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# jinja evaluates filters on literals while compiling (constant folding) and writes the
+# result into the generated Python source: `('ab')|batch(10**6, 'x')|list` would be a
+# million-item literal for Python to compile. Folding runs under these bounds; a filter
+# that passes them is not folded, so it runs at render time under the template's limits.
+_FOLDED_CHARS = 1 << 16
+
+
+def _compile(env: ChatSandbox, source: str, limits: Limits) -> jinja2.Template:
+    state = render_state
+    saved = (state.deadline, state.max_chars)
+    state.deadline = time.monotonic() + limits.max_seconds
+    state.max_chars = min(limits.max_output_chars, _FOLDED_CHARS)
+    try:
+        return env.from_string(source)
+    finally:
+        state.deadline, state.max_chars = saved
 
 
 def _caller_level() -> int:
