@@ -525,7 +525,7 @@ BOUND_PAYLOADS: list[tuple[str, str]] = [
     ("tojson-shared-dict", S + "{{ dict(a=[s] * 1000)|tojson|length }}"),
     ("pprint-shared", S + "{{ ([s] * 1000)|pprint|length }}"),
     ("sort-lower-shared", S + "{{ ([s] * 1000)|sort|length }}"),
-    ("dictsort-shared", S + "{{ dict(a=[s] * 1000)|dictsort|length }}"),
+    ("dictsort-shared", S + "{{ dict.fromkeys(range(1000), s)|dictsort(by='value')|length }}"),
     ("printf-shared", S + "{{ '%s' % ([s] * 1000,) }}"),
     ("printf-map-shared", S + "{{ '%(a)s' % {'a': [s] * 1000} }}"),
     ("format-shared", S + "{{ '{0}'.format([s] * 1000) }}"),

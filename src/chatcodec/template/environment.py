@@ -75,7 +75,8 @@ class RenderState(threading.local):
     position: int = 0
     spans: list[tuple[int, int]] | None = None
     now: datetime | None = None
-    inputs: set[int] | None = None  # ids of the caller's containers (see _is_input)
+    made: list[Any] | None = None  # the caller's containers, as the render copied them
+    inputs: set[int] | None = None  # their ids, once asked for (see _is_input)
 
 
 render_state = RenderState()
@@ -85,8 +86,13 @@ def _is_input(value: Any) -> bool:
     # One of the render's inputs, as the caller passed them (a template cannot change them
     # in an immutable sandbox): printing it alone is the caller's size, not the template's.
     # Repeated or nested in a value the template built, it is measured like any other.
-    inputs = render_state.inputs
-    return inputs is not None and id(value) in inputs
+    state = render_state
+    inputs = state.inputs
+    if inputs is None:
+        if not state.made:
+            return False
+        inputs = state.inputs = set(map(id, state.made))  # once per render, when first asked
+    return id(value) in inputs
 
 
 def _check_deadline() -> None:
@@ -819,6 +825,14 @@ _FILTER_CHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
 }
 
 
+def _filter_dictsort(
+    value: Any, case_sensitive: Any = False, by: Any = "key", reverse: Any = False
+) -> None:
+    # sorting by value keeps a lower-cased copy of every value (keys are distinct strings)
+    if by == "value" and not case_sensitive and isinstance(value, dict) and not _is_input(value):
+        _check_printed(value, "passed |dictsort a value")
+
+
 def _filter_slice(eval_ctx: Any, value: Any, slices: Any, fill_with: Any = None) -> None:
     if isinstance(slices, int):  # `[1]|slice(10**8)` yields that many (empty) lists
         _refuse_growth(slices, "sliced a list into more parts")
@@ -840,6 +854,7 @@ _FILTER_CHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
     "tojson": _filter_tojson,
     "sum": _filter_sum,
     "slice": _filter_slice,
+    "dictsort": _filter_dictsort,
     "batch": _filter_batch,
 }
 
@@ -856,7 +871,7 @@ _PRINTING = frozenset(
     {"capitalize", "center", "e", "escape", "forceescape", "format", "indent", "lower"}
     | {"replace", "safe", "string", "striptags", "title", "trim", "truncate", "upper"}
     | {"urlencode", "urlize", "wordcount", "wordwrap", "xmlattr", "filesizeformat", "join"}
-    | {"pprint", "sort", "dictsort", "groupby"}
+    | {"pprint", "sort", "groupby"}
 )
 # Filters that are pure-Python loops no check can interrupt: the size of one call's input is
 # capped (characters of text; items; for pprint, values) so that one call stays a fraction
@@ -902,25 +917,31 @@ def _refuse_pure_python(name: str, units: int, cap: int) -> None:
 
 def _prepare_value(name: str, args: tuple[Any, ...], at: int) -> tuple[Any, ...]:
     # The checks on a filter's value (args[at]) before the filter runs; the arguments to
-    # call it with (the value may be replaced by a checked iterator over it)
+    # call it with (the value may be replaced by a checked iterator over it). A list or dict
+    # the caller passed is neither measured nor capped: its size is the caller's.
     value = args[at]
     cap = _PURE_PYTHON.get(name)
-    caller = _is_input(value)  # the caller's list or dict, as passed: its size is the caller's
-    if cap is not None and name in _PURE_ITEMS and isinstance(value, _SIZED) and not caller:
-        _refuse_pure_python(name, len(value), cap)
-    if caller:
-        pass
-    elif name in _PRINTING and isinstance(value, CONTAINERS):
-        measured = measure(value, render_state.max_chars, _check_deadline)
-        if measured.over():
-            raise LimitExceeded(f"the template passed |{name} a value whose text passes the limit")
-        if name in _PURE_TEXT:
-            _refuse_pure_python(name, measured.size, cap or 0)
-        elif name == "pprint":
-            _refuse_pure_python(name, measured.nodes, cap or 0)
-    if name in _ITERATING and not (isinstance(value, (list, tuple)) and len(value) <= _SMALL):
-        if isinstance(value, Iterator) or (isinstance(value, _SIZED) and len(value) > _SMALL):
-            limit = render_state.max_chars if cap is None or caller else cap
+    if (
+        (cap is not None or name in _PRINTING)
+        and isinstance(value, CONTAINERS)
+        and not _is_input(value)
+    ):
+        if cap is not None and name in _PURE_ITEMS:
+            _refuse_pure_python(name, len(value), cap)
+        if name in _PRINTING:
+            measured = measure(value, render_state.max_chars, _check_deadline)
+            if measured.over():
+                raise LimitExceeded(
+                    f"the template passed |{name} a value whose text passes the limit"
+                )
+            if name in _PURE_TEXT:
+                _refuse_pure_python(name, measured.size, cap or 0)
+            elif name == "pprint":
+                _refuse_pure_python(name, measured.nodes, cap or 0)
+    if name in _ITERATING:
+        sized = isinstance(value, _SIZED)
+        if (sized and len(value) > _SMALL) or (not sized and isinstance(value, Iterator)):
+            limit = render_state.max_chars if cap is None or _is_input(value) else cap
             checked = _checked_items(value, limit, f"passed |{name}")
             return (*args[:at], checked, *args[at + 1 :])
     return args
@@ -980,6 +1001,7 @@ def _guard_filter(func: Callable[..., Any], name: str = "") -> Callable[..., Any
     prepare = name in _PRINTING or name in _ITERATING or name in _PURE_PYTHON
     outputs_items = name == "slice"  # its loop is over the parts, not over the value
     piecewise = name in _PIECE_BREAKS
+    iterating = name in _ITERATING
     if check is None and not prepare:
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -998,9 +1020,12 @@ def _guard_filter(func: Callable[..., Any], name: str = "") -> Callable[..., Any
             except TypeError:
                 pass  # arguments the filter itself will refuse, with its own message
         if prepare and len(args) > at:
-            args = _prepare_value(name, args, at)
-        if piecewise and len(args) > at and type(args[at]) is str and len(args[at]) > _PIECE:
-            return _check_size(_piecewise(name, func, args, at, kwargs))
+            if type(args[at]) is not str:
+                args = _prepare_value(name, args, at)
+            elif piecewise and len(args[at]) > _PIECE:
+                return _check_size(_piecewise(name, func, args, at, kwargs))
+            elif iterating:  # a string's items are its characters: counted like any
+                args = _prepare_value(name, args, at)
         result = func(*args, **kwargs)
         if outputs_items and isinstance(result, types.GeneratorType):
             result = _named_like(_checked_items(result, render_state.max_chars, "sliced"), result)

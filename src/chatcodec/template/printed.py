@@ -104,32 +104,25 @@ class Measure:
             values, value_nodes = self._items(mapping.values())
             return keys + values + 2, key_nodes + value_nodes + 1
         size, nodes = self._few(mapping.values())
-        for key in mapping:
-            if type(key) is str:
-                size += len(key) + 4
-                nodes += 1
-            else:
-                key_size, key_nodes = self._item(key)
-                size += key_size + 2
-                nodes += key_nodes
-        return size, nodes + 1
+        keys, key_nodes = self._few(mapping.keys())  # its ", "s stand for the ": "s
+        return size + keys + 2, nodes + key_nodes + 1
 
     def _few(self, values: Any) -> tuple[int, int]:
         # a small container's items, one by one (cheaper than the C passes of _chunk)
-        size = max(len(values) - 1, 0) * 2
-        nodes = 0
+        count = len(values)
+        size = count * 3 - 2 if count else 0  # one char each at least, and ", " between
+        nodes = count
         for value in values:
             kind = type(value)
             if kind is str:
-                size += len(value) + 2
-                nodes += 1
-            elif kind in _NUMBERS:
-                size += _int_size(value) if kind is int else 1
-                nodes += 1
-            else:
+                size += len(value) + 1
+            elif kind is int:
+                if not -10 < value < 10:  # digits - 1 of a b-bit number >= 0.3 (b - 1)
+                    size += (value.bit_length() - 1) * 3 // 10
+            elif kind not in _NUMBERS:
                 item_size, item_nodes = self._item(value)
-                size += item_size
-                nodes += item_nodes
+                size += item_size - 1
+                nodes += item_nodes - 1
         return size, nodes
 
     def _items(self, values: Any) -> tuple[int, int]:

@@ -405,6 +405,7 @@ class ChatTemplate:
             state.position,
             state.spans,
             state.now,
+            state.made,
             state.inputs,
         )
         limit = self.limits.max_output_chars
@@ -416,9 +417,8 @@ class ChatTemplate:
         # The caller's containers, which an immutable sandbox keeps as they are: printing one
         # of them prints what the caller passed, so it is not measured first (`made` keeps
         # them alive, so no other value can take one's id during the render)
-        state.inputs = (
-            set(map(id, made)) if made and template.environment.immutable_inputs else None
-        )
+        state.made = made if template.environment.immutable_inputs else None
+        state.inputs = None
         parts: list[str] = []
         append = parts.append
         size = 0
@@ -475,6 +475,7 @@ class ChatTemplate:
                 state.position,
                 state.spans,
                 state.now,
+                state.made,
                 state.inputs,
             ) = saved
         return "".join(parts)
