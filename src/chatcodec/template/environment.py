@@ -78,6 +78,25 @@ class RenderState(threading.local):
     made: list[Any] | None = None  # the caller's containers, as the render copied them
     inputs: set[int] | None = None  # their ids, once asked for (see _is_input)
 
+    def begin(
+        self,
+        deadline: float,
+        max_chars: int,
+        spans: list[tuple[int, int]] | None,
+        now: datetime | None,
+        made: list[Any] | None,
+    ) -> tuple[Any, ...]:
+        """Start a render's state; what it replaced, for ``end`` (renders may nest)."""
+        saved: tuple[Any, ...] = (self.deadline, self.max_chars, self.position, self.spans)
+        saved += (self.now, self.made, self.inputs)
+        self.deadline, self.max_chars, self.position = deadline, max_chars, 0
+        self.spans, self.now, self.made, self.inputs = spans, now, made, None
+        return saved
+
+    def end(self, saved: tuple[Any, ...]) -> None:
+        (self.deadline, self.max_chars, self.position, self.spans, self.now) = saved[:5]
+        self.made, self.inputs = saved[5:]
+
 
 render_state = RenderState()
 
@@ -812,19 +831,6 @@ def _filter_sum(environment: Any, iterable: Any, attribute: Any = None, start: A
         _refuse_growth(size, "summed sequences")
 
 
-_FILTER_CHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
-    "center": _filter_center,
-    "indent": _filter_indent,
-    "wordwrap": _filter_wordwrap,
-    "replace": _filter_replace,
-    "join": _filter_join,
-    "format": _filter_format,
-    "urlize": _filter_urlize,
-    "tojson": _filter_tojson,
-    "sum": _filter_sum,
-}
-
-
 def _filter_dictsort(
     value: Any, case_sensitive: Any = False, by: Any = "key", reverse: Any = False
 ) -> None:
@@ -919,7 +925,7 @@ def _prepare_value(name: str, args: tuple[Any, ...], at: int) -> tuple[Any, ...]
     # The checks on a filter's value (args[at]) before the filter runs; the arguments to
     # call it with (the value may be replaced by a checked iterator over it). A list or dict
     # the caller passed is neither measured nor capped: its size is the caller's.
-    value = args[at]
+    value: Any = args[at]
     cap = _PURE_PYTHON.get(name)
     if (
         (cap is not None or name in _PRINTING)
@@ -927,7 +933,7 @@ def _prepare_value(name: str, args: tuple[Any, ...], at: int) -> tuple[Any, ...]
         and not _is_input(value)
     ):
         if cap is not None and name in _PURE_ITEMS:
-            _refuse_pure_python(name, len(value), cap)
+            _refuse_pure_python(name, len(args[at]), cap)
         if name in _PRINTING:
             measured = measure(value, render_state.max_chars, _check_deadline)
             if measured.over():

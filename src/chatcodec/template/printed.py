@@ -25,7 +25,7 @@ import jinja2.utils
 __all__ = ["CONTAINERS", "Measure", "measure"]
 
 _NAMESPACE_ATTRS = "_Namespace__attrs"
-_DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+_DICT_VIEWS: tuple[type, ...] = (type({}.keys()), type({}.values()), type({}.items()))
 # What a template can build or be given that prints its items
 CONTAINERS: tuple[type, ...] = (
     list,
@@ -90,9 +90,9 @@ class Measure:
         if isinstance(value, jinja2.utils.Namespace):  # `<Namespace {...}>`
             size, nodes = self._container(object.__getattribute__(value, _NAMESPACE_ATTRS))
             return size + 12, nodes + 1
-        mapping = value if isinstance(value, dict) else None
+        mapping: Any = value if isinstance(value, dict) else None
         if type(value) is _DICT_VIEWS[2]:
-            mapping = value.mapping
+            mapping = getattr(value, "mapping")  # noqa: B009 - the view's dict, for mypy
         if mapping is None:  # a sequence, a set or a keys/values view: `[a, b]`
             if len(value) > _SMALL:
                 size, nodes = self._items(value)

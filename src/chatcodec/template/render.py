@@ -399,26 +399,17 @@ class ChatTemplate:
     ) -> str:
         template = self._template
         state = render_state
-        saved = (
-            state.deadline,
-            state.max_chars,
-            state.position,
-            state.spans,
-            state.now,
-            state.made,
-            state.inputs,
-        )
         limit = self.limits.max_output_chars
-        state.deadline = time.monotonic() + self.limits.max_seconds
-        state.max_chars = limit
-        state.position = 0
-        state.spans = spans
-        state.now = now
         # The caller's containers, which an immutable sandbox keeps as they are: printing one
         # of them prints what the caller passed, so it is not measured first (`made` keeps
         # them alive, so no other value can take one's id during the render)
-        state.made = made if template.environment.immutable_inputs else None
-        state.inputs = None
+        saved = state.begin(
+            time.monotonic() + self.limits.max_seconds,
+            limit,
+            spans,
+            now,
+            made if self._environment().immutable_inputs else None,
+        )
         parts: list[str] = []
         append = parts.append
         size = 0
@@ -469,15 +460,7 @@ class ChatTemplate:
                 _message(exc), stage="render", kind=type(exc).__name__, lineno=_template_line(exc)
             ) from None
         finally:
-            (
-                state.deadline,
-                state.max_chars,
-                state.position,
-                state.spans,
-                state.now,
-                state.made,
-                state.inputs,
-            ) = saved
+            state.end(saved)
         return "".join(parts)
 
 
