@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from chatcodec import (
     ChatTemplate,
@@ -476,3 +477,171 @@ def test_default_limits_render_every_real_template() -> None:
         assert "Question 199" in text
         rendered += 1
     assert rendered >= len(names) * 9 // 10
+
+
+# --- bounds that hold inside one filter or one C call ------------------------------------
+# Each class of payload below once ran far past the time limit, or allocated gigabytes before
+# any check, inside a single filter or C call. Rendered with small limits, each must stop
+# with TemplateLimitError (never a timing assertion: how long they take is measured by
+# benchmarks/sandbox.py).
+
+TIGHT = Limits(max_seconds=0.5, max_output_chars=1_000_000)
+S = "{% set s = 'x' * 100000 %}"  # 100,000 chars: 1,000 references print 100 MB
+BIG = "{% set big = [1] * 1000000 %}"
+
+BOUND_PAYLOADS: list[tuple[str, str]] = [
+    # bytes grow like strings
+    ("bytes-times", "{{ 'x'.encode() * 2000000000 }}"),
+    ("bytes-printf-width", "{{ '%0999999999d'.encode() % 1 }}"),
+    ("bytes-printf-args", "{{ ('%s'.encode() * 100) % (('x'.encode() * 100000,) * 100) }}"),
+    (
+        "bytes-doubling",
+        "{% set ns = namespace(b='x'.encode()) %}{% for i in range(100) %}"
+        "{% set ns.b = ns.b + ns.b %}{% endfor %}",
+    ),
+    ("bytes-replace", "{{ ('x'.encode() * 1000).replace('x'.encode(), 'y'.encode() * 100000) }}"),
+    ("bytes-join", "{{ ('x'.encode() * 100000).join(['a'.encode()] * 100000) }}"),
+    ("bytes-center", "{{ 'x'.encode().rjust(999999999) }}"),
+    # loops inside filters meet the deadline
+    ("map-sum", BIG + "{{ ([big] * 1000)|map('sum')|list|length }}"),
+    ("map-abs", BIG + "{% for i in range(100) %}{{ big|map('abs')|list|length }}{% endfor %}"),
+    (
+        "map-attribute",
+        BIG + "{% for i in range(100) %}{{ big|map(attribute='x')|list|length }}{% endfor %}",
+    ),
+    ("select", BIG + "{% for i in range(100) %}{{ big|select('odd')|list|length }}{% endfor %}"),
+    ("reject-in", BIG + "{{ ([1] * 100000)|reject('in', big + [2])|list|length }}"),
+    ("sum-lists-quadratic", "{{ ([[1] * 10] * 100000)|sum(start=[])|length }}"),
+    ("unique-lower", "{% set s = 'X' * 500000 %}{{ ([s] * 10000)|unique|list|length }}"),
+    ("max-lower", "{% set s = 'X' * 500000 %}{{ ([s] * 10000)|max|length }}"),
+    ("batch-big", BIG + "{% for i in range(100) %}{{ big|batch(1)|list|length }}{% endfor %}"),
+    ("wordwrap-long-word", "{{ ('x' * 1000000)|wordwrap(1) }}"),
+    # one call that would expand shared references before any check
+    ("print-shared", S + "{{ [s] * 1000 }}"),
+    ("string-filter-shared", S + "{{ ([s] * 1000)|string|length }}"),
+    ("concat-shared", S + "{{ 'a' ~ [s] * 1000 }}"),
+    ("trim-shared", S + "{{ ([s] * 1000)|trim|length }}"),
+    ("tojson-shared", S + "{{ ([s] * 1000)|tojson }}"),
+    ("tojson-shared-dict", S + "{{ dict(a=[s] * 1000)|tojson|length }}"),
+    ("pprint-shared", S + "{{ ([s] * 1000)|pprint|length }}"),
+    ("sort-lower-shared", S + "{{ ([s] * 1000)|sort|length }}"),
+    ("dictsort-shared", S + "{{ dict.fromkeys(range(1000), s)|dictsort(by='value')|length }}"),
+    ("printf-shared", S + "{{ '%s' % ([s] * 1000,) }}"),
+    ("printf-map-shared", S + "{{ '%(a)s' % {'a': [s] * 1000} }}"),
+    ("format-shared", S + "{{ '{0}'.format([s] * 1000) }}"),
+    ("join-shared-lists", S + "{{ ([[s] * 10] * 100)|join }}"),
+    ("raise-shared", S + "{{ raise_exception([s] * 1000) }}"),
+    (
+        "nested-doubling",
+        S + "{% set a = [s, s] %}{% set b = [a, a] %}{% set c = [b, b] %}{% set d = [c, c] %}"
+        "{% set e = [d, d] %}{% set f = [e, e] %}{% set g = [f, f] %}{{ g }}",
+    ),
+    ("namespace-shared", S + "{% set ns = namespace(l=[s] * 1000) %}{{ ns }}"),
+    ("dict-view-shared", S + "{{ dict(a=[s] * 1000).values() }}"),
+    ("strftime-expand", "{{ strftime_now('%c' * 400000) }}"),
+    ("slice-parts", "{{ [1]|slice(10**8)|list|length }}"),
+    ("batch-fill", "{{ [1]|batch(10**9, 'x')|list|length }}"),
+    ("lipsum-words", "{{ lipsum(1000, max=10000) }}"),
+]
+
+# Pure-Python filters that cannot be run in pieces are capped per call; the output limit is
+# the default here, so that the cap, not the output limit, is what stops them
+CAPPED_PAYLOADS: list[tuple[str, str]] = [
+    ("sort-attribute-items", "{{ ([{'a': 1}] * 1000000)|sort(attribute='a')|length }}"),
+    ("groupby-items", "{{ ([{'a': 1}] * 1000000)|groupby('a')|length }}"),
+    (
+        "dictsort-items",
+        "{{ dict.fromkeys((range(100000)|list) + (range(100000, 300000, 2)|list)"
+        " + (range(300001, 500000, 2)|list))|dictsort|length }}",
+    ),
+    ("pprint-values", "{{ ([[1]] * 70000)|pprint|length }}"),
+    ("tojson-indent-values", "{{ ([[1, 2]] * 100000)|tojson(indent=1)|length }}"),
+    ("wordwrap-long-line", "{{ ('ab ' * 400000)|wordwrap(79)|length }}"),
+]
+
+
+@pytest.mark.parametrize(
+    "source", [pytest.param(source, id=name) for name, source in BOUND_PAYLOADS]
+)
+def test_bounds_hold_inside_one_call(source: str, request_data: dict[str, Any]) -> None:
+    with pytest.raises(TemplateLimitError) as caught:
+        _render(ChatTemplate(source, limits=TIGHT), request_data)
+    assert caught.value.stage == "render"
+    assert caught.value.kind == "LimitExceeded"
+    assert len(str(caught.value)) < 500
+
+
+@pytest.mark.parametrize(
+    "source", [pytest.param(source, id=name) for name, source in CAPPED_PAYLOADS]
+)
+def test_pure_python_filters_are_capped(source: str, request_data: dict[str, Any]) -> None:
+    with pytest.raises(TemplateLimitError) as caught:
+        _render(ChatTemplate(source, limits=Limits(max_seconds=5)), request_data)
+    assert "pure-Python" in str(caught.value)
+
+
+def test_undefined_error_shows_a_huge_key_cut_short(request_data: dict[str, Any]) -> None:
+    source = S + "{{ messages[[s] * 1000].x }}"
+    with pytest.raises(TemplateError) as caught:
+        _render(ChatTemplate(source, limits=TIGHT), request_data)
+    assert caught.value.kind == "UndefinedError"
+    assert "list object has no element ['xxx" in str(caught.value)
+    assert len(str(caught.value)) < 1000
+
+
+# Below the limits, the guarded filters give exactly jinja's results: the same sandbox,
+# unguarded, renders the reference
+_REFERENCE = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+_ITEMS = "{% set items = range(40)|map('string')|list %}{% set dicts = items|map('int')|list %}"
+SAME_AS_JINJA: list[str] = [
+    "{{ items|map('upper')|list }}",
+    "{{ items|map('int')|select('odd')|list }}",
+    "{{ items|reject('in', ['1', '2'])|list }}",
+    "{{ ([{'a': 2}, {'a': 1}] * 20)|selectattr('a', 'odd')|list }}",
+    "{{ ([{'a': 2}, {'a': 1}] * 20)|rejectattr('a', 'odd')|list }}",
+    "{{ (items + items)|unique|list }}",
+    "{{ dicts|sum }} {{ dicts|sum(start=10) }} {{ [[1], [2]]|sum(start=[]) }}",
+    "{{ items|min }} {{ items|max }} {{ dicts|max }} {{ ['B', 'a']|min(case_sensitive=true) }}",
+    "{{ items|batch(7)|list }} {{ items|batch(7, 'x')|list }}",
+    "{{ items|slice(3)|list }} {{ items|slice(45, 0)|list }}",
+    "{{ items|sort|list }} {{ items|sort(reverse=true)|join(',') }}",
+    "{{ ([{'a': 2, 'b': 1}, {'a': 1, 'b': 2}] * 20)|sort(attribute='a,b')|list }}",
+    "{{ ([{'a': 2}, {'a': 1}] * 20)|groupby('a')|list }}",
+    "{{ dict.fromkeys(items, 1)|dictsort(reverse=true) }}",
+    "{{ none|map('upper')|list }} {{ none|select|list }} {{ nothing|map('upper')|list }}",
+    "{{ items|join('-') }} {{ [items, items]|join('|') }}",
+    "{{ [items] }} {{ {'a': items} }} {{ items ~ '' }} {{ '%s' % (items,) }}",
+    "{{ '{0} {1}'.format(items, {'a': 1}) }} {{ items|string|length }} {{ items|tojson }}",
+    "{{ items|pprint }} {{ {'a': items}|tojson(indent=2) }} {{ {'b': 1, 'a': 2}|xmlattr }}",
+    "{{ ('hello-world foo(bar) ' * 4000)|title|length }} {{ ('Ab-cD ' * 20000)|title|length }}",
+    "{{ ('see a.com or http://b.org/x?y now ' * 3000)|urlize|length }}",
+    "{{ ('a&b ü ' * 20000)|urlencode|length }}",
+    "{{ (('word ' * 30000 ~ '\\n') * 3)|wordwrap(13)|length }}",
+    "{{ (('word ' * 30000 ~ '\\r\\n\\n') * 3)|wordwrap(7, wrapstring='<br>')|length }}",
+    "{{ items|map('upper')|first }} {{ 'x'.encode() * 3 }} {{ '%s%d'.encode() % ('a'.encode(), 1) }}",
+]
+
+
+@pytest.mark.parametrize("expression", SAME_AS_JINJA)
+def test_guarded_filters_give_jinjas_results(expression: str) -> None:
+    source = _ITEMS + expression
+    want = _REFERENCE.from_string(source).render(messages=[{"role": "user", "content": "x"}])
+    template = ChatTemplate(source)
+    assert template.render([{"role": "user", "content": "x"}]) == want
+
+
+def test_a_filter_generator_prints_as_jinjas() -> None:
+    text = ChatTemplate("{{ [1, 2]|slice(2) }}").render([{"role": "user", "content": "x"}])
+    assert text.startswith("<generator object sync_do_slice at 0x")
+
+
+def test_the_callers_containers_are_printed_as_passed(request_data: dict[str, Any]) -> None:
+    # a caller's list is printed without being measured first; repeated by the template,
+    # the same list is measured like any value the template built
+    long_text = "y" * 200_000
+    template = ChatTemplate("{{ custom|tojson|length }}", limits=TIGHT)
+    messages = request_data["messages"]
+    assert template.render(messages, custom=[long_text] * 4) == str(4 * 200_002 + 2 + 3 * 2)
+    repeated = ChatTemplate("{{ ([custom] * 100)|tojson|length }}", limits=TIGHT)
+    with pytest.raises(TemplateLimitError):
+        repeated.render(messages, custom=[long_text] * 4)

@@ -51,6 +51,7 @@ from .environment import (
     ChatSandbox,
     GuardedCodeGenerator,
     LimitExceeded,
+    bounded_undefined_message,
     new_environment,
     render_state,
 )
@@ -69,6 +70,10 @@ class LlamaUndefined(jinja2.ChainableUndefined):
     """llama.cpp's undefined: reading from it gives undefined, next to a string it is ''."""
 
     __slots__ = ()
+
+    @property
+    def _undefined_message(self) -> str:
+        return bounded_undefined_message(self) or super()._undefined_message
 
     def __add__(self, other: Any) -> Any:
         if isinstance(other, str):
@@ -106,6 +111,7 @@ class LlamaSandbox(ChatSandbox):
     """The transformers sandbox with llama.cpp's Jinja semantics where templates meet them."""
 
     code_generator_class = _LlamaCodeGenerator
+    immutable_inputs = False  # lists have append and pop here: the caller's copies can change
 
     def contains(self, needle: Any, haystack: Any) -> bool:
         """``needle in haystack`` as llama.cpp's engine evaluates it (it raises more often)."""
@@ -263,9 +269,10 @@ class LlamaCompatTemplate(ChatTemplate):
         add_generation_prompt: bool,
         continue_final_message: bool | str,
         context: dict[str, Any],
+        made: list[Any] | None = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any], str | None, str]:
         chat, variables, continue_field, final_text = super()._prepare(
-            messages, tools, documents, add_generation_prompt, continue_final_message, context
+            messages, tools, documents, add_generation_prompt, continue_final_message, context, made
         )
         if not variables.get("tools"):
             del variables["tools"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import reprlib
 import threading
 import time
 import types
@@ -36,8 +37,12 @@ from jinja2.sandbox import (
 )
 from markupsafe import Markup
 
+from .printed import CONTAINERS, measure
+
 __all__ = [
     "Limits",
+    "Undefined",
+    "bounded_undefined_message",
     "RenderState",
     "ChatSandbox",
     "GuardedCodeGenerator",
@@ -70,9 +75,43 @@ class RenderState(threading.local):
     position: int = 0
     spans: list[tuple[int, int]] | None = None
     now: datetime | None = None
+    made: list[Any] | None = None  # the caller's containers, as the render copied them
+    inputs: set[int] | None = None  # their ids, once asked for (see _is_input)
+
+    def begin(
+        self,
+        deadline: float,
+        max_chars: int,
+        spans: list[tuple[int, int]] | None,
+        now: datetime | None,
+        made: list[Any] | None,
+    ) -> tuple[Any, ...]:
+        """Start a render's state; what it replaced, for ``end`` (renders may nest)."""
+        saved: tuple[Any, ...] = (self.deadline, self.max_chars, self.position, self.spans)
+        saved += (self.now, self.made, self.inputs)
+        self.deadline, self.max_chars, self.position = deadline, max_chars, 0
+        self.spans, self.now, self.made, self.inputs = spans, now, made, None
+        return saved
+
+    def end(self, saved: tuple[Any, ...]) -> None:
+        (self.deadline, self.max_chars, self.position, self.spans, self.now) = saved[:5]
+        self.made, self.inputs = saved[5:]
 
 
 render_state = RenderState()
+
+
+def _is_input(value: Any) -> bool:
+    # One of the render's inputs, as the caller passed them (a template cannot change them
+    # in an immutable sandbox): printing it alone is the caller's size, not the template's.
+    # Repeated or nested in a value the template built, it is measured like any other.
+    state = render_state
+    inputs = state.inputs
+    if inputs is None:
+        if not state.made:
+            return False
+        inputs = state.inputs = set(map(id, state.made))  # once per render, when first asked
+    return id(value) in inputs
 
 
 def _check_deadline() -> None:
@@ -86,7 +125,7 @@ class LimitExceeded(Exception):
 
 def _check_size(value: Any) -> Any:
     try:
-        size = len(value) if isinstance(value, (str, list, tuple, dict, bytes)) else 0
+        size = len(value) if isinstance(value, _SIZED) else 0
     except TypeError:  # pragma: no cover - the types above all have a length
         size = 0
     if size > render_state.max_chars:
@@ -98,6 +137,9 @@ def _check_size(value: Any) -> Any:
 
 # --- refusing growth before it is allocated --------------------------------------------
 
+_SIZED = (str, list, tuple, dict, bytes, bytearray)
+_TEXT = (str, bytes, bytearray)  # `'x'.encode()` makes bytes: they grow like strings
+_SEQUENCES = (str, bytes, bytearray, list, tuple)
 _BIG = 1 << 16
 _MAX_INT_BITS = 1 << 20  # ~315,000 decimal digits: far past anything a prompt prints
 _PRINTF_WIDE = re.compile(  # `%%`, or a spec whose width or precision is a star or 6+ digits
@@ -113,6 +155,24 @@ def _refuse_growth(size: int, what: str) -> None:
         raise LimitExceeded(f"the template {what} past the output limit")
 
 
+def _check_printed(value: Any, what: str = "printed a value") -> int:
+    """Refuse a container whose text (`str(value)`, counting a value referenced n times n
+    times) would pass the output limit, before the C call that prints it; its node count."""
+    measured = measure(value, render_state.max_chars, _check_deadline)
+    if measured.over():
+        raise LimitExceeded(f"the template {what} whose text passes the output limit")
+    return measured.nodes
+
+
+def _text_size(value: Any) -> int:
+    # at least how long `str(value)` is: strings by length, containers measured
+    if isinstance(value, _TEXT):
+        return len(value)
+    if isinstance(value, CONTAINERS):
+        return measure(value, render_state.max_chars, _check_deadline).size
+    return 0
+
+
 def _check_widths(numbers: Iterable[str | None], what: str) -> None:
     limit = render_state.max_chars
     for digits in numbers:
@@ -120,9 +180,13 @@ def _check_widths(numbers: Iterable[str | None], what: str) -> None:
             raise LimitExceeded(f"the template {what} past the output limit")
 
 
-def _check_printf(fmt: str, args: Any) -> None:
+def _check_printf(fmt: str | bytes | bytearray, args: Any) -> None:
     # `'%0999999999d' % 1` pads in C before anything could look at the result, and
     # `'%(a)s' * n % {'a': text}` repeats text n times: both are measured first
+    if not isinstance(fmt, str):  # bytes: the same specs, read as latin-1 text
+        if b"%" not in fmt:
+            return
+        fmt = bytes(fmt).decode("latin-1")
     if "%" not in fmt:
         return
     if len(fmt) > _BIG:  # parsing megabytes of specs in Python would outlast the deadline
@@ -139,13 +203,12 @@ def _check_printf(fmt: str, args: Any) -> None:
     values = args if isinstance(args, tuple) else (args,)
     if star:  # `'%*d' % (width, value)`: the width comes from the arguments
         _check_widths((str(v) for v in values if type(v) is int and v > 0), "formatted a field")
-    if len(fmt) > _BIG or len(values) > 64:
-        if isinstance(args, dict):
-            longest = max((len(v) for v in args.values() if isinstance(v, str)), default=0)
-            size = len(fmt) + fmt.count("%(") * longest
-        else:
-            size = len(fmt) + sum(len(v) for v in values if isinstance(v, str))
-        _refuse_growth(size, "formatted a string")
+    if isinstance(args, dict) and "%(" in fmt:  # `'%(a)s' * n`: a field may print the longest
+        if len(fmt) > _BIG or any(isinstance(v, CONTAINERS) for v in args.values()):
+            longest = max(map(_text_size, args.values()), default=0)
+            _refuse_growth(len(fmt) + fmt.count("%(") * longest, "formatted a string")
+    elif len(fmt) > _BIG or len(values) > 64 or any(isinstance(v, CONTAINERS) for v in values):
+        _refuse_growth(len(fmt) + sum(map(_text_size, values)), "formatted a string")
 
 
 def _int_bits(value: Any) -> int:
@@ -156,6 +219,8 @@ def _int_bits(value: Any) -> int:
 
 
 def _raise_exception(message: Any) -> None:
+    if isinstance(message, CONTAINERS):  # its text is built when the error is shown
+        _check_printed(message, "raised an error message")
     raise jinja2.exceptions.TemplateError(message)
 
 
@@ -179,7 +244,12 @@ def _tojson_of(json_data: Callable[[Any], Any]) -> Callable[..., str]:
     return tojson
 
 
+_STRFTIME_FIELD = 64  # no directive prints more (`%c` is ~24 chars in the C locale)
+
+
 def _strftime_now(format: str) -> str:
+    if isinstance(format, str) and len(format) > _STRFTIME_FIELD:  # `'%c' * n` expands in C
+        _refuse_growth(len(format) + format.count("%") * _STRFTIME_FIELD, "formatted a date")
     now = render_state.now
     if now is None:  # transformers reads the local wall clock
         return datetime.now().strftime(format)
@@ -216,6 +286,35 @@ class _TemplateNamespace(jinja2.utils.Namespace):
                 "Chat templates cannot store underscore-prefixed attributes on a namespace, "
                 f"but got {name!r}. Please rename the attribute."
             )
+
+
+# --- undefined values -------------------------------------------------------------------
+
+_NAME_SHOWN = 4096  # a key printed in full in an undefined value's error, at most
+
+
+def bounded_undefined_message(undefined: jinja2.Undefined) -> str | None:
+    """The error text of a use of ``undefined`` when its key is a container too long to show
+    (`messages[[s] * 1000].x` would put the key's repr, s a thousand times, in the message),
+    with the key cut short; None when jinja's own text is short enough."""
+    name = undefined._undefined_name
+    if undefined._undefined_hint or not isinstance(name, CONTAINERS):
+        return None
+    if not measure(name, _NAME_SHOWN, _check_deadline).over():
+        return None
+    owner = jinja2.utils.object_type_repr(undefined._undefined_obj)
+    return f"{owner} has no element {reprlib.repr(name)}"
+
+
+class Undefined(jinja2.Undefined):
+    """jinja's undefined value (the same name, so errors that name its type read the same),
+    whose error for a huge container key shows the key cut short."""
+
+    __slots__ = ()
+
+    @property
+    def _undefined_message(self) -> str:
+        return bounded_undefined_message(self) or super()._undefined_message
 
 
 # --- the {% generation %} tag ----------------------------------------------------------
@@ -301,8 +400,11 @@ def _check_join(
         return args
     items = list(args[0])  # str.join makes a list of its argument too; now it can be measured
     size = len(owner) * max(len(items) - 1, 0)
-    for item in items:
-        size += len(item) if isinstance(item, (str, bytes)) else 0
+    for item in items:  # |join prints what is not a string: a list by its repr
+        if isinstance(item, _TEXT):
+            size += len(item)
+        elif isinstance(item, CONTAINERS):
+            size += _text_size(item)
     _refuse_growth(size, "joined strings")
     return (items,)
 
@@ -342,8 +444,23 @@ def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
         yield item
 
 
+_OUT = "__chatcodec_out"  # the generated code's temporary for one printed value
+
+
 class GuardedCodeGenerator(CodeGenerator):
     # String concatenation (`~`) goes through the size check instead of a bare join
+
+    def _output_child_pre(self, node: jinja2.nodes.Expr, frame: Frame, finalize: Any) -> None:
+        # `{{ value }}`: a string is printed as is (the common case pays one type test);
+        # anything else is handed to environment.printable first, which measures a
+        # container's text before str() prints it in one C call
+        super()._output_child_pre(node, frame, finalize)
+        self.write(f"({_OUT} if ({_OUT} := ")
+
+    def _output_child_post(self, node: jinja2.nodes.Expr, frame: Frame, finalize: Any) -> None:
+        self.write(f").__class__ is str else environment.printable({_OUT}))")
+        super()._output_child_post(node, frame, finalize)
+
     def visit_Concat(self, node: jinja2.nodes.Concat, frame: Frame) -> None:
         self.write("environment.guarded_concat((")
         for arg in node.nodes:
@@ -375,7 +492,7 @@ def _binop(op: str, left: Any, right: Any) -> Any:
     if op == "*":
         if isinstance(left, int) and not isinstance(left, bool):
             left, right = right, left
-        if isinstance(left, (str, list, tuple)) and isinstance(right, int):
+        if isinstance(left, _SEQUENCES) and isinstance(right, int):
             if len(left) * max(right, 0) > render_state.max_chars:
                 raise LimitExceeded("the template multiplied a sequence past the output limit")
             return _check_size(left * right)
@@ -388,10 +505,10 @@ def _binop(op: str, left: Any, right: Any) -> Any:
                 raise LimitExceeded("the template raised a number to an unbounded power")
         return left**right
     if op == "%":
-        if isinstance(left, str):
+        if isinstance(left, _TEXT):
             _check_printf(left, right)
         return _check_size(left % right)
-    if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+    if isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
         _refuse_growth(len(left) + len(right), "concatenated values")
     return _check_size(left + right)
 
@@ -405,6 +522,8 @@ class _GuardedFormatter(SandboxedFormatter):
         if format_spec:
             _check_widths(_DIGITS.findall(format_spec), "formatted a field")
         _check_deadline()
+        if isinstance(value, CONTAINERS):  # `'{0}{0}'.format([s] * 1000)` prints its repr
+            _refuse_growth(self.size + _text_size(value), "formatted a string")
         field = super().format_field(value, format_spec)
         self.size += len(field)
         _refuse_growth(self.size, "formatted a string")
@@ -447,6 +566,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
 
     code_generator_class = GuardedCodeGenerator
     intercepted_binops = frozenset({"*", "**", "%", "+"})
+    immutable_inputs = True  # no list or dict a template reads can be changed by it
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -550,8 +670,14 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
                 return left + right
         return _binop(operator, left, right)
 
+    def printable(self, value: Any) -> Any:
+        """``value``, once its text is known to fit: a container's is measured first."""
+        if isinstance(value, CONTAINERS) and not _is_input(value):
+            _check_printed(value)
+        return value
+
     def guarded_concat(self, parts: Iterable[Any]) -> str:
-        strings = [part if type(part) is str else str(part) for part in parts]
+        strings = [part if type(part) is str else str(self.printable(part)) for part in parts]
         size = sum(map(len, strings))
         if size > _BIG:  # measured before the join allocates
             _refuse_growth(size, "concatenated strings")
@@ -624,6 +750,15 @@ def _filter_wordwrap(
 ) -> None:
     if isinstance(s, str) and isinstance(wrapstring, str) and len(wrapstring) > 1:
         _refuse_growth(len(s) * len(wrapstring), "wrapped text")  # at most a break per char
+    if isinstance(s, str) and isinstance(width, int) and break_long_words and len(s) > width:
+        # textwrap cuts a word longer than the width one line at a time, copying the rest of
+        # the word each time: its cost is the word's length squared over the width
+        longest = max(map(len, s.split()), default=0)
+        if longest > width and longest * longest // max(width, 1) > _WRAP_WORK:
+            raise LimitExceeded(
+                f"|wordwrap would cut a {longest}-char word into {max(width, 1)}-char lines, "
+                "a pure-Python loop too long to interrupt"
+            )
 
 
 def _filter_replace(eval_ctx: Any, s: Any, old: Any, new: Any, count: Any = None) -> None:
@@ -659,6 +794,15 @@ def _filter_tojson(
     separators: Any = None,
     sort_keys: bool = False,
 ) -> None:
+    # `([s] * 1000)|tojson` dumps s a thousand times: the text is measured first. With an
+    # indent, json.dumps runs its pure-Python encoder: the nodes it will visit are capped
+    if isinstance(x, CONTAINERS) and not _is_input(x):
+        nodes = _check_printed(x, "passed |tojson a value")
+        if indent is not None and nodes > _JSON_INDENT_NODES:
+            raise LimitExceeded(
+                f"|tojson(indent=...) of {nodes} values: its pure-Python encoder would run "
+                "too long to interrupt"
+            )
     # json.dumps repeats `indent` once per nesting level on every line and a separator per
     # item: when those are long, count the lines before dumping
     step = indent if isinstance(indent, int) else len(indent) if isinstance(indent, str) else 0
@@ -691,6 +835,24 @@ def _filter_sum(environment: Any, iterable: Any, attribute: Any = None, start: A
         _refuse_growth(size, "summed sequences")
 
 
+def _filter_dictsort(
+    value: Any, case_sensitive: Any = False, by: Any = "key", reverse: Any = False
+) -> None:
+    # sorting by value keeps a lower-cased copy of every value (keys are distinct strings)
+    if by == "value" and not case_sensitive and isinstance(value, dict) and not _is_input(value):
+        _check_printed(value, "passed |dictsort a value")
+
+
+def _filter_slice(eval_ctx: Any, value: Any, slices: Any, fill_with: Any = None) -> None:
+    if isinstance(slices, int):  # `[1]|slice(10**8)` yields that many (empty) lists
+        _refuse_growth(slices, "sliced a list into more parts")
+
+
+def _filter_batch(value: Any, linecount: Any, fill_with: Any = None) -> None:
+    if fill_with is not None and isinstance(linecount, int):  # pads the last batch in C
+        _refuse_growth(linecount, "padded a batch")
+
+
 _FILTER_CHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
     "center": _filter_center,
     "indent": _filter_indent,
@@ -701,26 +863,192 @@ _FILTER_CHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
     "urlize": _filter_urlize,
     "tojson": _filter_tojson,
     "sum": _filter_sum,
+    "slice": _filter_slice,
+    "dictsort": _filter_dictsort,
+    "batch": _filter_batch,
 }
+
+# Filters that loop over their value in Python, or in C calling Python per item: the value
+# comes through a deadline-checking iterator (a list of up to 16 items is passed as is: each
+# item's work is then one bounded call, and filters check the deadline themselves)
+_ITERATING = frozenset(
+    {"batch", "map", "max", "min", "reject", "rejectattr", "select", "selectattr", "sum"}
+    | {"unique", "sort", "groupby"}
+)
+# Filters that print their value, or keep a key per item while sorting: a container's text
+# (shared references counted each time) is measured first
+_PRINTING = frozenset(
+    {"capitalize", "center", "e", "escape", "forceescape", "format", "indent", "lower"}
+    | {"replace", "safe", "string", "striptags", "title", "trim", "truncate", "upper"}
+    | {"urlencode", "urlize", "wordcount", "wordwrap", "xmlattr", "filesizeformat", "join"}
+    | {"pprint", "sort", "groupby"}
+)
+# Filters that are pure-Python loops no check can interrupt: the size of one call's input is
+# capped (characters of text; items; for pprint, values) so that one call stays a fraction
+# of a second (benchmarks/sandbox.py measures each at its cap)
+_PURE_PYTHON: dict[str, int] = {
+    "title": 1 << 20,
+    "wordwrap": 1 << 20,
+    "urlencode": 1 << 22,
+    "urlize": 1 << 18,
+    "sort": 1 << 17,
+    "dictsort": 1 << 17,
+    "groupby": 1 << 17,
+    "xmlattr": 1 << 15,
+    "pprint": 1 << 16,
+}
+_PURE_TEXT = frozenset({"title", "wordwrap", "urlencode", "urlize"})
+_PURE_ITEMS = frozenset({"sort", "dictsort", "groupby", "xmlattr"})
+_JSON_INDENT_NODES = 1 << 17  # json.dumps(indent=...) runs a pure-Python encoder
+_WRAP_WORK = 1 << 32  # chars textwrap may copy while cutting long words (~0.3 s)
+_SMALL = 16
+
+
+def _checked_items(iterable: Iterable[Any], cap: int, what: str) -> Iterator[Any]:
+    # A filter's loop, one item at a time: the clock is read on every item, and an iterable
+    # yielding more than `cap` items stops (it would build a list past the limit)
+    deadline = render_state.deadline
+    clock = time.monotonic
+    for count, item in enumerate(iterable, 1):
+        if clock() > deadline:
+            raise LimitExceeded("the render ran past its time limit")
+        if count > cap:
+            raise LimitExceeded(f"the template {what} more than {cap} items")
+        yield item
+
+
+def _refuse_pure_python(name: str, units: int, cap: int) -> None:
+    if units > cap:
+        raise LimitExceeded(
+            f"|{name} of {units} chars or items: it is a pure-Python loop that cannot be "
+            f"interrupted, limited to {cap}"
+        )
+
+
+def _prepare_value(name: str, args: tuple[Any, ...], at: int) -> tuple[Any, ...]:
+    # The checks on a filter's value (args[at]) before the filter runs; the arguments to
+    # call it with (the value may be replaced by a checked iterator over it). A list or dict
+    # the caller passed is neither measured nor capped: its size is the caller's.
+    value: Any = args[at]
+    cap = _PURE_PYTHON.get(name)
+    if (
+        (cap is not None or name in _PRINTING)
+        and isinstance(value, CONTAINERS)
+        and not _is_input(value)
+    ):
+        if cap is not None and name in _PURE_ITEMS:
+            _refuse_pure_python(name, len(args[at]), cap)
+        if name in _PRINTING:
+            measured = measure(value, render_state.max_chars, _check_deadline)
+            if measured.over():
+                raise LimitExceeded(
+                    f"the template passed |{name} a value whose text passes the limit"
+                )
+            if name in _PURE_TEXT:
+                _refuse_pure_python(name, measured.size, cap or 0)
+            elif name == "pprint":
+                _refuse_pure_python(name, measured.nodes, cap or 0)
+    if name in _ITERATING:
+        sized = isinstance(value, _SIZED)
+        if (sized and len(value) > _SMALL) or (not sized and isinstance(value, Iterator)):
+            limit = render_state.max_chars if cap is None or _is_input(value) else cap
+            checked = _checked_items(value, limit, f"passed |{name}")
+            return (*args[:at], checked, *args[at + 1 :])
+    return args
+
+
+# Text filters that are pure-Python loops over words or lines but give the same text when
+# run on pieces of it cut after a separator and joined: a long text is run piece by piece,
+# with the clock read between pieces (title: words start after `-`, spaces and brackets;
+# urlize: words are split at spaces; urlencode: per character; wordwrap: per line)
+_PIECE = 1 << 16
+_PIECE_BREAKS: dict[str, re.Pattern[str] | None] = {
+    "title": re.compile(r"[-\s({\[<]"),
+    "urlize": re.compile(r"\s"),
+    "urlencode": None,
+    "wordwrap": re.compile(r"\n"),
+}
+_WRAP_LINE = 1 << 20  # the longest line |wordwrap takes (~0.3 s of textwrap)
+
+
+def _pieces(text: str, breaks: re.Pattern[str] | None) -> Iterator[str]:
+    start = 0
+    while len(text) - start > _PIECE:
+        cut = start + _PIECE
+        if breaks is not None:
+            found = breaks.search(text, cut)
+            if found is None:
+                break
+            cut = found.end()
+        if cut >= len(text):
+            break
+        _check_deadline()
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def _piecewise(
+    name: str, func: Callable[..., Any], args: tuple[Any, ...], at: int, kwargs: dict[str, Any]
+) -> Any:
+    text = args[at]
+    parts = []
+    for piece in _pieces(text, _PIECE_BREAKS[name]):
+        if name == "wordwrap" and len(piece) > _WRAP_LINE and "\n" not in piece:
+            _refuse_pure_python(name, len(piece), _WRAP_LINE)
+        parts.append(func(*args[:at], piece, *args[at + 1 :], **kwargs))
+    if name != "wordwrap":
+        return parts[0][:0].join(parts)  # a Markup joins Markups as they are
+    wrapstring = kwargs.get("wrapstring", args[at + 3] if len(args) > at + 3 else None)
+    if wrapstring is None:
+        wrapstring = args[0].newline_sequence  # the environment: wordwrap is pass_environment
+    return wrapstring.join(parts)
 
 
 def _guard_filter(func: Callable[..., Any], name: str = "") -> Callable[..., Any]:
     check = _FILTER_CHECKS.get(name)
-    if check is not None:
+    at = 1 if getattr(func, "jinja_pass_arg", None) is not None else 0
+    prepare = name in _PRINTING or name in _ITERATING or name in _PURE_PYTHON
+    outputs_items = name == "slice"  # its loop is over the parts, not over the value
+    piecewise = name in _PIECE_BREAKS
+    iterating = name in _ITERATING
+    if check is None and not prepare:
 
-        def checked(*args: Any, **kwargs: Any) -> Any:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if time.monotonic() > render_state.deadline:
+                raise LimitExceeded("the render ran past its time limit")
+            return _check_size(func(*args, **kwargs))
+
+        return _keep_marks(guarded, func)
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if time.monotonic() > render_state.deadline:
+            raise LimitExceeded("the render ran past its time limit")
+        if check is not None:
             try:
                 args = check(*args, **kwargs) or args
             except TypeError:
                 pass  # arguments the filter itself will refuse, with its own message
-            return _check_size(func(*args, **kwargs))
+        if prepare and len(args) > at:
+            if type(args[at]) is not str:
+                args = _prepare_value(name, args, at)
+            elif piecewise and len(args[at]) > _PIECE:
+                return _check_size(_piecewise(name, func, args, at, kwargs))
+            elif iterating:  # a string's items are its characters: counted like any
+                args = _prepare_value(name, args, at)
+        result = func(*args, **kwargs)
+        if outputs_items and isinstance(result, types.GeneratorType):
+            result = _named_like(_checked_items(result, render_state.max_chars, "sliced"), result)
+        return _check_size(result)
 
-        return _keep_marks(checked, func)
+    return _keep_marks(checked, func)
 
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        return _check_size(func(*args, **kwargs))
 
-    return _keep_marks(guarded, func)
+def _named_like(generator: Any, original: Any) -> Any:
+    # prints as the filter's own generator would (`<generator object sync_do_slice ...>`)
+    generator.__name__ = original.__name__
+    generator.__qualname__ = original.__qualname__
+    return generator
 
 
 def _keep_marks(guarded: Callable[..., Any], func: Callable[..., Any]) -> Callable[..., Any]:
@@ -732,9 +1060,13 @@ def _keep_marks(guarded: Callable[..., Any], func: Callable[..., Any]) -> Callab
 
 
 def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
-    if n > 1000 or max > 10_000:
+    # a pure-Python loop over n paragraphs of up to `max` words each
+    if n > 1000 or max > 10_000 or n * max > _LIPSUM_WORDS:
         raise LimitExceeded("lipsum asked for more text than the output limit allows")
     return jinja2.utils.generate_lorem_ipsum(n=n, html=html, min=min, max=max)
+
+
+_LIPSUM_WORDS = 1 << 18
 
 
 def new_environment(
@@ -745,6 +1077,7 @@ def new_environment(
     """A fresh environment configured as transformers configures its own (``cls``,
     ``json_data`` and ``options`` let the llama.cpp-compatible environment of ``compat.py``
     share it: ``json_data`` turns a value into what ``tojson`` serialises)."""
+    options.setdefault("undefined", Undefined)
     env = cls(
         **options,
         trim_blocks=True,

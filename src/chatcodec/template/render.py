@@ -131,7 +131,7 @@ class ChatTemplate:
         self.limits = limits or Limits()
         env = self._environment()
         try:
-            self._template = env.from_string(source)
+            self._template = _compile(env, source, self.limits)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateSyntaxError(
                 f"the chat template does not compile: {exc.message}",
@@ -269,9 +269,16 @@ class ChatTemplate:
         context: dict[str, Any],
         spans: list[tuple[int, int]] | None,
     ) -> str:
+        made: list[Any] = []  # the containers _prepare builds: the caller's data
         try:
             chat, variables, continue_field, final_text = self._prepare(
-                messages, tools, documents, add_generation_prompt, continue_final_message, context
+                messages,
+                tools,
+                documents,
+                add_generation_prompt,
+                continue_final_message,
+                context,
+                made,
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise TemplateArgumentError(str(exc), stage="render", kind=type(exc).__name__) from None
@@ -291,7 +298,7 @@ class ChatTemplate:
                     stage="render",
                     kind="ValueError",
                 ) from None
-        rendered = self._run(chat, variables, pinned, spans)
+        rendered = self._run(chat, variables, pinned, spans, made)
         if continue_field is not None:
             rendered = _cut_at_continue_tag(rendered, final_text)
         return rendered
@@ -304,8 +311,10 @@ class ChatTemplate:
         add_generation_prompt: bool,
         continue_final_message: bool | str,
         context: dict[str, Any],
+        made: list[Any] | None = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any], str | None, str]:
-        # The checks and conversions of apply_chat_template + render_jinja_template, in order
+        # The checks and conversions of apply_chat_template + render_jinja_template, in order.
+        # The containers built from the caller's data are appended to `made`.
         if isinstance(messages, (list, tuple)) and len(messages) == 0:
             raise ValueError(
                 "Cannot apply chat template to an empty conversation. Provide at least one message."
@@ -330,8 +339,8 @@ class ChatTemplate:
                     raise TypeError(
                         "Documents should be a list of dicts with 'title' and 'text' keys!"
                     )
-        variables = plain_data(variables)
-        chat = plain_data(chat)
+        variables = plain_data(variables, made)
+        chat = plain_data(chat, made)
         for message in chat:
             if not isinstance(message, dict):
                 raise TypeError(
@@ -343,8 +352,8 @@ class ChatTemplate:
         if continue_final_message:
             continue_field, final_text = self._tag_final_message(chat, continue_final_message)
         variables["messages"] = chat
-        variables["tools"] = plain_data(tool_schemas)
-        variables["documents"] = plain_data(documents)
+        variables["tools"] = plain_data(tool_schemas, made)
+        variables["documents"] = plain_data(documents, made)
         variables["add_generation_prompt"] = add_generation_prompt
         return chat, variables, continue_field, final_text
 
@@ -386,16 +395,21 @@ class ChatTemplate:
         variables: dict[str, Any],
         now: datetime | None,
         spans: list[tuple[int, int]] | None,
+        made: list[Any] | None = None,
     ) -> str:
         template = self._template
         state = render_state
-        saved = (state.deadline, state.max_chars, state.position, state.spans, state.now)
         limit = self.limits.max_output_chars
-        state.deadline = time.monotonic() + self.limits.max_seconds
-        state.max_chars = limit
-        state.position = 0
-        state.spans = spans
-        state.now = now
+        # The caller's containers, which an immutable sandbox keeps as they are: printing one
+        # of them prints what the caller passed, so it is not measured first (`made` keeps
+        # them alive, so no other value can take one's id during the render)
+        saved = state.begin(
+            time.monotonic() + self.limits.max_seconds,
+            limit,
+            spans,
+            now,
+            made if self._environment().immutable_inputs else None,
+        )
         parts: list[str] = []
         append = parts.append
         size = 0
@@ -446,11 +460,27 @@ class ChatTemplate:
                 _message(exc), stage="render", kind=type(exc).__name__, lineno=_template_line(exc)
             ) from None
         finally:
-            state.deadline, state.max_chars, state.position, state.spans, state.now = saved
+            state.end(saved)
         return "".join(parts)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# jinja evaluates filters on literals while compiling (constant folding) and writes the
+# result into the generated Python source: `('ab')|batch(10**6, 'x')|list` would be a
+# million-item literal for Python to compile. Folding runs under these bounds; a filter
+# that passes them is not folded, so it runs at render time under the template's limits.
+_FOLDED_CHARS = 1 << 16
+
+
+def _compile(env: ChatSandbox, source: str, limits: Limits) -> jinja2.Template:
+    state = render_state
+    saved = (state.deadline, state.max_chars)
+    state.deadline = time.monotonic() + limits.max_seconds
+    state.max_chars = min(limits.max_output_chars, _FOLDED_CHARS)
+    try:
+        return env.from_string(source)
+    finally:
+        state.deadline, state.max_chars = saved
 
 
 def _caller_level() -> int:
@@ -604,46 +634,64 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 _GENERATION_WORD = re.compile(r"generation(?!\w)")
 
 
-def plain_data(value: Any) -> Any:
+def plain_data(value: Any, made: list[Any] | None = None) -> Any:
     """Rebuild a value out of plain JSON types, as transformers does before a render.
 
     A template only ever sees fresh dicts, lists, strings and numbers: never the caller's own
     objects (so it cannot mutate them) and never rich objects whose methods the sandbox does
-    not know about (those become a ``"<TypeName>"`` placeholder).
+    not know about (those become a ``"<TypeName>"`` placeholder). Each dict, list and tuple
+    built is appended to ``made`` when one is given.
     """
     kind = type(value)
     if kind in _SCALARS:  # None, or exactly a str, int, float or bool: kept as is
         return value
     # Below, `x if type(x) in _SCALARS else plain_data(x)` is plain_data(x) without the call
     if kind is dict:
-        return {
-            (k if type(k) in _SCALARS else plain_data(k)): (
-                v if type(v) in _SCALARS else plain_data(v)
+        built: Any = {
+            (k if type(k) in _SCALARS else plain_data(k, made)): (
+                v if type(v) in _SCALARS else plain_data(v, made)
             )
             for k, v in value.items()
         }
-    if kind is list:
-        return [item if type(item) in _SCALARS else plain_data(item) for item in value]
+    elif kind is list:
+        built = [item if type(item) in _SCALARS else plain_data(item, made) for item in value]
+    else:
+        return _plain_other(value, kind, made)
+    if made is not None:
+        made.append(built)
+    return built
+
+
+def _plain_other(value: Any, kind: type, made: list[Any] | None) -> Any:
     if isinstance(value, Mapping):
-        return {plain_data(k): plain_data(v) for k, v in value.items()}
+        built: Any = {plain_data(k, made): plain_data(v, made) for k, v in value.items()}
+        if made is not None:
+            made.append(built)
+        return built
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
-    if isinstance(value, list):
-        return [plain_data(item) for item in value]
-    if isinstance(value, tuple):
-        return tuple(plain_data(item) for item in value)
+    if isinstance(value, (list, tuple)):
+        items = [plain_data(item, made) for item in value]
+        built = items if isinstance(value, list) else tuple(items)
+        if made is not None:
+            made.append(built)
+        return built
     if any(c.__name__ == "generic" and c.__module__ == "numpy" for c in kind.__mro__):
         return plain_data(
             value.item()
         )  # numpy scalars; np.bool_ would otherwise be a truthy string
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = dataclasses.fields(value)
+        built = {f.name: plain_data(getattr(value, f.name), made) for f in fields}
+        if made is not None:
+            made.append(built)
+        return built
     if callable(getattr(value, "model_dump", None)):
-        return plain_data(value.model_dump())
+        return plain_data(value.model_dump(), made)
     return f"<{kind.__name__}>"
 
 
