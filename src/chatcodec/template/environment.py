@@ -63,7 +63,7 @@ class Limits:
 
     max_seconds: float = 10.0
     """Wall-clock budget for one render."""
-    max_output_chars: int = 64_000_000
+    max_output_chars: int = 16_000_000
     """Largest rendered prompt, and largest single string or list a template may build."""
 
 
