@@ -71,6 +71,20 @@ def constraint(
     )
 
 
+def calls_or_json(
+    request: ReplyRequest, preserved_tokens: Sequence[str], triggers: Sequence[Trigger]
+) -> Constraint:
+    """The setup most handlers share: a grammar when the reply may call a tool or must be
+    JSON, lazy (from ``triggers`` on) unless it must be JSON or must call a tool."""
+    json_reply = has_response_format(request)
+    return constraint(
+        preserved_tokens,
+        grammar=json_reply or calls_offered(request),
+        lazy=not (json_reply or (tools_offered(request) and request.tool_choice == "required")),
+        triggers=triggers,
+    )
+
+
 def words(*values: str) -> tuple[Trigger, ...]:
     """Literal-text triggers."""
     return tuple(Trigger("word", v) for v in values)

@@ -131,7 +131,7 @@ class LlamaSandbox(ChatSandbox):
             raise TypeError(f"Object key of unhashable type: {type(needle).__name__}")
         return needle in haystack
 
-    def loop_iterable(self, node: jinja2.nodes.Expr) -> jinja2.nodes.Expr:
+    def loop_iterable(self, node: jinja2.nodes.Node) -> jinja2.nodes.Node:
         return jinja2.nodes.Filter(node, _ITERABLE, [], [], None, None, lineno=node.lineno)
 
     def getitem(self, obj: Any, argument: Any) -> Any:

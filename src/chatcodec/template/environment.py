@@ -723,7 +723,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             )
         return tree
 
-    def loop_iterable(self, node: jinja2.nodes.Expr) -> jinja2.nodes.Expr:
+    def loop_iterable(self, node: jinja2.nodes.Node) -> jinja2.nodes.Node:
         """The expression a ``{% for %}`` loop iterates (a subclass may wrap it in a check)."""
         return node
 

@@ -18,10 +18,7 @@ from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
 from ..constraint import (
     Constraint,
-    calls_offered,
-    constraint,
-    has_response_format,
-    tools_offered,
+    calls_or_json,
     words,
 )
 from ..description import (
@@ -396,15 +393,7 @@ PRESERVED_TOKENS = (CHANNEL, CHANNEL_END, CALL_OPEN, CALL_CLOSE, "<|turn>")
 
 def constraint_for(request: ReplyRequest) -> Constraint:
     """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
-    return constraint(
-        PRESERVED_TOKENS,
-        grammar=has_response_format(request) or calls_offered(request),
-        lazy=not (
-            has_response_format(request)
-            or (tools_offered(request) and request.tool_choice == "required")
-        ),
-        triggers=words(CALL_OPEN),
-    )
+    return calls_or_json(request, PRESERVED_TOKENS, words(CALL_OPEN))
 
 
 def describe(request: ReplyRequest) -> ReplyFormat:

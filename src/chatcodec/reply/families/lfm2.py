@@ -22,10 +22,7 @@ from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name
 from ..constraint import (
     Constraint,
-    calls_offered,
-    constraint,
-    has_response_format,
-    tools_offered,
+    calls_or_json,
     words,
 )
 from ..description import (
@@ -162,10 +159,4 @@ def constraint_for(request: ReplyRequest, tool_list_tokens: bool) -> Constraint:
     tokens: tuple[str, ...] = (CALL_START, CALL_END, "<think>", "</think>")
     if tool_list_tokens:
         tokens += REQUIRED
-    rf = has_response_format(request)
-    return constraint(
-        tokens,
-        grammar=rf or calls_offered(request),
-        lazy=not (rf or (tools_offered(request) and request.tool_choice == "required")),
-        triggers=words(CALL_START),
-    )
+    return calls_or_json(request, tokens, words(CALL_START))

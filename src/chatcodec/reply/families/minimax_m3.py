@@ -21,10 +21,7 @@ from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..constraint import (
     Constraint,
-    calls_offered,
-    constraint,
-    has_response_format,
-    tools_offered,
+    calls_or_json,
     words,
 )
 from ..description import (
@@ -288,15 +285,7 @@ PRESERVED_TOKENS = (NS, "<tool_call>", "</tool_call>", THINK_START, THINK_END)
 
 def constraint_for(request: ReplyRequest) -> Constraint:
     """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
-    return constraint(
-        PRESERVED_TOKENS,
-        grammar=has_response_format(request) or calls_offered(request),
-        lazy=not (
-            has_response_format(request)
-            or (tools_offered(request) and request.tool_choice == "required")
-        ),
-        triggers=words(FC_START),
-    )
+    return calls_or_json(request, PRESERVED_TOKENS, words(FC_START))
 
 
 def describe(request: ReplyRequest) -> ReplyFormat:

@@ -20,11 +20,8 @@ from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..constraint import (
     Constraint,
-    calls_offered,
-    constraint,
-    has_response_format,
+    calls_or_json,
     patterns,
-    tools_offered,
 )
 from ..description import (
     CallMessage,
@@ -173,15 +170,7 @@ TRIGGERS = patterns(
 
 def constraint_for(request: ReplyRequest) -> Constraint:
     """llama.cpp's grammar setup for this request (everything but the grammar's text)."""
-    return constraint(
-        PRESERVED_TOKENS,
-        grammar=has_response_format(request) or calls_offered(request),
-        lazy=not (
-            has_response_format(request)
-            or (tools_offered(request) and request.tool_choice == "required")
-        ),
-        triggers=TRIGGERS,
-    )
+    return calls_or_json(request, PRESERVED_TOKENS, TRIGGERS)
 
 
 def describe(request: ReplyRequest) -> ReplyFormat:
