@@ -225,10 +225,10 @@ SLOW_PAYLOADS: list[tuple[str, str]] = [
     ),
     (
         "compare-big-strings",
-        "{% set s = 'x' * 20000000 %}{% for i in range(100000) %}"
+        "{% set s = 'x' * 10000000 %}{% for i in range(100000) %}"
         "{% if s == s ~ '' %}{% endif %}{% endfor %}",
     ),
-    ("format-many-fields", "{{ ('{0}' * 10000000).format('xxxxxxxxxx') }}"),
+    ("format-many-fields", "{{ ('{0}' * 5000000).format('xxxxxxxxxx') }}"),
     ("list-sum-loop", "{% for i in range(100000) %}{{ range(100000)|list|sum }}{% endfor %}"),
 ]
 
