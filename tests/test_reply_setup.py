@@ -239,3 +239,17 @@ def test_a_template_that_loops_over_content_gets_typed_content_and_no_tool_calls
     reply = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
     message = turn.parse(reply)
     assert (message.content, message.tool_calls) == (reply, ())
+
+
+def test_the_turn_stops_where_llama_cpp_adds_a_stop() -> None:
+    """An engine stops on ``turn.stop``: it holds llama.cpp's extra stops for every request
+    (Ling 3's ``<|role_end|>``, the auto parser's ``</assistant>``, ...) besides the EOS."""
+    missing = []
+    for case in corpus_cases():
+        if case["llama_cpp"] is None:
+            continue
+        stops = set(prepare_request(case).stop)
+        lost = set(case["llama_cpp"]["additional_stops"]) - stops
+        if lost:
+            missing.append(f"{case['id']}: {sorted(lost)}")
+    assert not missing, "\n".join(missing[:10])

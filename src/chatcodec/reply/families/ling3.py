@@ -124,6 +124,7 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
         return ReplyFormat(
             NAME,
             (*opening, Content((ROLE_END,)), Marker(ROLE_END), End()),
+            stop=(ROLE_END,),
             continuation=CONTINUATION,
         )
     call = peg.Choice(*(_call(f) for f in functions))
@@ -145,6 +146,7 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
             Marker(ROLE_END),
             End(),
         ),
+        stop=(ROLE_END,),
         continuation=CONTINUATION,
     )
 
