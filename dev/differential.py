@@ -363,7 +363,17 @@ def run_chatcodec(case: Case) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         turn = prepare_request(request)
     except ChatCodecError as exc:
         return {"error": str(exc)}, [{"error": str(exc)} for _ in case.outputs]
-    setup = {"handler": turn.handler, "generation_prompt": turn.generation_prompt}
+    c = turn.format.constraint
+    setup = {
+        "handler": turn.handler,
+        "generation_prompt": turn.generation_prompt,
+        # the sampler setup (the grammar's text is not built yet: only whether there is one)
+        "grammar": c.grammar,
+        "grammar_lazy": c.lazy,
+        "grammar_triggers": [{"type": t.type, "value": t.value} for t in c.triggers],
+        "preserved_tokens": list(c.preserved_tokens),
+        "additional_stops": list(c.additional_stops),
+    }
     results: list[dict[str, Any]] = []
     for output in case.outputs:
         try:
@@ -389,6 +399,14 @@ def load_compare() -> ModuleType:
 
 
 UNLOADABLE = "(llama.cpp cannot load it)"
+SETUP_FIELDS = (
+    "generation_prompt",
+    "grammar",
+    "grammar_lazy",
+    "grammar_triggers",
+    "preserved_tokens",
+    "additional_stops",
+)
 
 
 @dataclass
@@ -425,7 +443,8 @@ def compare_case(
         diffs.append(Difference(case.id, "setup", f"chatcodec failed: {setup['error']}"))
         return answer.get("handler", "?"), diffs
     params = answer["params"]
-    for key in ("generation_prompt",):
+    params = {**params, "grammar": bool(params["grammar"])}
+    for key in SETUP_FIELDS:
         if setup[key] != params[key]:
             diffs.append(
                 Difference(case.id, key, f"chatcodec {setup[key]!r}, llama.cpp {params[key]!r}")
