@@ -37,6 +37,7 @@ render's own copies, and a list grows only within the output limit.
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -191,24 +192,12 @@ def llama_text(value: Any) -> str:
     return str(value)
 
 
-_JSON_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-}
-
-
 def _llama_repr(value: Any) -> str:
     if not isinstance(value, str):
         return llama_text(value)
     if "'" not in value:
         return f"'{value}'"
-    escaped = (_JSON_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if ord(c) < 0x20 else c) for c in value)
-    return '"' + "".join(escaped) + '"'
+    return json.dumps(value, ensure_ascii=False)  # llama.cpp escapes as JSON does
 
 
 _ITERABLE = "__chatcodec_llama_iterable"
