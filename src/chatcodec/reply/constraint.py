@@ -4,15 +4,16 @@ For every request llama.cpp's handler decides whether the sampler gets a grammar
 grammar is lazy (idle until a trigger shows up in the output), the triggers, the tokens the
 tokenizer must keep whole (``preserved_tokens``) and extra stop strings (``additional_stops``).
 A family's ``describe`` computes this for its request (``ReplyFormat.constraint``), so the
-parser and the constraint come from one description. The GBNF text itself is not built yet.
+parser and the constraint come from one description; the family's ``grammar(request)`` writes
+the GBNF text with ``chatcodec.grammar.rules``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
+from ..grammar.constraint import Trigger
 from .arguments import tool_functions
 from .request import ReplyRequest
 
@@ -27,19 +28,6 @@ __all__ = [
     "calls_offered",
 ]
 
-TriggerType = Literal["word", "pattern", "pattern_full", "token"]
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """What wakes a lazy grammar: a ``word`` (literal text), a ``pattern`` (a regex found
-    anywhere in the output), a ``pattern_full`` (a regex the whole output must match) or a
-    ``token``; ``value`` is llama.cpp's."""
-
-    type: TriggerType
-    value: str
-
-
 @dataclass(frozen=True)
 class Constraint:
     """llama.cpp's setup of one request's sampler: ``grammar`` (it sets a grammar at all),
@@ -51,6 +39,8 @@ class Constraint:
     triggers: tuple[Trigger, ...] = ()
     preserved_tokens: tuple[str, ...] = ()
     additional_stops: tuple[str, ...] = ()
+    # builds the grammar's GBNF text (set where the reply format is chosen; not compared)
+    gbnf: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
 
 def constraint(

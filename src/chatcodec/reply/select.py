@@ -7,6 +7,8 @@ adding a family is adding its module and one line here.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from typing import Protocol
 
 from . import auto
@@ -43,6 +45,8 @@ class Family(Protocol):
 
     def describe(self, request: ReplyRequest) -> ReplyFormat: ...
 
+    def grammar(self, request: ReplyRequest) -> str: ...
+
 
 FAMILIES: tuple[Family, ...] = (
     ministral,
@@ -76,5 +80,10 @@ def handler_for(source: str) -> str:
 
 
 def describe(request: ReplyRequest) -> ReplyFormat:
-    """The reply format of a request, built by the family its template gets."""
-    return family_for(request.source).describe(request)
+    """The reply format of a request, built by the family its template gets; where llama.cpp
+    sets a grammar, its constraint builds the GBNF text on demand."""
+    family = family_for(request.source)
+    fmt = family.describe(request)
+    if not fmt.constraint.grammar or not hasattr(family, "grammar"):
+        return fmt
+    return replace(fmt, constraint=replace(fmt.constraint, gbnf=partial(family.grammar, request)))

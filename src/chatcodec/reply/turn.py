@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
+
+from ..grammar.constraint import Grammar
 
 from .description import ReplyFormat
 from .message import AssistantMessage, Delta
@@ -24,6 +27,17 @@ class Turn:
     handler: str
     format: ReplyFormat
     call_id: Callable[[int], str] = DEFAULT_CALL_IDS
+
+    @cached_property
+    def grammar(self) -> Grammar | None:
+        """The grammar llama.cpp would sample this reply under (None where it sets none): its
+        GBNF text and sampler setup; ``GrammarError`` when a schema cannot be converted."""
+        c = self.format.constraint
+        if not c.grammar:
+            return None
+        if c.gbnf is None:
+            raise NotImplementedError(f"no grammar is written for {self.handler!r} yet")
+        return Grammar(c.gbnf(), c.lazy, c.triggers, c.preserved_tokens, c.additional_stops)
 
     def stream(self) -> ReplyStream:
         """A reader of this turn's reply: ``feed`` each chunk, then ``finish()`` once."""

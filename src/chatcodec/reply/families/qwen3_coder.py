@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...grammar import rules as g
 from .. import peg
 from ..arguments import XmlCallSyntax, tool_functions, tool_names, xml_call_parsers
 from ..constraint import (
@@ -25,10 +26,11 @@ from ..description import (
     Whitespace,
     steps,
 )
+from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 
-__all__ = ["NAME", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Qwen3-Coder"
 PREFIX = "<|im_start|>assistant\n"
@@ -135,3 +137,62 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the thought, then the response format's JSON
+    or the calls, each argument's value as its schema says (a string: any text up to the
+    parameter's close)."""
+    thinking = "<think>" in request.source
+    r = g.Rules()
+    reasoning = g.nothing()
+    if thinking and request.reasoning_format != "none":
+        reasoning = g.optional(
+            "<think>" + g.space() + g.tag(g.until("</think>", "<tool_call>"))
+            + g.choice("</think>", g.nothing())
+        )
+    lazy = tools_offered(request) and request.tool_choice == "auto"
+    if has_response_format(request):
+        value = g.tag(g.schema(r.json(), "response-format", request.json_schema))
+        return r.gbnf(g.seq(PREFIX, reasoning << value), lazy=lazy)
+    arg_close = g.tag(g.lit(SYNTAX.param_close))
+    arg_string = r.rule("xml-arg-string", g.up_to(SYNTAX.param_close))
+    tools = g.choice()
+    for fn in tool_functions(request.tools):
+        name = fn["name"]
+        required: list[g.Expr] = []
+        optional: list[g.Expr] = []
+        for param in tool_parameters(fn):
+            rule_name = f"tool-{name}-arg-{param.name}"
+            arg_open = g.tag("<parameter=" + g.tag(g.lit(param.name)) + ">\n")
+            types = param.types
+            if "string" not in types:
+                value = g.tag(g.schema(r.json(), f"{rule_name}-schema", param.schema)) + arg_close
+            elif types == {"string"}:
+                value = arg_string
+            else:
+                # the grammar keeps only the raw string (it accepts any text anyway)
+                value = g.raw(g.tag(r.json_alternatives(types) + arg_close) | arg_string, "xml-arg-string")
+            arg = r.rule(rule_name, g.tag(arg_open + value))
+            (required if param.required else optional).append(arg)
+        args = r.permute(f"tool-{name}-args", required)
+        if optional:
+            args = args + g.zero_or_more(g.choice(*optional))
+        call = g.tag(
+            g.tag("<function=" + g.tag(g.lit(name)) + ">\n")
+            + g.tag(args)
+            + g.tag(g.lit(SYNTAX.function_close))
+        )
+        tools = tools | r.rule(f"tool-{name}", call)
+    body = tools + "</tool_call>" + g.space()
+    call = r.rule("tool-call", "<tool_call>\n" + body)
+    first = r.rule("tool-call-first", g.optional("<tool_call>\n") + body) if not thinking else call
+    calls = first + g.zero_or_more(call) if request.parallel_tool_calls else first
+    least = 1 if request.tool_choice == "required" else 0
+    tool_calls = r.trigger_rule("tool-call-root", g.repeat(calls, least, 1))
+    starts = ["<tool_call>"]
+    if not thinking:
+        starts += [f"{SYNTAX.function_open}{fn['name']}>" for fn in tool_functions(request.tools)]
+    content = g.tag(g.until(*starts))
+    return r.gbnf(g.seq(PREFIX, reasoning << content << tool_calls), lazy=lazy)
+
