@@ -42,6 +42,8 @@ TOOLS = [
     },
     {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
 ]
+# no parameters at all: llama.cpp takes an object without properties
+PING = {"type": "function", "function": {"name": "ping"}}
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"schema": SCHEMA}}
 
@@ -53,6 +55,11 @@ DSML_BODY = (
 )
 DEEPSEEK_V32 = "{#- dsml_token DSML function_calls -#}" + DSML_BODY
 DEEPSEEK_V4 = "{#- dsml_token DSML tool_calls -#}" + DSML_BODY
+KIMI_K2 = "{#- <|tool_calls_section_begin|> <|tool_call_begin|> -#}" + (
+    "{%- for m in messages %}<|im_{{ m.role }}|>{{ m.role }}<|im_middle|>{{ m.content }}"
+    "<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"
+)
 
 # name: (template, Codec.prepare options); the options are all spelled out, as the oracle
 # was asked with them
@@ -77,6 +84,21 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         DEEPSEEK_V32,
         {
             "response_format": RESPONSE_FORMAT,
+            "parallel_tool_calls": False,
+            "reasoning_format": "none",
+        },
+    ),
+    # a lazy grammar from the first <|tool_call_begin|>, any number of calls
+    "kimi-k2-parallel-calls": (
+        KIMI_K2,
+        {"tools": [*TOOLS, PING], "tool_choice": "auto", "parallel_tool_calls": True},
+    ),
+    # one call required (eager), no thought extracted
+    "kimi-k2-required-call-no-reasoning": (
+        KIMI_K2,
+        {
+            "tools": [*TOOLS, PING],
+            "tool_choice": "required",
             "parallel_tool_calls": False,
             "reasoning_format": "none",
         },
