@@ -60,6 +60,12 @@ KIMI_K2 = "{#- <|tool_calls_section_begin|> <|tool_call_begin|> -#}" + (
     "<|im_end|>{% endfor %}"
     "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"
 )
+KIMI_K3 = "{#- <|open|> <|close|> <|end_of_msg|> -#}" + (
+    '{%- for m in messages %}<|open|>message role="{{ m.role }}"<|sep|>{{ m.content }}'
+    "<|close|>message<|sep|><|end_of_msg|>{% endfor %}"
+    '{% if add_generation_prompt %}<|open|>message role="assistant"<|sep|>'
+    "<|open|>think<|sep|>{% endif %}"
+)
 
 # name: (template, Codec.prepare options); the options are all spelled out, as the oracle
 # was asked with them
@@ -98,6 +104,21 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         KIMI_K2,
         {
             "tools": [*TOOLS, PING],
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "reasoning_format": "none",
+        },
+    ),
+    # a lazy grammar from the tools section; each argument any text up to its closer
+    "kimi-k3-calls": (
+        KIMI_K3,
+        {"tools": [*TOOLS, PING], "tool_choice": "auto", "parallel_tool_calls": True},
+    ),
+    # the whole message when a call is required (the think section's body is then content)
+    "kimi-k3-required-call-no-reasoning": (
+        KIMI_K3,
+        {
+            "tools": TOOLS,
             "tool_choice": "required",
             "parallel_tool_calls": False,
             "reasoning_format": "none",
