@@ -66,6 +66,12 @@ KIMI_K3 = "{#- <|open|> <|close|> <|end_of_msg|> -#}" + (
     '{% if add_generation_prompt %}<|open|>message role="assistant"<|sep|>'
     "<|open|>think<|sep|>{% endif %}"
 )
+FUNCTIONARY_V32 = "{#- >>>all >>>${recipient} -#}" + (
+    "{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{{ m.content }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n>>>"
+    "{% endif %}"
+)
 
 # name: (template, Codec.prepare options); the options are all spelled out, as the oracle
 # was asked with them
@@ -123,6 +129,16 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "parallel_tool_calls": False,
             "reasoning_format": "none",
         },
+    ),
+    # lazy: its root is the calls (any number), though the reply allows one call only
+    "functionary-v32-one-call": (
+        FUNCTIONARY_V32,
+        {"tools": [*TOOLS, PING], "tool_choice": "auto", "parallel_tool_calls": False},
+    ),
+    # eager: content then calls, or calls alone
+    "functionary-v32-required-parallel-calls": (
+        FUNCTIONARY_V32,
+        {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True},
     ),
 }
 
