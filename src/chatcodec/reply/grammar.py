@@ -15,6 +15,9 @@ from .schema import function_parameters, value_types
 
 __all__ = ["Parameter", "tool_parameters", "parameters_node"]
 
+# llama.cpp's schema for a function without parameters
+NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
+
 
 @dataclass(frozen=True)
 class Parameter:
@@ -28,8 +31,10 @@ class Parameter:
 
 
 def parameters_node(function: Mapping[str, Any]) -> SchemaNode:
-    """The read ``parameters`` schema of a tool function (its root node)."""
-    return read_schema(function_parameters(function)).root
+    """The read ``parameters`` schema of a tool function (its root node); a function without
+    parameters (absent, null or ``{}``) takes an object without properties, as llama.cpp's
+    ``common_chat_tool_parameters`` gives it."""
+    return read_schema(function_parameters(function) or NO_PARAMETERS).root
 
 
 def tool_parameters(function: Mapping[str, Any]) -> list[Parameter]:
