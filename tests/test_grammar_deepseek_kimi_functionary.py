@@ -10,15 +10,13 @@ renamed by order of first reference before comparing, as dev/grammar_text.py doe
 
 from __future__ import annotations
 
-import importlib.util
-from functools import lru_cache
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from chatcodec import Codec
 
+from ._grammar_compare import normalize
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "grammar"
@@ -143,23 +141,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-@lru_cache(maxsize=1)
-def _grammar_text() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_grammar_text", ROOT / "dev" / "grammar_text.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _same_rules(text: str) -> list[str]:
-    return str(_grammar_text().normalize(text)).splitlines()
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_grammar_is_llama_cpps(name: str) -> None:
     source, options = CASES[name]
     grammar = Codec(source).prepare(HI, **options).grammar
     assert grammar is not None
     expected = (DATA / f"{name}.gbnf").read_text(encoding="utf-8")
-    assert _same_rules(grammar.gbnf) == _same_rules(expected)
+    assert normalize(grammar.gbnf) == normalize(expected)
