@@ -1,9 +1,10 @@
 """Issue 9 (constraints): Ling 3.0's reply grammar is llama.cpp's, rule for rule.
 
 Runs without ../shared: tests/data/grammar_ling3.json holds hand-written requests (one template
-opening a thought in its generation prompt, one not; markers pick the handler) with the grammar llama.cpp's oracle (the corpus' build,
-commit 0c1e570) set for each; its automaton rules (``until-N``) are renumbered as chatcodec
-numbers them (by first use), which is the only freedom the grammar text has.
+whose generation prompt opens a thought, one whose does not; markers pick the handler) with the
+grammar llama.cpp's oracle (the corpus' build, commit 0c1e570) set for each; its automaton rules
+(``until-N``) are renumbered as chatcodec numbers them (by first use), which is the only freedom
+the grammar text has.
 """
 
 from __future__ import annotations
