@@ -262,12 +262,14 @@ def tag(child: Expr) -> Expr:
 
 
 def may_be_string(node: SchemaNode) -> bool:
-    """Whether a value of this schema may be a JSON string (a ``$ref`` cycle counts as no)."""
+    """Whether a value of this schema may be a JSON string, as llama.cpp decides it: a string
+    type, a string ``const``/``enum`` value, a branch that may be; ``{}`` (any value) counts as
+    no, and so does a ``$ref`` cycle."""
     return _may_be_string(node, set())
 
 
 def _may_be_string(node: SchemaNode, seen: set[int]) -> bool:
-    if isinstance(node, (StringNode, AnyNode)):
+    if isinstance(node, StringNode):
         return True
     if isinstance(node, ConstNode):
         return isinstance(node.value, str)
@@ -285,7 +287,7 @@ def _may_be_string(node: SchemaNode, seen: set[int]) -> bool:
         return any(_may_be_string(c, seen) for c in node.children)
     if isinstance(node, AllOfNode):
         kept = [c for c in node.children if not isinstance(c, AnyNode)]
-        return all(_may_be_string(c, seen) for c in kept) if kept else True
+        return bool(kept) and all(_may_be_string(c, seen) for c in kept)
     return False
 
 
