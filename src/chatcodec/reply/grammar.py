@@ -77,11 +77,10 @@ def python_style_calls(
 ) -> g.Expr:
     """llama.cpp's Python-style call list: ``[`` one call (or, when ``parallel``, several
     separated by ``,``) ``]``, each call a rule ``tool-NAME``."""
-    functions = tool_functions(tools)
     if not tools:
         return g.nothing()
     calls = g.choice()
-    for fn in functions:
+    for fn in tool_functions(tools):
         calls = calls | r.rule(f"tool-{fn['name']}", _python_style_call(r, fn, json_literals))
     if parallel:
         return "[" + g.space() + calls + g.zero_or_more("," + g.space() + calls) + g.space() + "]"
