@@ -421,6 +421,75 @@ class Rules:
         ``GrammarError`` when a schema cannot be converted."""
         return _Compiler(self).compile(root, lazy)
 
+    # -- Python values (llama.cpp's python_value family; LFM2's calls) ------------------------
+
+    def double_quoted_string(self) -> Expr:
+        return self.rule("double-quoted-string", lambda: seq('"', string_body('"'), '"'))
+
+    def single_quoted_string(self) -> Expr:
+        return self.rule("single-quoted-string", lambda: seq("'", string_body("'"), "'"))
+
+    def python_string(self) -> Expr:
+        return self.rule(
+            "python-string",
+            lambda: choice(self.double_quoted_string(), self.single_quoted_string()),
+        )
+
+    def python_number(self) -> Expr:
+        return self.json_number()
+
+    def python_bool(self) -> Expr:
+        return self.rule("python-bool", lambda: choice("True", "False"))
+
+    def python_null(self) -> Expr:
+        return self.rule("python-none", lambda: lit("None"))
+
+    def python_dict(self) -> Expr:
+        return self.rule("python-dict", lambda: self._python_dict_body(self.python_value()))
+
+    def python_array(self) -> Expr:
+        return self.rule("python-array", lambda: self._python_array_body(self.python_value()))
+
+    def python_value(self) -> Expr:
+        return self.rule(
+            "python-value",
+            lambda: choice(
+                self.python_dict(),
+                self.python_array(),
+                self.python_string(),
+                self.python_number(),
+                self.python_bool(),
+                self.python_null(),
+            ),
+        )
+
+    def python_or_json_value(self) -> Expr:
+        """A Python value whose leaves may also be JSON's ``true``/``false``/``null``."""
+
+        def body() -> Expr:
+            value = self.python_or_json_value()
+            return choice(
+                self.rule("python-or-json-dict", lambda: self._python_dict_body(value)),
+                self.rule("python-or-json-array", lambda: self._python_array_body(value)),
+                self.python_string(),
+                self.python_number(),
+                self.python_bool(),
+                self.python_null(),
+                self.json_bool(),
+                self.json_null(),
+            )
+
+        return self.rule("python-or-json-value", body)
+
+    def _python_dict_body(self, value: Expr) -> Expr:
+        member = seq(self.python_string(), space(), ":", space(), value)
+        members = seq(member, zero_or_more(seq(space(), ",", space(), member)))
+        return seq("{", space(), choice("}", seq(members, space(), "}")), space())
+
+    def _python_array_body(self, value: Expr) -> Expr:
+        elements = seq(value, zero_or_more(seq(",", space(), value)))
+        return seq("[", space(), choice("]", seq(elements, space(), "]")), space())
+
 
 def _rule_name(name: str) -> str:
     return _INVALID_RULE_CHARS.sub("-", name)

@@ -6,14 +6,16 @@ these helpers read a tool's parameters the way llama.cpp's grammar side reads th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..grammar import rules as g
 from ..grammar.document import ObjectNode, SchemaNode, read_schema
-from .schema import function_parameters, value_types
+from .arguments import tool_functions
+from .schema import function_parameters, parameters, value_types
 
-__all__ = ["Parameter", "tool_parameters", "parameters_node"]
+__all__ = ["Parameter", "tool_parameters", "parameters_node", "python_style_calls"]
 
 # llama.cpp's schema for a function without parameters
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
@@ -50,3 +52,41 @@ def tool_parameters(function: Mapping[str, Any]) -> list[Parameter]:
         Parameter(p.name, p.schema, p.required, value_types(raw.get(p.name), params))
         for p in root.properties
     ]
+
+
+# ------------------------------------------------------------------ Python-style calls (LFM2)
+
+
+def _python_style_call(r: g.Rules, fn: Mapping[str, Any], json_literals: bool) -> g.Expr:
+    """``name(arg=value, ...)``: a ``string`` parameter takes a quoted string, any other a
+    Python value (with JSON's literals too when ``json_literals``)."""
+    args = g.nothing()
+    params = list(parameters(fn))
+    if params:
+        arguments = g.choice()
+        for name, schema, _required, _root in params:
+            if isinstance(schema, Mapping) and schema.get("type") == "string":
+                quoted = g.choice('"' + g.string_body('"') + '"', "'" + g.string_body("'") + "'")
+                value = g.tag(quoted)
+            else:
+                value = g.tag(r.python_or_json_value() if json_literals else r.python_value())
+            opener = g.tag(g.tag(g.lit(name)) + "=")
+            arguments = arguments | g.tag(opener + value + g.tag(g.nothing()))
+        args = arguments + g.zero_or_more("," + g.space() + arguments)
+    opener = g.tag(g.tag(g.lit(str(fn["name"]))) + "(")
+    return g.tag(opener + g.space() + g.tag(args) + g.space() + g.tag(g.lit(")")))
+
+
+def python_style_calls(
+    r: g.Rules, tools: Sequence[Mapping[str, Any]] | None, parallel: bool, json_literals: bool
+) -> g.Expr:
+    """llama.cpp's Python-style call list: ``[`` one call (or, when ``parallel``, several
+    separated by ``,``) ``]``, each call a rule ``tool-NAME``."""
+    if not tools:
+        return g.nothing()
+    calls = g.choice()
+    for fn in tool_functions(tools):
+        calls = calls | r.rule(f"tool-{fn['name']}", _python_style_call(r, fn, json_literals))
+    if parallel:
+        return "[" + g.space() + calls + g.zero_or_more("," + g.space() + calls) + g.space() + "]"
+    return "[" + g.space() + calls + g.space() + "]"
