@@ -35,8 +35,13 @@ def normalize(text: str) -> str:
         rules[name] = body
     order: dict[str, str] = {}
     seen: set[str] = set()
-    queue = ["root"]
-    while queue:
+    # from root, then from each rule root does not reach (a rule only an automaton's parser
+    # refers to, e.g. the auto parser's until-suffix), in name order
+    starts = ["root"] + sorted(n for n in rules if not _AUTOMATON.fullmatch(n))
+    queue: list[str] = []
+    while starts or queue:
+        if not queue:
+            queue.append(starts.pop(0))
         name = queue.pop(0)
         if name in seen or name not in rules:
             continue
@@ -48,7 +53,8 @@ def normalize(text: str) -> str:
             queue.append(token)
 
     def rename(m: re.Match[str]) -> str:
-        return order.get(f"{m[1]}-{m[2]}", m[0]) + m[3]
+        name = order.get(f"{m[1]}-{m[2]}")
+        return name + m[3] if name else m[0]
 
     return "\n".join(sorted(_AUTOMATON.sub(rename, line) for line in text.splitlines()))
 
