@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -21,42 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
+from tests._grammar_normalize import normalize  # noqa: E402
 from tests._reply_oracle import PARSE_CASES, prepare_request  # noqa: E402
-
-_AUTOMATON = re.compile(r"\b(until|ac)-(\d+)((?:-\d+)?)\b")
-_NAME = re.compile(r"[a-zA-Z0-9-]+")
-
-
-def normalize(text: str) -> str:
-    """The grammar with its automaton rules renamed by order of first reference from root."""
-    rules = {}
-    for line in text.splitlines():
-        name, _, body = line.partition(" ::= ")
-        rules[name] = body
-    order: dict[str, str] = {}
-    seen: set[str] = set()
-    # from root, then from each rule root does not reach (a rule only an automaton's parser
-    # refers to, e.g. the auto parser's until-suffix), in name order
-    starts = ["root"] + sorted(n for n in rules if not _AUTOMATON.fullmatch(n))
-    queue: list[str] = []
-    while starts or queue:
-        if not queue:
-            queue.append(starts.pop(0))
-        name = queue.pop(0)
-        if name in seen or name not in rules:
-            continue
-        seen.add(name)
-        for token in _NAME.findall(re.sub(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]', " ", rules[name])):
-            m = _AUTOMATON.fullmatch(token)
-            if m and f"{m[1]}-{m[2]}" not in order:
-                order[f"{m[1]}-{m[2]}"] = f"{m[1]}-#{len(order)}"
-            queue.append(token)
-
-    def rename(m: re.Match[str]) -> str:
-        name = order.get(f"{m[1]}-{m[2]}")
-        return name + m[3] if name else m[0]
-
-    return "\n".join(sorted(_AUTOMATON.sub(rename, line) for line in text.splitlines()))
 
 
 def main() -> int:
@@ -87,7 +52,12 @@ def main() -> int:
             shown += 1
             print(f"--- {case['id']}")
             diff = difflib.unified_diff(
-                normalize(expected).splitlines(), normalize(got).splitlines(), "llama.cpp", "chatcodec", lineterm="", n=1
+                normalize(expected).splitlines(),
+                normalize(got).splitlines(),
+                "llama.cpp",
+                "chatcodec",
+                lineterm="",
+                n=1,
             )
             print("\n".join(list(diff)[:60]))
     for (handler, verdict), n in sorted(counts.items()):

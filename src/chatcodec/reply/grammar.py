@@ -14,16 +14,7 @@ from ..grammar import rules as g
 from ..grammar.document import ObjectNode, SchemaNode, read_schema
 from .schema import function_parameters, value_types
 
-__all__ = [
-    "Parameter",
-    "tool_parameters",
-    "parameters_node",
-    "tool_schema",
-    "prefix",
-    "optspace",
-    "standard_json_tools",
-    "standard_constructed_tools",
-]
+__all__ = ["Parameter", "tool_parameters", "parameters_node"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +49,14 @@ def tool_parameters(function: Mapping[str, Any]) -> list[Parameter]:
 
 
 # ------------------------------------------------- llama.cpp's chat builder helpers (grammar side)
+
+__all__ += [
+    "tool_schema",
+    "prefix",
+    "optspace",
+    "JsonLayout",
+    "standard_json_tools",
+]
 
 
 def tool_schema(function: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -265,58 +264,3 @@ def standard_json_tools(
     body = g.lit(section[0]) + g.space() + calls + g.space() + g.lit(section[1])
     rule = r.trigger_rule("tool-call", body)
     return rule if force else g.optional(rule)
-
-
-def standard_constructed_tools(
-    r: g.Rules,
-    markers: Mapping[str, str],
-    tools: Sequence[Mapping[str, Any]] | None,
-    parallel: bool,
-    force: bool,
-) -> g.Expr:
-    """XML-ish calls ``<function=NAME><param=KEY>VALUE</param>...</function>`` in a section
-    (the marker keys and defaults are llama.cpp's), optional unless ``force``."""
-    if not tools:
-        return g.nothing()
-    start = markers.get("tool_call_start_marker", "<tool_call>")
-    end = markers.get("tool_call_end_marker", "</tool_call>")
-    opener = markers.get("function_opener", "<function=")
-    name_suffix = markers.get("function_name_suffix", ">")
-    closer = markers.get("function_closer", "</function>")
-    key_prefix = markers.get("parameter_key_prefix", "<param=")
-    key_suffix = markers.get("parameter_key_suffix", ">")
-    param_close = markers.get("parameter_closer", "</param>")
-    choices = g.choice()
-    for tool in tools:
-        if not isinstance(tool, Mapping) or "function" not in tool:
-            continue
-        fn = tool["function"]
-        name = fn["name"]
-        props = tool_schema(fn).get("properties")
-        args = g.nothing()
-        if isinstance(props, Mapping) and props:
-            arg_choice = g.choice()
-            for key in props:
-                names = g.choice(key, f'"{key}"', f"'{key}'")
-                arg_choice = arg_choice | g.tag(
-                    g.tag(g.lit(key_prefix))
-                    + g.tag(names)
-                    + key_suffix
-                    + g.tag(g.until(param_close))
-                    + g.tag(g.lit(param_close))
-                )
-            args = g.zero_or_more(arg_choice + g.space())
-        call = g.tag(
-            g.tag(opener + g.tag(g.lit(name)) + name_suffix)
-            + g.space()
-            + g.tag(args)
-            + g.space()
-            + g.tag(g.lit(closer))
-        )
-        choices = choices | r.rule(f"tool-{name}", call)
-    if parallel:
-        body = start + g.space() + g.one_or_more(choices + g.space()) + end
-    else:
-        body = start + g.space() + choices + g.space() + end
-    section = r.trigger_rule("tool-call", body)
-    return section if force else g.optional(section)
