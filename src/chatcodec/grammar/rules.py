@@ -58,6 +58,7 @@ __all__ = [
     "raw",
     "tag",
     "may_be_string",
+    "up_to_over",
 ]
 
 
@@ -537,7 +538,7 @@ class _Compiler:
                 stack.extend(e.items)
             elif isinstance(e, _Repeat):
                 stack.append(e.item)
-            elif isinstance(e, (_Schema, _Raw, _Tag)):
+            elif isinstance(e, (_Schema, _Raw, _Tag, _UpToOver)):
                 stack.append(e.child)
             elif isinstance(e, _Ref) and e.name not in seen:
                 seen.add(e.name)
@@ -707,3 +708,19 @@ def _automaton(builder: GrammarBuilder, prefix: str, expr: _Until) -> str:
     if ac.terminal[0]:
         builder.add_rule(prefix, "|")
     return state(0)
+
+
+# ----------------------------------------------------------- an automaton standing for a parser
+
+
+@dataclass(frozen=True, eq=False)
+class _UpToOver(_Until):
+    child: Expr
+
+
+def up_to_over(child: Expr, *delimiters: str) -> Expr:
+    """``up_to(delimiters)`` standing for ``child`` (llama.cpp's ``ac(child, delimiters)``):
+    the text is the automaton's, but the rules ``child`` refers to are still written."""
+    if not delimiters:
+        raise ValueError("up_to_over needs at least one delimiter")
+    return _UpToOver(tuple(delimiters), True, child)
