@@ -15,7 +15,17 @@ from ..grammar.document import ObjectNode, SchemaNode, read_schema
 from .arguments import tool_functions
 from .schema import function_parameters, parameters, value_types
 
-__all__ = ["Parameter", "tool_parameters", "parameters_node", "python_style_calls"]
+__all__ = [
+    "Parameter",
+    "tool_parameters",
+    "tool_schema",
+    "parameters_node",
+    "python_style_calls",
+    "prefix",
+    "optspace",
+    "JsonLayout",
+    "standard_json_tools",
+]
 
 # llama.cpp's schema for a function without parameters
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
@@ -36,7 +46,7 @@ def parameters_node(function: Mapping[str, Any]) -> SchemaNode:
     """The read ``parameters`` schema of a tool function (its root node); a function without
     parameters (absent, null or ``{}``) takes an object without properties, as llama.cpp's
     ``common_chat_tool_parameters`` gives it."""
-    return read_schema(function_parameters(function) or NO_PARAMETERS).root
+    return read_schema(tool_schema(function)).root
 
 
 def tool_parameters(function: Mapping[str, Any]) -> list[Parameter]:
@@ -94,21 +104,13 @@ def python_style_calls(
 
 # ------------------------------------------------- llama.cpp's chat builder helpers (grammar side)
 
-__all__ += [
-    "tool_schema",
-    "prefix",
-    "optspace",
-    "JsonLayout",
-    "standard_json_tools",
-]
-
 
 def tool_schema(function: Mapping[str, Any]) -> Mapping[str, Any]:
     """A tool function's parameters schema as llama.cpp's builders see it: an object with no
     properties when it has none (absent, null or ``{}``)."""
     params = function.get("parameters")
     if params is None or (isinstance(params, Mapping) and not params):
-        return {"type": "object", "properties": {}}
+        return NO_PARAMETERS
     return params if isinstance(params, Mapping) else {}
 
 
