@@ -142,6 +142,15 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
     "auto-par1-rfnone": {"tools": TOOLS, "parallel_tool_calls": True, "reasoning_format": "none"},
     "history-par1": {"tools": TOOLS, "parallel_tool_calls": True, "messages": HISTORY},
     "json": {"tools": None, "json_schema": SCHEMA},
+    "json-tools": {"tools": TOOLS, "parallel_tool_calls": True, "json_schema": SCHEMA},
+    "json-think0": {"tools": None, "enable_thinking": False, "json_schema": SCHEMA},
+    "json-rfnone": {"tools": None, "reasoning_format": "none", "json_schema": SCHEMA},
+    "json-tools-think0-rfnone": {
+        "tools": TOOLS,
+        "enable_thinking": False,
+        "reasoning_format": "none",
+        "json_schema": SCHEMA,
+    },
 }
 
 
@@ -249,8 +258,25 @@ WRITTEN_CALLS = (
 )
 
 
+ANSWER = '{"city": "Paris", "temperature": 18}'
+# a response format's JSON as models write it, whatever the template renders
+WRITTEN_JSON = (
+    ANSWER,
+    f"  {ANSWER}\n\n",
+    f"```json\n{ANSWER}\n```",
+    f"{ANSWER} and more text",
+    f"<think>Let me think.</think>\n{ANSWER}",
+    "It is 18 °C in Paris.",
+    '[1, 2.5e3, "x", null, true]',
+    "18",
+)
+
+
 def mutations(intent: str, reply: str) -> Iterator[tuple[str, str]]:
     yield intent, reply
+    if ANSWER in reply:  # the JSON answer fenced, and with space around it
+        yield f"{intent}+fenced", reply.replace(ANSWER, f"```json\n{ANSWER}\n```")
+        yield f"{intent}+spaced", reply.replace(ANSWER, f" \n{ANSWER}\n ")
     yield f"{intent}+trailing", reply + "\nAnything else?"
     # a thought the model writes whether or not the template shows one
     yield f"{intent}+closed_thought", "Let me think.</think>" + reply
@@ -296,6 +322,8 @@ def build_cases(path: Path, every: int) -> list[Case]:
         ]
         if tools:
             replies += [(f"written_call_{i}", call) for i, call in enumerate(WRITTEN_CALLS)]
+        if "json_schema" in options:
+            replies += [(f"written_json_{i}", text) for i, text in enumerate(WRITTEN_JSON)]
         if not replies:
             replies = [("plain", "It is sunny.")]
         request = {
@@ -451,7 +479,7 @@ def compare_case(
             )
     for index, output in enumerate(case.outputs):
         expected = _expected(answer, index)
-        reason = compare.compare(expected, results[index])
+        reason = compare.compare_output(expected, results[index])
         if reason:
             shown = json.dumps(output["text"], ensure_ascii=False)
             diffs.append(
