@@ -183,7 +183,7 @@ class Codec:
         RequestError before anything is rendered.
         """
         from .reply.request import ReplyRequest
-        from .reply.select import describe
+        from .reply.select import describe, template_context
         from .reply.turn import Turn
         from .template.capabilities import tool_call_support
 
@@ -207,6 +207,7 @@ class Codec:
         template = self.template_for(tools)
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
+        context.update(template_context(template.source, json_schema))
         prompt, generation_prompt, llama_without = _prompts(
             template, messages, tools, context, now, add_generation_prompt=mode == "none"
         )

@@ -7,9 +7,10 @@ adding a family is adding its module and one line here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import auto
 from .description import ReplyFormat
@@ -33,7 +34,7 @@ from .families import (
 )
 from .request import ReplyRequest
 
-__all__ = ["Family", "FAMILIES", "family_for", "handler_for", "describe"]
+__all__ = ["Family", "FAMILIES", "family_for", "handler_for", "describe", "template_context"]
 
 
 class Family(Protocol):
@@ -87,3 +88,10 @@ def describe(request: ReplyRequest) -> ReplyFormat:
     if not fmt.constraint.grammar or not hasattr(family, "grammar"):
         return fmt
     return replace(fmt, constraint=replace(fmt.constraint, gbnf=partial(family.grammar, request)))
+
+
+def template_context(source: str, json_schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What llama.cpp adds to the template's context for a request (DeepSeek V4 is given the
+    response format's schema as ``response_format``); nothing for most families."""
+    extra = getattr(family_for(source), "template_context", None)
+    return extra(source, json_schema) if extra is not None else {}

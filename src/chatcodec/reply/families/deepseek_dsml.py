@@ -7,7 +7,9 @@ With thinking on, the calls may begin inside the thought (at ``\\n\\n`` + block 
 if they do not parse there the thought reads on to ``</think>``. With thinking off the
 generation prompt's pre-closed thought is consumed. Content may not open a ``<think>``; nothing
 may follow the block (the parse fails). With tools and ``reasoning_format`` none every reply
-fails, as in llama.cpp (the prompt's ``<think>`` meets the content's guard).
+fails, as in llama.cpp (the prompt's ``<think>`` meets the content's guard). With a response
+format the thought is followed by one JSON value fenced as ```` ```json ... ``` ```` (tools
+aside), and nothing after it; V4's template also gets the schema as ``response_format``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..description import (
     Calls,
     CallSection,
     Content,
+    ContentValue,
     End,
     Expect,
     NotMarker,
@@ -44,10 +47,19 @@ from ..description import (
 from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import fenced_json
 from ..schema import may_be_string, parameters
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
+__all__ = [
+    "NAME",
+    "PRESERVED_TOKENS",
+    "matches",
+    "describe",
+    "constraint_for",
+    "grammar",
+    "template_context",
+]
 
 NAME = "DeepSeek V3.2/V4"
 REQUIRED = ("dsml_token", "DSML")
@@ -116,13 +128,22 @@ def _block_name(source: str) -> str:
     return "function_calls" if "function_calls" in source else "tool_calls"
 
 
+def template_context(source: str, json_schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """V4's template writes the response format into the system prompt: llama.cpp gives it
+    the request's schema as ``response_format`` (V3.2's is given nothing)."""
+    if json_schema and _block_name(source) == "tool_calls":
+        return {"response_format": json_schema}
+    return {}
+
+
 def _reply(request: ReplyRequest) -> ReplyFormat:
     block_name = _block_name(request.source)
     is_v4 = block_name == "tool_calls"
     fc_start = f"<{DSML}{block_name}>"
     fc_end = f"</{DSML}{block_name}>"
     functions = tool_functions(request.tools)
-    has_calls = bool(functions) and request.tool_choice != "none"
+    # a response format takes the place of the calls
+    has_calls = bool(functions) and request.tool_choice != "none" and not request.json_schema
     reasoning: ReasoningBlock | None = None
     if request.reasoning_format != "none" and request.enable_thinking:
         call_stops = ("\n\n" + fc_start, fc_start) if has_calls else ()
@@ -143,9 +164,11 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
             body="",
         )
     if not has_calls:
+        # a response format: one fenced JSON value, and nothing after it
+        body = ContentValue(fenced_json()) if request.json_schema else Content(None)
         return ReplyFormat(
             NAME,
-            steps(Expect(PREFIX), Thought(reasoning) if reasoning else None, Content(None), End()),
+            steps(Expect(PREFIX), Thought(reasoning) if reasoning else None, body, End()),
             continuation=CONTINUATION_V4 if is_v4 else CONTINUATION,
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))

@@ -5,7 +5,8 @@ A reply is a run of messages, each an optional thought ``<|channel>thought ... <
 With tools, whatever follows the last message up to ``<|tool_call>`` is skipped and calls
 ``<|tool_call>call:NAME{key:value,...}<tool_call|>`` follow: bare keys, ``<|"|>`` quoted strings,
 JSON numbers, booleans and null, nested dicts and arrays, rebuilt as compact JSON. Text after
-the calls is dropped.
+the calls is dropped. With a response format the reply is an optional thought, then one JSON
+value fenced as ```` ```json ... ``` ```` (tools aside); what follows it is dropped.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import fenced_json
 from . import has_markers
 
 __all__ = [
@@ -325,7 +327,13 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
     content = TextMessage(peg.Not(peg.Literal(CHANNEL)), "content", stops)
     begin = TextMessage(peg.optional(peg.Literal(TURN)), then="first")
     states: dict[str, FlowState] = {"begin": FlowState((begin,))}
-    if not calls:
+    if request.json_schema:
+        # a response format (tools aside): an optional thought, then one fenced JSON value;
+        # what follows it is dropped
+        no_thought = TextMessage(peg.Not(peg.Literal(CHANNEL)), then="value")
+        states["first"] = FlowState((_then(thought, "value"), no_thought))
+        states["value"] = FlowState((CallMessage(fenced_json()),))
+    elif not calls:
         # one message at least; an unmatched <channel|> ends the reply (the rest is dropped)
         states["first"] = FlowState(
             (_then(thought, "more"), _then(content, "more")), otherwise="!", loop=True

@@ -3,7 +3,8 @@
 llama.cpp's handler "MiniCPM5": with reasoning extraction the reply must open a thought (the
 generation prompt does), then content up to ``<function``, then one call (any number with
 ``parallel_tool_calls``), each followed by whitespace, and nothing after them (the parse
-fails). String parameters are raw text, or CDATA; other parameters are JSON.
+fails). String parameters are raw text, or CDATA; other parameters are JSON. With a response format
+the thought is followed by one JSON value (tools aside); what follows the value is dropped.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..description import (
     Calls,
     CallSection,
     Content,
+    ContentValue,
     End,
     Expect,
     ReasoningBlock,
@@ -38,6 +40,7 @@ from ..description import (
 from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import json_content
 from ..schema import may_be_string, parameters
 from . import has_markers
 
@@ -102,6 +105,11 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
     reasoning = THOUGHT if request.reasoning_format != "none" else None
     thought = (Thought(reasoning), Whitespace()) if reasoning is not None else ()
     functions = tool_functions(request.tools)
+    if request.json_schema:
+        # a response format: one JSON value right after the thought (tools aside); what
+        # follows it is dropped
+        value = ContentValue(json_content())
+        return ReplyFormat(NAME, steps(Expect(PREFIX), *thought, value), continuation=CONTINUATION)
     if not functions or request.tool_choice == "none":
         return ReplyFormat(
             NAME,

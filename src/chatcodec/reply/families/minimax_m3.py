@@ -6,7 +6,8 @@ calls (one unless ``parallel_tool_calls``), each parameter is an element named a
 objects expand to member elements and arrays to ``<item>`` elements, and the arguments are
 rebuilt as compact JSON from that tree. The thought is ``<mm:think>``, or a bare
 ``</mm:think>`` for none; with thinking disabled its body is read and dropped. Nothing may
-follow the block (the parse fails).
+follow the block (the parse fails). With a response format the thought is followed by one
+JSON value fenced as ```` ```json ... ``` ```` (tools aside), and nothing after it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..description import (
     Calls,
     CallSection,
     Content,
+    ContentValue,
     End,
     Expect,
     ReasoningBlock,
@@ -39,6 +41,7 @@ from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import fenced_json
 from ..schema import function_parameters, has_properties, may_be_string
 from . import has_markers
 
@@ -242,10 +245,12 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
             bare=THINK_END,
         )
     functions = tool_functions(request.tools)
-    if not functions or request.tool_choice == "none":
+    if request.json_schema or not functions or request.tool_choice == "none":
+        # a response format: one fenced JSON value (tools aside), and nothing after it
+        body = ContentValue(fenced_json()) if request.json_schema else Content(None)
         return ReplyFormat(
             NAME,
-            steps(Expect(prefix), Thought(reasoning) if reasoning else None, Content(None), End()),
+            steps(Expect(prefix), Thought(reasoning) if reasoning else None, body, End()),
             continuation=CONTINUATION,
         )
     invoke = peg.Choice(*(_invoke(f) for f in functions))

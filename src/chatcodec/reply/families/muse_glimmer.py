@@ -5,7 +5,9 @@ messages (ended by ``<|eom|>``) are reasoning, the answer (``to=user`` or no rec
 content up to ``<|eot|>`` or ``<|eom|>``, and a message to any other recipient carries one call
 as ATEM XML (``<atem:function_calls><atem:invoke name="NAME"><atem:parameter name="P">V
 </atem:parameter>...``), typed per the tool's schema. More calls, or calls after the answer,
-follow ``<|eom|>``; the generation prompt is always ``<|start|>assistant``.
+follow ``<|eom|>``; the generation prompt is always ``<|start|>assistant``. With a response
+format the answer holds one JSON value, bare or fenced as ```` ```json ... ``` ```` (tools
+aside); what follows it is dropped.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from ..description import (
 from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import fenced_json, json_content
 from ..schema import ALL_TYPES, parameters, value_types
 from . import has_markers
 
@@ -111,7 +114,7 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
     functions = tool_functions(request.tools)
     calls = bool(functions) and request.tool_choice != "none"
     extract = request.reasoning_format != "none"
-    if not extract and not calls:
+    if not extract and not calls and not request.json_schema:
         # everything after the generation prompt is content, verbatim
         return ReplyFormat(
             NAME, (Expect(GENERATION_PROMPT), Content(None)), continuation=CONTINUATION
@@ -127,7 +130,12 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
     )
     answer_header = peg.Seq(peg.optional(peg.Literal(" to=user")), peg.Literal("<|message|>"))
     states: dict[str, FlowState] = {"messages": FlowState((analysis,), otherwise="last", loop=True)}
-    if not calls:
+    if request.json_schema:
+        # a response format (tools aside): the answer holds one JSON value, fenced or bare;
+        # what follows it is dropped
+        value = peg.Choice(fenced_json(), json_content())
+        states["last"] = FlowState((CallMessage(peg.Seq(start, answer_header, value)),))
+    elif not calls:
         states["last"] = FlowState((TextMessage(answer_header, "content", (EOT, EOM), lead=start),))
     else:
         choice = peg.Choice(*(_call(fn) for fn in functions))

@@ -1,4 +1,8 @@
-"""Qwen3-Coder XML calls: Qwen3-Coder, Qwen3.5, Nemotron-3 Nano, StepFun-3.5 (llama.cpp's handler)."""
+"""Qwen3-Coder XML calls: Qwen3-Coder, Qwen3.5, Nemotron-3 Nano, StepFun-3.5 (llama.cpp's handler).
+
+With a response format the reply is the thought, then one JSON value (tools aside); what
+follows the value is dropped, text that is no JSON value fails the parse.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from ..description import (
     Calls,
     CallSection,
     Content,
+    ContentValue,
     Expect,
     ReasoningBlock,
     ReplyFormat,
@@ -29,6 +34,7 @@ from ..description import (
 from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import json_content
 
 __all__ = ["NAME", "matches", "describe", "constraint_for", "grammar"]
 
@@ -71,14 +77,17 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
     bare_function = not thinking
     reasoning = THOUGHT if thinking and request.reasoning_format != "none" else None
     functions = tool_functions(request.tools)
-    if not functions or request.tool_choice == "none":
+    if request.json_schema or not functions or request.tool_choice == "none":
+        # a response format makes the content one JSON value (tools aside); what follows it
+        # is dropped
+        value = json_content() if request.json_schema else None
         return ReplyFormat(
             NAME,
             steps(
                 Expect(PREFIX),
                 Thought(reasoning) if reasoning else None,
                 Whitespace(),
-                Content(None),
+                ContentValue(value) if value is not None else Content(None),
             ),
             stop=("<|im_end|>",),
             continuation=CONTINUATION if thinking else CONTINUATION_NO_THOUGHT,
