@@ -31,6 +31,7 @@ from ..description import (
     Whitespace,
     steps,
 )
+from ..response_format import fenced_json, json_content
 from ..schema import parameters, value_types
 from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
 from .diff import trim
@@ -552,7 +553,7 @@ def _reasoning_block(a: Analysis) -> ReasoningBlock:
 def _response_format(a: Analysis, prefix: str, reasoning: ReasoningBlock | None) -> ReplyFormat:
     """A response format wins over tools: one JSON value, fenced in ```json ... ``` or bare."""
     ws = peg.Space()
-    value = peg.Tag("content", peg.json_value)
+    value = json_content()
     return ReplyFormat(
         HANDLER,
         steps(
@@ -560,12 +561,7 @@ def _response_format(a: Analysis, prefix: str, reasoning: ReasoningBlock | None)
             Whitespace(),
             Thought(reasoning) if reasoning else None,
             Whitespace(),
-            ContentValue(
-                peg.Choice(
-                    peg.Seq(peg.Literal("```json"), ws, value, ws, peg.Literal("```")),
-                    peg.Seq(ws, value, ws),
-                )
-            ),
+            ContentValue(peg.Choice(fenced_json(), peg.Seq(ws, value, ws))),
             End(),
         ),
         stop=tuple(a.additional_stops),

@@ -48,6 +48,7 @@ from ..description import (
 from ..grammar import JsonLayout, standard_json_tools
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import json_content
 from . import has_markers
 
 __all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
@@ -149,7 +150,7 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
         # a response format makes the text block one JSON value
         value = peg.Seq(
             peg.Literal(TEXT_START),
-            peg.Tag("content", peg.json_value),
+            json_content(),
             peg.optional(peg.Literal(TEXT_END)),
         )
     functions = tool_functions(request.tools)

@@ -34,6 +34,7 @@ from ..description import (
 )
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import json_content
 from . import has_markers
 
 __all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
@@ -134,7 +135,7 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
                 peg.Literal("<|channel|>final"),
                 _constraint(),
                 peg.Literal("<|message|>"),
-                peg.Tag("content", peg.json_value),
+                json_content(),
             )
         )
         flow = Flow(

@@ -43,6 +43,7 @@ from ..description import (
 from ..grammar import python_style_calls
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import json_content
 from ..schema import parameters
 from . import has_markers
 
@@ -120,7 +121,7 @@ def reply_format(name: str, request: ReplyRequest) -> ReplyFormat:
     stop = ("<|im_end|>",)
     if not functions or request.tool_choice == "none":
         # a response format makes the content one JSON value
-        value = peg.Tag("content", peg.json_value) if request.json_schema else None
+        value = json_content() if request.json_schema else None
         return ReplyFormat(
             name,
             steps(

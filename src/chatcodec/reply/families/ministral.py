@@ -39,6 +39,7 @@ from ..description import (
 )
 from ..prefill import Continuation
 from ..request import ReplyRequest
+from ..response_format import fenced_json
 from . import has_markers
 
 __all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
@@ -71,13 +72,13 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
     reasoning = THOUGHT if request.reasoning_format != "none" else None
     if request.json_schema:
         # a response format wins over tools: the JSON fenced in ```json ... ```
-        ws = peg.Space()
-        fenced = peg.Seq(
-            peg.Literal("```json"), ws, peg.Tag("content", peg.json_value), ws, peg.Literal("```")
-        )
         return ReplyFormat(
             NAME,
-            steps(Thought(reasoning) if reasoning else None, Whitespace(), ContentValue(fenced)),
+            steps(
+                Thought(reasoning) if reasoning else None,
+                Whitespace(),
+                ContentValue(fenced_json()),
+            ),
             continuation=CONTINUATION,
         )
     functions = tool_functions(request.tools)
