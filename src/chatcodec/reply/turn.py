@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..grammar.constraint import Grammar
-
 from .description import ReplyFormat
 from .message import AssistantMessage, Delta
 from .stream import DEFAULT_CALL_IDS, ReplyStream
@@ -37,7 +36,14 @@ class Turn:
             return None
         if c.gbnf is None:
             raise NotImplementedError(f"no grammar is written for {self.handler!r} yet")
-        return Grammar(c.gbnf(), c.lazy, c.triggers, c.preserved_tokens, c.additional_stops)
+        return Grammar(
+            c.gbnf(),
+            c.lazy,
+            c.triggers,
+            c.preserved_tokens,
+            c.additional_stops,
+            generation_prompt=self.generation_prompt,
+        )
 
     def stream(self) -> ReplyStream:
         """A reader of this turn's reply: ``feed`` each chunk, then ``finish()`` once."""
