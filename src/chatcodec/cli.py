@@ -296,8 +296,9 @@ def _cmd_grammar(args: argparse.Namespace) -> int:
     )
     try:
         grammar = turn.grammar
-    except NotImplementedError as exc:
-        raise UsageError(f"no grammar can be written yet: {exc}") from None
+    except NotImplementedError as exc:  # a family whose grammar is not written yet
+        print(f"chatcodec grammar: {args.checkpoint}: {exc}", file=sys.stderr)
+        return 1
     if grammar is None:
         print(
             f"chatcodec grammar: {args.checkpoint}: llama.cpp sets no grammar for this request",

@@ -12,7 +12,8 @@ grammar after it" (word triggers; a regex trigger cannot be carried and raises G
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..errors import GrammarError
 from .gbnf import (
@@ -33,8 +34,30 @@ from .gbnf import (
     write_gbnf,
 )
 
-if TYPE_CHECKING:
-    from .constraint import Grammar
+
+class _TriggerLike(Protocol):
+    @property
+    def type(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+
+
+class Grammar(Protocol):
+    """What the exports read of a ``chatcodec.grammar.constraint.Grammar``."""
+
+    @property
+    def gbnf(self) -> str: ...
+    @property
+    def lazy(self) -> bool: ...
+    @property
+    def triggers(self) -> Sequence[_TriggerLike]: ...
+    @property
+    def preserved_tokens(self) -> Sequence[str]: ...
+    @property
+    def additional_stops(self) -> Sequence[str]: ...
+    @property
+    def generation_prompt(self) -> str: ...
+
 
 __all__ = [
     "output_gbnf",

@@ -372,7 +372,8 @@ def write_node(node: Node) -> str:
     if isinstance(node, Alt):
         if not node.items:
             raise GrammarError("GBNF: a rule matches nothing")
-        return " | ".join("" if i == EMPTY else write_node(i) for i in node.items).strip()
+        # an empty alternative as "": xgrammar's EBNF refuses a bare one (`a ::= | "x"`)
+        return " | ".join(write_node(i) for i in node.items)
     assert isinstance(node, Repeat)
     inner = write_node(node.item)
     if isinstance(node.item, (Seq, Alt)) and not (
@@ -542,6 +543,14 @@ def _without_aliases(rules: Rules) -> Rules:
     for old in alias:
         if target(old) != old:
             renamed = {k: _rename(v, old, target(old)) for k, v in renamed.items()}
+    root = renamed["root"]
+    if isinstance(root, Ref) and root.name != "root":
+        # root ::= other, with nothing else using other: other's body is the root's
+        used = sum(
+            isinstance(n, Ref) and n.name == root.name for b in renamed.values() for n in walk(b)
+        )
+        if used == 1:
+            renamed["root"] = renamed.pop(root.name)
     return {name: renamed[name] for name in reachable(renamed)}
 
 
