@@ -90,3 +90,16 @@ def python_style_calls(
     if parallel:
         return "[" + g.space() + calls + g.zero_or_more("," + g.space() + calls) + g.space() + "]"
     return "[" + g.space() + calls + g.space() + "]"
+
+
+# ------------------------------------------------- llama.cpp's chat builder helpers (grammar side)
+
+__all__ += ["prefix"]
+
+
+def prefix(text: str, delimiter: str) -> g.Expr:
+    """The generation prompt up to ``delimiter`` (all of it when the delimiter is absent)."""
+    if not text:
+        return g.nothing()
+    at = text.find(delimiter) if delimiter else -1
+    return g.lit(text if at < 0 else text[:at])
