@@ -50,7 +50,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Cohere2 MoE"
 REQUIRED = ("<|START_TEXT|>", "<|START_ACTION|>")
