@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..grammar.constraint import Grammar
-
 from .description import ReplyFormat
 from .message import AssistantMessage, Delta
 from .stream import DEFAULT_CALL_IDS, ReplyStream
