@@ -8,8 +8,9 @@ into calls to the declared tools whose arguments validate against the tool's sch
 (``jsonschema``), or into content that validates against the response format. The model is
 random; only the grammar makes its replies valid.
 
-``TEMPLATES`` lists the families whose reply grammar is written: adding one is one line. The
-inline Qwen3-Coder template keeps the test running without ../shared.
+``TEMPLATES`` lists one or more templates of each family, one line each; a family whose reply
+grammar is not written yet (``turn.grammar`` raises NotImplementedError) is skipped with that
+message. The inline Qwen3-Coder template keeps the test running without ../shared.
 """
 
 from __future__ import annotations
@@ -27,15 +28,34 @@ from .test_grammar_request import QWEN3_CODER, QWEN35
 
 jsonschema = pytest.importorskip("jsonschema")
 
-SAMPLES = 6  # replies per template and request (seeds 0..5)
+SAMPLES = 5  # replies per template and request (seeds 0..4)
 INLINE = "inline Qwen3-Coder"
-# (template file in ../shared/chat_templates, bos token, eos token), one line per family
+# (template file in ../shared/chat_templates, bos token, eos token): one line per family
 TEMPLATES: list[tuple[str, str, str]] = [
     (INLINE, "", "<|im_end|>"),
     ("Qwen3-Coder.jinja", "", "<|im_end|>"),
     ("Qwen3.5-4B.jinja", "", "<|im_end|>"),
     ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "<s>", "<|im_end|>"),
     ("StepFun3.5-Flash.jinja", "<｜begin▁of▁sentence｜>", "<|im_end|>"),
+    ("deepseek-ai-DeepSeek-V3.2.jinja", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    ("openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>"),
+    ("google-gemma-4-31B-it.jinja", "<bos>", "<eos>"),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "<s>", "</s>"),
+    ("LFM2-8B-A1B.jinja", "<|startoftext|>", "<|im_end|>"),
+    ("LFM2.5-Instruct.jinja", "<|startoftext|>", "<|im_end|>"),
+    ("MiniMax-M3.jinja", "]~!b[", "[e~["),
+    ("Cohere2MoE.jinja", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"),
+    ("inclusionai-ling-3.0-flash.jinja", "<|startoftext|>", "<|endoftext|>"),
+    ("Kimi-K2-Thinking.jinja", "[BOS]", "[EOS]"),
+    ("Kimi-K3.jinja", "[BOS]", "[EOS]"),
+    ("openbmb-MiniCPM5-1B.jinja", "<s>", "<|im_end|>"),
+    ("muse-glimmer.jinja", "<|bos|>", "<|eot|>"),
+    ("meetkai-functionary-medium-v3.2.jinja", "<|begin_of_text|>", "<|eot_id|>"),
+    ("GigaChat3-10B-A1.8B.jinja", "<s>", "</s>"),
+    # the auto parser
+    ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "<|begin_of_text|>", "<|im_end|>"),
+    ("meta-llama-Llama-3.3-70B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>"),
+    ("GLM-4.6.jinja", "", "<|endoftext|>"),
 ]
 MESSAGES = [{"role": "user", "content": "Wake me at seven, and tell me the weather in Oslo."}]
 # string parameters are left unconstrained: some families' grammars write a string argument
@@ -147,8 +167,13 @@ def test_every_reply_sampled_under_the_grammar_is_valid(
 ) -> None:
     request = REQUESTS[request_name]
     turn = _codec(*template).prepare(MESSAGES, tool_call_id=0, **request)
-    grammar = turn.grammar
-    assert grammar is not None and not grammar.lazy
+    try:
+        grammar = turn.grammar
+    except NotImplementedError as error:  # a family whose reply grammar is not written yet
+        pytest.skip(str(error))
+    if grammar is None:  # e.g. Kimi K2's or Ling 3's response_format: nothing constrains it
+        pytest.skip("llama.cpp sets no grammar for this request")
+    assert not grammar.lazy
     stops = (*turn.stop, *grammar.additional_stops)
     for seed in range(SAMPLES):
         reply = tiny_llama.sample(grammar, turn.prompt, turn.generation_prompt, stops, seed)
