@@ -9,13 +9,14 @@ grammar may end). It only steers: llama.cpp's own grammar sampler decides what m
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["Steering", "FAR", "code_points"]
+__all__ = ["Steering", "LazySteering", "FAR", "code_points"]
 
 FAR = 10_000.0  # the distance of what the grammar cannot take
 MAX_CODE_POINT = 0x10FFFF
@@ -238,14 +239,9 @@ class Steering:
     def feed(self, data: bytes) -> None:
         """Follow ``data`` (UTF-8 bytes, a code point possibly split across calls)."""
         for byte in data:
-            self.pending += bytes([byte])
-            try:
-                point = ord(self.pending.decode("utf-8"))
-            except UnicodeDecodeError:
-                if len(self.pending) < 4:
-                    continue
-                point, self.pending = -1, b""
-            self.pending = b""
+            self.pending, point = _take(self.pending, byte)
+            if point is None:
+                continue
             self.stacks = self._expand(
                 (*s[:-1], (s[-1][0], s[-1][1], s[-1][2] + 1))
                 for s in self.stacks
@@ -273,6 +269,97 @@ class Steering:
         for chars, cost in best.items():
             out[3:] = np.minimum(out[3:], np.where(_byte_mask(chars, self.pending), cost, FAR))
         return out
+
+
+class LazySteering:
+    """A lazy grammar's steering: before a trigger, towards the nearest trigger word (what the
+    grammar needs after the word included); once a trigger pattern matches, the grammar's own
+    steering fed the text from the trigger's start, as llama.cpp's sampler feeds its grammar.
+
+    ``words``: the trigger words; ``patterns``: llama.cpp's trigger regular expressions."""
+
+    def __init__(self, gbnf: str, words: Sequence[str], patterns: Sequence[str]) -> None:
+        if not words:
+            raise ValueError("a lazy grammar is steered towards its trigger words: none given")
+        self.gbnf, self.text, self.pending = gbnf, b"", b""
+        self.patterns = [re.compile(p.encode("utf-8")) for p in patterns]
+        self.words = [w.encode("utf-8") for w in words]
+        self.tables = [_matcher(w) for w in self.words]
+        self.matched = [0] * len(self.words)  # how much of each word the text ends with
+        self.after = [_after(gbnf, w) for w in self.words]
+        self.inner: Steering | None = None
+
+    def feed(self, data: bytes) -> None:
+        for i, byte in enumerate(data):
+            if self.inner is not None:
+                self.inner.feed(data[i:])
+                return
+            self.text += bytes([byte])
+            self.pending = _take(self.pending, byte)[0]
+            self.matched = [int(t[m, byte]) for t, m in zip(self.tables, self.matched, strict=True)]
+            start = _trigger_start(self.patterns, self.text)
+            if start is not None:
+                self.inner = Steering(self.gbnf)
+                self.inner.feed(self.text[start:])
+
+    def well_formed(self) -> np.ndarray:
+        return self.inner.well_formed() if self.inner else _well_formed(self.pending)
+
+    def distances(self) -> np.ndarray:
+        if self.inner is not None:
+            return self.inner.distances()
+        out = np.full(3 + 256, FAR)
+        for word, table, matched, after in zip(
+            self.words, self.tables, self.matched, self.after, strict=True
+        ):
+            out[3:] = np.minimum(out[3:], len(word) - table[matched] + after)
+        return out
+
+
+def _trigger_start(patterns: Sequence[re.Pattern[bytes]], text: bytes) -> int | None:
+    """Where llama.cpp's lazy grammar starts reading: at the first trigger pattern that matches,
+    its first non-empty group, else the match."""
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match:
+            groups = [i for i in range(1, (match.re.groups or 0) + 1) if match.group(i)]
+            return match.start(groups[0]) if groups else match.start()
+    return None
+
+
+@lru_cache(maxsize=256)
+def _matcher(word: bytes) -> np.ndarray:
+    """The word's matching automaton: ``table[m, byte]`` is how much of ``word`` the text ends
+    with after ``byte``, when it ended with ``m`` bytes of it."""
+    table = np.zeros((len(word) + 1, 256), dtype=np.int64)
+    for m in range(len(word) + 1):
+        for byte in range(256):
+            seen = word[:m] + bytes([byte])
+            k = min(len(word), len(seen))
+            while k and not seen.endswith(word[:k]):
+                k -= 1
+            table[m, byte] = k
+    return table
+
+
+@lru_cache(maxsize=256)
+def _after(gbnf: str, word: bytes) -> float:
+    """The fewest characters the grammar needs after ``word``."""
+    steering = Steering(gbnf)
+    steering.feed(word)
+    if not steering.stacks:
+        return FAR
+    return min(sum(map(steering._rest, stack)) for stack in steering.stacks)
+
+
+def _take(pending: bytes, byte: int) -> tuple[bytes, int | None]:
+    """The bytes of a code point still pending after ``byte``, and the code point it completes
+    (-1 for bytes that never make one)."""
+    pending += bytes([byte])
+    try:
+        return b"", ord(pending.decode("utf-8"))
+    except UnicodeDecodeError:
+        return (pending, None) if len(pending) < 4 else (b"", -1)
 
 
 def _top(steering: Steering, stack: Stack) -> Chars:

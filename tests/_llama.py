@@ -8,15 +8,16 @@ byte a token, so llama.cpp's grammar engine judges exactly the text, as its own
 * ``verdict(gbnf, text, prefix)``: llama.cpp's grammar verdict on ``text`` (``accept``,
   ``reject`` or ``incomplete``), the grammar first fed ``prefix``;
 * ``sample(grammar, prompt, generation_prompt, stops, seed)``: a reply sampled as llama-server
-  samples it under a request's whole (not lazy) grammar: the grammar sampler is first fed the
-  generation prompt's tokens; generation ends at end-of-generation or at a stop string, which
-  is cut off. Lazy grammars are not sampled: before its trigger the model is free, and a
-  random model rarely writes a trigger.
+  samples it under a request's grammar: a whole grammar's sampler is first fed the generation
+  prompt's tokens, a lazy one waits for its triggers (regular expressions built as llama.cpp
+  builds them) and reads the text from the trigger on; generation ends at end-of-generation or
+  at a stop string, which is cut off.
 
 The model is random, so a reply would wander for ever: each step adds to the model's logits a
 pull towards ending (``-weight * distance``, where the distance after a token is the fewest
 characters the grammar still needs, from ``_gbnf.Steering``, and the weight grows with the
-reply's length; at a choice of a few tokens the model is left alone 30% of the time, so
+reply's length; before a lazy grammar's trigger, the distance to the nearest trigger word and
+through the grammar after it; at a choice of a few tokens the model is left alone 30% of the time, so
 optional members get written too). Tokens that would make the text ill-formed UTF-8 are
 masked (llama.cpp's grammar decodes bytes leniently; a tokenizer's text is UTF-8). The pull is
 only a bias: llama.cpp's grammar sampler alone decides which tokens may come, so a reply is
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +36,7 @@ import numpy as np
 
 from chatcodec.grammar.constraint import Grammar
 
-from ._gbnf import Steering
+from ._gbnf import LazySteering, Steering
 
 __all__ = ["Engine", "write_model", "VOCAB_SIZE", "EOS"]
 
@@ -106,6 +108,25 @@ def tokens_of(text: str | bytes) -> list[int]:
     return [BYTE0 + b for b in data]
 
 
+def trigger_patterns(grammar: Grammar) -> list[str]:
+    """The regular expressions a lazy grammar's sampler waits for, as llama.cpp's
+    ``common_sampler_init`` builds them: words escaped, patterns as they are, full patterns
+    anchored at both ends."""
+    patterns = []
+    for trigger in grammar.triggers:
+        value = trigger.value
+        if trigger.type == "word":
+            patterns.append(re.sub(r"[.^$|()*+?\[\]{}\\]", r"\\\g<0>", value))
+        elif trigger.type == "pattern":
+            patterns.append(value)
+        elif trigger.type == "pattern_full":
+            head = "" if value.startswith("^") else "^"
+            patterns.append(head + value + ("" if value.endswith("$") else "$"))
+        else:  # the byte vocabulary has none of the template's tokens to trigger on
+            raise ValueError(f"a {trigger.type} trigger needs the checkpoint's own vocabulary")
+    return patterns
+
+
 class Engine:
     """The tiny model loaded into llama.cpp: its vocabulary's grammar sampler and its logits."""
 
@@ -143,9 +164,17 @@ class Engine:
 
     # ------------------------------------------------------------------ grammar sampler
 
-    def grammar_sampler(self, gbnf: str) -> ctypes.c_void_p:
-        """llama.cpp's grammar sampler over this vocabulary (``llama_sampler_init_grammar``)."""
-        sampler = self.lib.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
+    def grammar_sampler(self, gbnf: str, patterns: Sequence[str] = ()) -> ctypes.c_void_p:
+        """llama.cpp's grammar sampler over this vocabulary; lazy, waiting for one of
+        ``patterns``, when there are any (``llama_sampler_init_grammar_lazy_patterns``)."""
+        lib = self.lib
+        if patterns:
+            array = (ctypes.c_char_p * len(patterns))(*(p.encode("utf-8") for p in patterns))
+            sampler = lib.llama_sampler_init_grammar_lazy_patterns(
+                self.vocab, gbnf.encode(), b"root", array, len(patterns), None, 0
+            )
+        else:
+            sampler = lib.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
         if not sampler:
             raise ValueError("llama.cpp's grammar parser rejects the grammar")
         return sampler
@@ -221,18 +250,23 @@ class Engine:
         max_tokens: int = MAX_TOKENS,
     ) -> str:
         """One reply to ``prompt`` sampled under ``grammar`` as llama-server samples it."""
-        if grammar.lazy:
-            raise ValueError("only whole grammars are sampled (a lazy one leaves the model free)")
         lib = self.lib
         rng = np.random.default_rng(seed)
         pull = PULL * rng.uniform(0.1, 1.0)  # some replies end soon, others wander further
-        sampler = self.grammar_sampler(grammar.gbnf)
-        steering = Steering(grammar.gbnf)
+        steering: Steering | LazySteering
+        if grammar.lazy:
+            patterns = trigger_patterns(grammar)
+            words = [t.value for t in grammar.triggers if t.type == "word"]
+            sampler = self.grammar_sampler(grammar.gbnf, patterns)
+            steering = LazySteering(grammar.gbnf, words, patterns)
+        else:
+            sampler = self.grammar_sampler(grammar.gbnf)
+            steering = Steering(grammar.gbnf)
         try:
-            # the server feeds a whole grammar the generation prompt's tokens first
-            for token in tokens_of(generation_prompt):
-                lib.llama_sampler_accept(sampler, token)
-            steering.feed(generation_prompt.encode("utf-8"))
+            if not grammar.lazy:  # the server feeds a whole grammar the generation prompt
+                for token in tokens_of(generation_prompt):
+                    lib.llama_sampler_accept(sampler, token)
+                steering.feed(generation_prompt.encode("utf-8"))
             logits = self._start(tokens_of(prompt))
             reply = bytearray()
             for step in range(max_tokens):
