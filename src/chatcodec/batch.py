@@ -231,7 +231,8 @@ _TURN_FIELDS = (
 
 def prepare_request(request: Mapping[str, Any]) -> Turn:
     """The Turn of one parse request (``Codec.prepare`` with the request's options)."""
-    key = json.dumps({k: request.get(k) for k in _TURN_FIELDS if k in request})  # key order kept: a schema's property order shapes its grammar
+    # key order kept: a schema's property order shapes its grammar
+    key = json.dumps({k: request.get(k) for k in _TURN_FIELDS if k in request})
     return _prepare_cached(key)
 
 

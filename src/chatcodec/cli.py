@@ -294,11 +294,7 @@ def _cmd_grammar(args: argparse.Namespace) -> int:
         now=now,
         **context,
     )
-    try:
-        grammar = turn.grammar
-    except NotImplementedError as exc:  # a family whose grammar is not written yet
-        print(f"chatcodec grammar: {args.checkpoint}: {exc}", file=sys.stderr)
-        return 1
+    grammar = turn.grammar
     if grammar is None:
         print(
             f"chatcodec grammar: {args.checkpoint}: llama.cpp sets no grammar for this request",

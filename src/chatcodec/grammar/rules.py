@@ -58,6 +58,7 @@ __all__ = [
     "raw",
     "tag",
     "may_be_string",
+    "up_to_over",
 ]
 
 
@@ -262,12 +263,13 @@ def tag(child: Expr) -> Expr:
 
 
 def may_be_string(node: SchemaNode) -> bool:
-    """Whether a value of this schema may be a JSON string (a ``$ref`` cycle counts as no)."""
+    """Whether a value of this schema may be a JSON string, as llama.cpp's schema says it: a
+    string, string const or enum, or a branch that is (``{}`` and a ``$ref`` cycle say no)."""
     return _may_be_string(node, set())
 
 
 def _may_be_string(node: SchemaNode, seen: set[int]) -> bool:
-    if isinstance(node, (StringNode, AnyNode)):
+    if isinstance(node, StringNode):
         return True
     if isinstance(node, ConstNode):
         return isinstance(node.value, str)
@@ -285,7 +287,7 @@ def _may_be_string(node: SchemaNode, seen: set[int]) -> bool:
         return any(_may_be_string(c, seen) for c in node.children)
     if isinstance(node, AllOfNode):
         kept = [c for c in node.children if not isinstance(c, AnyNode)]
-        return all(_may_be_string(c, seen) for c in kept) if kept else True
+        return bool(kept) and all(_may_be_string(c, seen) for c in kept)
     return False
 
 
@@ -420,6 +422,75 @@ class Rules:
         ``GrammarError`` when a schema cannot be converted."""
         return _Compiler(self).compile(root, lazy)
 
+    # -- Python values (llama.cpp's python_value family; LFM2's calls) ------------------------
+
+    def double_quoted_string(self) -> Expr:
+        return self.rule("double-quoted-string", lambda: seq('"', string_body('"'), '"'))
+
+    def single_quoted_string(self) -> Expr:
+        return self.rule("single-quoted-string", lambda: seq("'", string_body("'"), "'"))
+
+    def python_string(self) -> Expr:
+        return self.rule(
+            "python-string",
+            lambda: choice(self.double_quoted_string(), self.single_quoted_string()),
+        )
+
+    def python_number(self) -> Expr:
+        return self.json_number()
+
+    def python_bool(self) -> Expr:
+        return self.rule("python-bool", lambda: choice("True", "False"))
+
+    def python_null(self) -> Expr:
+        return self.rule("python-none", lambda: lit("None"))
+
+    def python_dict(self) -> Expr:
+        return self.rule("python-dict", lambda: self._python_dict_body(self.python_value()))
+
+    def python_array(self) -> Expr:
+        return self.rule("python-array", lambda: self._python_array_body(self.python_value()))
+
+    def python_value(self) -> Expr:
+        return self.rule(
+            "python-value",
+            lambda: choice(
+                self.python_dict(),
+                self.python_array(),
+                self.python_string(),
+                self.python_number(),
+                self.python_bool(),
+                self.python_null(),
+            ),
+        )
+
+    def python_or_json_value(self) -> Expr:
+        """A Python value whose leaves may also be JSON's ``true``/``false``/``null``."""
+
+        def body() -> Expr:
+            value = self.python_or_json_value()
+            return choice(
+                self.rule("python-or-json-dict", lambda: self._python_dict_body(value)),
+                self.rule("python-or-json-array", lambda: self._python_array_body(value)),
+                self.python_string(),
+                self.python_number(),
+                self.python_bool(),
+                self.python_null(),
+                self.json_bool(),
+                self.json_null(),
+            )
+
+        return self.rule("python-or-json-value", body)
+
+    def _python_dict_body(self, value: Expr) -> Expr:
+        member = seq(self.python_string(), space(), ":", space(), value)
+        members = seq(member, zero_or_more(seq(space(), ",", space(), member)))
+        return seq("{", space(), choice("}", seq(members, space(), "}")), space())
+
+    def _python_array_body(self, value: Expr) -> Expr:
+        elements = seq(value, zero_or_more(seq(",", space(), value)))
+        return seq("[", space(), choice("]", seq(elements, space(), "]")), space())
+
 
 def _rule_name(name: str) -> str:
     return _INVALID_RULE_CHARS.sub("-", name)
@@ -467,7 +538,7 @@ class _Compiler:
                 stack.extend(e.items)
             elif isinstance(e, _Repeat):
                 stack.append(e.item)
-            elif isinstance(e, (_Schema, _Raw, _Tag)):
+            elif isinstance(e, (_Schema, _Raw, _Tag, _UpToOver)):
                 stack.append(e.child)
             elif isinstance(e, _Ref) and e.name not in seen:
                 seen.add(e.name)
@@ -637,3 +708,19 @@ def _automaton(builder: GrammarBuilder, prefix: str, expr: _Until) -> str:
     if ac.terminal[0]:
         builder.add_rule(prefix, "|")
     return state(0)
+
+
+# ----------------------------------------------------------- an automaton standing for a parser
+
+
+@dataclass(frozen=True, eq=False)
+class _UpToOver(_Until):
+    child: Expr
+
+
+def up_to_over(child: Expr, *delimiters: str) -> Expr:
+    """``up_to(delimiters)`` standing for ``child`` (llama.cpp's ``ac(child, delimiters)``):
+    the text is the automaton's, but the rules ``child`` refers to are still written."""
+    if not delimiters:
+        raise ValueError("up_to_over needs at least one delimiter")
+    return _UpToOver(tuple(delimiters), True, child)

@@ -28,6 +28,7 @@ __all__ = [
     "calls_offered",
 ]
 
+
 @dataclass(frozen=True)
 class Constraint:
     """llama.cpp's setup of one request's sampler: ``grammar`` (it sets a grammar at all),

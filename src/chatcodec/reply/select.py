@@ -84,6 +84,6 @@ def describe(request: ReplyRequest) -> ReplyFormat:
     sets a grammar, its constraint builds the GBNF text on demand."""
     family = family_for(request.source)
     fmt = family.describe(request)
-    if not fmt.constraint.grammar or not hasattr(family, "grammar"):
+    if not fmt.constraint.grammar:
         return fmt
     return replace(fmt, constraint=replace(fmt.constraint, gbnf=partial(family.grammar, request)))

@@ -35,7 +35,7 @@ class Turn:
         if not c.grammar:
             return None
         if c.gbnf is None:
-            raise NotImplementedError(f"no grammar is written for {self.handler!r} yet")
+            raise ValueError(f"this {self.handler!r} reply format carries no grammar builder")
         return Grammar(
             c.gbnf(),
             c.lazy,

@@ -18,8 +18,9 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from .analysis import Analysis, AnalysisFailed, analyze
 from .build import HANDLER, build_format, constraint_for
+from .grammar import grammar_for
 
-__all__ = ["NAME", "HANDLER", "Analysis", "analysis_for", "matches", "describe"]
+__all__ = ["NAME", "HANDLER", "Analysis", "analysis_for", "matches", "describe", "grammar"]
 
 # llama.cpp's name for the handler; the formats it builds are named HANDLER ("auto")
 NAME = "autoparser"
@@ -72,6 +73,11 @@ def describe(request: ReplyRequest) -> ReplyFormat:
             analysis, request.tools, request.tool_choice, request.json_schema
         ),
     )
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF), written from the template's analysis."""
+    return grammar_for(analysis_for(request.source, request.special_tokens), request)
 
 
 def continuation(analysis: Analysis) -> Continuation:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name
@@ -44,11 +45,12 @@ from ..description import (
     Thought,
     steps,
 )
+from ..grammar import JsonLayout, standard_json_tools
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Cohere2 MoE"
 REQUIRED = ("<|START_TEXT|>", "<|START_ACTION|>")
@@ -209,3 +211,41 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar
+
+ACTION_LAYOUT = JsonLayout(
+    name_key="tool_name",
+    args_key="parameters",
+    array_wrapped=True,
+    gen_call_id_key="tool_call_id",
+    parameters_order=("tool_call_id", "tool_name", "parameters"),
+)
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the thought, then the action list (its
+    calls as the JSON objects above) or the text block (a response format's JSON value)."""
+    r = g.Rules()
+    stops = (THINK_END, TEXT_START, ACTION_START)
+    thought = THINK_START + g.until(*stops) + g.optional(THINK_END)
+    if request.reasoning_format != "none":
+        reasoning = g.optional(THINK_START + g.tag(g.until(*stops)) + g.optional(THINK_END))
+    else:
+        reasoning = g.optional(g.tag(thought))
+    if request.json_schema:
+        value = g.schema(r.json(), "response-format-schema", request.json_schema)
+        text = TEXT_START + g.tag(value) + g.optional(TEXT_END)
+    else:
+        text = TEXT_START + g.tag(g.until(TEXT_END)) + g.optional(TEXT_END)
+    lazy = not request.json_schema and request.tool_choice == "auto"
+    body = text
+    if request.tools and request.tool_choice != "none":
+        section = (ACTION_START, ACTION_END)
+        calls = standard_json_tools(
+            r, section, request.tools, request.parallel_tool_calls, True, ACTION_LAYOUT
+        )
+        body = calls if request.tool_choice == "required" else g.choice(calls, text)
+    root = PREFIX + reasoning + body + g.optional(TURN_END) + g.nothing()
+    return r.gbnf(root, lazy=lazy)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
@@ -40,12 +41,13 @@ from ..description import (
     Whitespace,
     steps,
 )
+from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import may_be_string, parameters
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "DeepSeek V3.2/V4"
 REQUIRED = ("dsml_token", "DSML")
@@ -203,3 +205,81 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar
+
+
+def _invoke_rule(r: g.Rules, function: Mapping[str, Any]) -> g.Expr:
+    """The rule for one call: its parameters, required ones in schema order, then any optional
+    ones, each ``string="true"`` (raw text) or ``"false"`` (JSON) as its schema says."""
+    name = str(function["name"])
+    required: list[g.Expr] = []
+    optional: list[g.Expr] = []
+    for param in tool_parameters(function):
+        rule_name = f"tool-{name}-arg-{param.name}"
+        is_string = g.may_be_string(param.schema)
+        opener = g.tag(
+            g.lit(f'<{DSML}parameter name="')
+            + g.tag(g.lit(param.name))
+            + g.lit(f'" string="{"true" if is_string else "false"}">')
+        )
+        value = (
+            g.tag(g.until(PARAM_END))
+            if is_string
+            else g.tag(g.schema(r.json(), f"{rule_name}-schema", param.schema))
+        )
+        arg = r.rule(rule_name, g.tag(opener + value + g.tag(g.lit(PARAM_END))))
+        (required if param.required else optional).append(arg)
+    args = g.nothing()
+    for i, arg in enumerate(required):
+        args = args + g.space() + arg if i else args + arg
+    if optional:
+        args = args + g.zero_or_more(g.space() + g.choice(*optional))
+    opener = g.tag(g.lit(f'<{DSML}invoke name="') + g.tag(g.lit(name)) + g.lit('">\n'))
+    call = g.tag(opener + args + g.space() + g.tag(g.lit(INVOKE_END)))
+    return r.rule(f"tool-{name}", call)
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the thought (with thinking on, the calls may
+    begin inside it), then the response format's fenced JSON, or content and the call block."""
+    block_name = _block_name(request.source)
+    fc_start = f"<{DSML}{block_name}>"
+    fc_end = f"</{DSML}{block_name}>"
+    has_calls = calls_offered(request)
+    required = request.tool_choice == "required"
+    extract = request.reasoning_format != "none"
+    r = g.Rules()
+    invoke = g.choice()
+    if has_calls:
+        for function in tool_functions(request.tools):
+            invoke = invoke | _invoke_rule(r, function)
+    more = (g.zero_or_more(g.space() + invoke),) if request.parallel_tool_calls else ()
+    block = r.trigger_rule(
+        "tool-call", g.seq(fc_start, g.space(), invoke, *more, g.space(), fc_end)
+    )
+    calls = block if required else g.optional(block)
+    reasoning = g.nothing()
+    if extract and request.enable_thinking:
+        reasoning = g.optional(THINK_START + g.tag(g.until(THINK_END)) + THINK_END)
+        thought_stops = ("\n\n" + fc_start, fc_start, THINK_END)
+        calls_in_thought = THINK_START + g.tag(g.until(*thought_stops)) + g.space() + block
+    elif extract:
+        # the prompt's pre-closed thought: a bare </think> (V4) or an empty pair (V3.2)
+        reasoning = g.optional(
+            g.lit(THINK_END)
+            if block_name == "tool_calls"
+            else g.lit(THINK_START) + g.until(THINK_END) + g.lit(THINK_END)
+        )
+    lazy = tools_offered(request) and not required
+    if has_response_format(request):
+        value = g.tag(g.schema(r.json(), "response-format-schema", request.json_schema))
+        fenced = r.rule("response-format", "```json" + g.space() + value + g.space() + "```")
+        return r.gbnf(g.seq(PREFIX, reasoning, fenced), lazy=lazy)
+    if not has_calls:
+        return r.gbnf(g.seq(PREFIX, reasoning, g.tag(g.until())), lazy=lazy)
+    content = g.tag(g.until("\n\n" + fc_start, fc_start)) + g.space()
+    if extract and request.enable_thinking:
+        return r.gbnf(g.seq(PREFIX, calls_in_thought | (reasoning + content + calls)), lazy=lazy)
+    return r.gbnf(g.seq(PREFIX, reasoning, content, calls), lazy=lazy)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
@@ -29,11 +30,12 @@ from ..description import (
     ReplyFormat,
     TextMessage,
 )
+from ..grammar import parameters_node
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Functionary v3.2"
 REQUIRED = (">>>all", ">>>${recipient}")
@@ -113,3 +115,31 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): after the prompt's ``>>>``, content
+    (``all\\n``) up to ``>>>`` then calls, content alone, or calls alone (each a tool's name and
+    its arguments as its schema says); one call unless parallel. Lazy under ``auto``: its root
+    is the calls."""
+    r = g.Rules()
+    content_to_end = "all\n" + g.tag(g.until())
+    lazy = request.tool_choice == "auto"
+    if not calls_offered(request):
+        return r.gbnf(PREFIX + content_to_end, lazy=lazy)
+    content_to_call = "all\n" + g.tag(g.until(">>>"))
+    call = g.choice()
+    for function in tool_functions(request.tools):
+        name = str(function["name"])
+        args = g.schema(r.json(), f"tool-{name}-schema", parameters_node(function))
+        call = call | r.rule(f"tool-{name}", g.tag(g.tag(g.tag(g.lit(name)) + "\n") + g.tag(args)))
+    calls = r.trigger_rule("tools", g.one_or_more(call))
+    required = request.tool_choice == "required"
+    # calls alone are one call only when neither parallel nor required
+    after_content = calls if request.parallel_tool_calls else call
+    alone = calls if request.parallel_tool_calls or required else call
+    replies = [content_to_call + after_content, *([] if required else [content_to_end]), alone]
+    return r.gbnf(PREFIX + g.choice(*replies), lazy=lazy)

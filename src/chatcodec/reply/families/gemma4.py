@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
 from ..constraint import (
     Constraint,
+    calls_offered,
     calls_or_json,
+    has_response_format,
     words,
 )
 from ..description import (
@@ -41,6 +44,7 @@ __all__ = [
     "matches",
     "describe",
     "constraint_for",
+    "grammar",
     "Gemma4Mapper",
     "Gemma4Arguments",
     "gemma4_json",
@@ -398,3 +402,85 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar text
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the model turn, thoughts and content, then
+    the calls (each an argument dict in Gemma 4's own notation, whatever the tool's schema says)
+    or the response format's fenced JSON."""
+    r = g.Rules()
+    start = r.rule("start", g.optional(TURN))
+    header = CHANNEL + "thought" + g.space()
+    if request.reasoning_format != "none":
+        body = header + g.tag(g.until(CHANNEL_END)) + CHANNEL_END
+    else:
+        body = g.tag(header + g.until(CHANNEL_END) + CHANNEL_END)
+    # the empty channels skipped before a thought, and the look-aheads, are no grammar text
+    empty_channels = g.raw(g.zero_or_more(CHANNEL + g.nothing()), "")
+    thought = (g.nothing() + empty_channels + r.rule("thought", body)) | g.nothing()
+    if has_response_format(request):
+        value = g.tag(g.schema(r.json(), "response-format-schema", request.json_schema))
+        response = "```json" << value << "```"
+        return r.gbnf(start + g.optional(thought) + response, lazy=False)
+    if not calls_offered(request):
+        content = r.rule("content", g.tag(g.until(CHANNEL, CHANNEL_END)))
+        message = r.rule("message", thought + content)
+        return r.gbnf(start + g.one_or_more(message), lazy=False)
+    arguments = _dict_rules(r)
+    tools = g.choice()
+    for fn in tool_functions(request.tools):
+        name = fn["name"]
+        call = g.tag(g.seq(g.tag(g.tag(g.lit(name)) + g.nothing()), g.tag(arguments)))
+        tools = tools | r.rule(f"tool-{name}", call)
+    required = request.tool_choice == "required"
+    calls = r.trigger_rule(
+        "tool-call",
+        g.repeat(
+            CALL_OPEN + "call:" + tools + CALL_CLOSE,
+            1 if required else 0,
+            -1 if request.parallel_tool_calls else 1,
+        ),
+    )
+    if required:
+        return r.gbnf(start + thought + calls, lazy=False)
+    scan = r.rule("scan-to-toolcall", g.until(CALL_OPEN))
+    content = r.rule("content", g.tag(g.until(CHANNEL, CHANNEL_END, CALL_OPEN)))
+    message = r.rule("message", thought + content)
+    return r.gbnf(start + g.zero_or_more(message) + scan + calls, lazy=True)
+
+
+def _dict_rules(r: g.Rules) -> g.Expr:
+    """The rules of Gemma 4's argument notation (all of them, as llama.cpp defines them);
+    the reference to its dict rule."""
+    string = r.rule(
+        "gemma4-string", QUOTE + r.rule("gemma4-string-content", g.until(QUOTE)) + QUOTE
+    )
+    boolean = r.rule("gemma4-bool", r.json_bool())
+    null = r.rule("gemma4-null", r.json_null())
+    number = r.rule("gemma4-number", r.json_number())
+    key = r.rule("gemma4-dict-key", r.rule("gemma4-dict-key-name", g.chars("[^:}]", 1, -1)) + ":")
+
+    def value() -> g.Expr:
+        return r.rule(
+            "gemma4-value", lambda: g.choice(string, dict_(), array(), number, boolean, null)
+        )
+
+    def dict_() -> g.Expr:
+        def body() -> g.Expr:
+            member = r.rule("gemma4-dict-kv", lambda: key + g.space() + value())
+            members = g.seq(member, g.zero_or_more(g.seq(",", g.space(), member)))
+            return g.seq("{", g.space(), g.choice("}", g.seq(members, g.space(), "}")))
+
+        return r.rule("gemma4-dict", body)
+
+    def array() -> g.Expr:
+        def body() -> g.Expr:
+            elements = g.seq(value(), g.zero_or_more(g.seq(",", g.space(), value())))
+            return g.seq("[", g.space(), g.choice("]", g.seq(elements, g.space(), "]")))
+
+        return r.rule("gemma4-array", body)
+
+    return dict_()

@@ -9,14 +9,19 @@ the role header or in the channel header and its arguments JSON as the model wro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
 from ..constraint import (
     Constraint,
+    calls_offered,
     calls_or_json,
+    has_response_format,
     patterns,
 )
 from ..description import (
@@ -31,7 +36,7 @@ from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "GPT-OSS"
 REQUIRED = ("<|channel|>",)
@@ -185,3 +190,65 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar text
+
+
+def _call_schema(function: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The schema of a call's arguments as llama.cpp reads it: the tool's ``parameters``, or an
+    object without properties when those are missing, null or an empty object."""
+    params = function.get("parameters")
+    if params is None or (isinstance(params, Mapping) and not params):
+        return {"type": "object", "properties": {}}
+    return params
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): analysis and preamble messages, then the
+    last message, a call (its recipient in the role or the channel header, its arguments JSON
+    as the tool's schema says), the final answer, or the response format's JSON."""
+    r = g.Rules()
+    start = r.rule("start", g.lit(START))
+    end = r.rule("end", g.lit(END))
+    text = r.rule("message-content", g.until(END))
+    channel = "<|channel|>" + g.choice("commentary", "analysis")
+    content_type = g.chars("[A-Za-z0-9_-]", 1, -1)
+    stray = g.optional("<|channel|>commentary" + g.optional(" to=assistant"))
+    analysis_open = stray + "<|channel|>analysis<|message|>"
+    if request.reasoning_format != "none":
+        analysis = r.rule("analysis", analysis_open + g.tag(text) + end)
+    else:
+        analysis = r.rule("analysis", g.tag(analysis_open + text + end))
+    preamble = r.rule("preamble", "<|channel|>commentary<|message|>" + g.tag(text) + end)
+    final = r.rule("final", stray + "<|channel|>final<|message|>" + g.tag(text))
+    unsolicited = r.rule("unsolicited", g.tag(g.optional(channel) + " to=" + text + end))
+    other = r.rule("any", preamble | analysis)
+    lazy = calls_offered(request) and request.tool_choice != "required"
+    if has_response_format(request):
+        json_value = g.schema(r.json(), "response-format-schema", request.json_schema)
+        response = r.rule(
+            "response-format",
+            "<|channel|>final" + _content_type(content_type) + "<|message|>" + g.tag(json_value),
+        )
+        return r.gbnf(g.zero_or_more(start + analysis) + start + response, lazy=False)
+    if not calls_offered(request):
+        return r.gbnf(g.zero_or_more(start + other) + start + (final | unsolicited), lazy=False)
+    tools = g.choice()
+    for fn in tool_functions(request.tools):
+        name = fn["name"]
+        recipient = " to=functions." + g.tag(g.lit(name))
+        args = g.tag(g.schema(r.json(), f"tool-{name}-schema", _call_schema(fn)))
+        header_end = _content_type(content_type) + "<|message|>"
+        in_role = g.tag(g.tag(recipient + channel + header_end) + args)
+        in_channel = g.tag(g.tag(channel + recipient + header_end) + args)
+        tools = tools | r.rule(f"tool-{name}", in_role | in_channel)
+    call = r.trigger_rule("tool-call", tools)
+    if request.tool_choice == "required":
+        return r.gbnf(g.zero_or_more(start + other) + start + call, lazy=lazy)
+    return r.gbnf(g.zero_or_more(start + other) + start + (call | final), lazy=lazy)
+
+
+def _content_type(name: g.Expr) -> g.Expr:
+    """`` <|constrain|>TYPE`` after a recipient or a channel (optional)."""
+    return g.optional(g.space() + g.optional("<|constrain|>") + name)

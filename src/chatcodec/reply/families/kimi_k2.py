@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
@@ -31,11 +32,12 @@ from ..description import (
     Thought,
     steps,
 )
+from ..grammar import parameters_node
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Kimi K2 Thinking"
 REQUIRED = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>")
@@ -138,3 +140,36 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the thought, content up to the calls, then
+    the calls (each ``functions.NAME:N`` and its arguments as the tool's schema says), their
+    section and end markers optional. Lazy: its root is the calls from the first
+    ``<|tool_call_begin|>``."""
+    r = g.Rules()
+    reasoning = g.nothing()
+    if request.reasoning_format != "none":
+        thought = g.tag(g.until("</think>", SECTION_BEGIN, CALL_BEGIN))
+        reasoning = g.optional("<think>" + thought + g.optional(g.lit("</think>")))
+    lazy = request.tool_choice == "auto"
+    if not calls_offered(request):
+        return r.gbnf(g.seq(PREFIX, reasoning, g.tag(g.until())), lazy=lazy)
+    tools = g.choice()
+    for function in tool_functions(request.tools):
+        name = str(function["name"])
+        call_id = g.tag("functions." + g.tag(g.lit(name)) + ":" + g.chars("[0-9]", 1, -1))
+        args = g.schema(r.json(), f"tool-{name}-schema", parameters_node(function))
+        call = g.tag(g.tag(call_id + ARGS_BEGIN) + g.tag(args) + g.tag(g.optional(g.lit(CALL_END))))
+        tools = tools | r.rule(f"tool-{name}", call)
+    least = 1 if request.tool_choice == "required" else 0
+    most = -1 if request.parallel_tool_calls else 1
+    calls = g.repeat(CALL_BEGIN + tools, least, most) + g.optional(g.lit(SECTION_END))
+    section = r.rule(
+        "tool-calls", g.optional(g.lit(SECTION_BEGIN)) + r.trigger_rule("tool-call", calls)
+    )
+    content = g.tag(g.until(SECTION_BEGIN, CALL_BEGIN))
+    return r.gbnf(g.seq(PREFIX, reasoning, content, section), lazy=lazy)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
@@ -43,7 +44,7 @@ from ..request import ReplyRequest
 from ..schema import parameters
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Kimi K3"
 REQUIRED = ("<|open|>", "<|close|>", "<|end_of_msg|>")
@@ -180,3 +181,55 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar
+
+
+def _call_rule(r: g.Rules, function: Mapping[str, Any]) -> g.Expr:
+    """One call: its header (attributes up to ``<|sep|>`` any text), then any of its
+    arguments, each value any text up to the argument's closer."""
+    name = str(function["name"])
+    arguments: list[g.Expr] = []
+    for key, _schema, _required, _root in parameters(function):
+        arg = g.tag(
+            g.tag(g.lit(ARG_START))
+            + g.tag(g.lit(key))
+            + '"'
+            + g.until(SEP)
+            + SEP
+            + g.tag(g.until(ARG_END))
+            + g.tag(g.lit(ARG_END))
+        )
+        arguments.append(r.rule(f"kimi-k3-arg-{name}-{key}", arg))
+    args = g.zero_or_more(g.choice(*arguments)) if arguments else g.nothing()
+    opener = g.tag(CALL_START + g.tag(g.lit(name)) + '"' + g.until(SEP) + SEP)
+    return r.rule(f"kimi-k3-tool-{name}", g.tag(opener + g.tag(args) + g.tag(g.lit(CALL_END))))
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the message's think and response sections,
+    then one tools section of calls and the message's close. Lazy unless a call is required:
+    its root is the tools section."""
+    r = g.Rules()
+    think = g.tag(g.until(THINK_END, RESP_START))
+    reasoning = g.optional(g.optional(g.lit(THINK_START)) + think + g.optional(g.lit(THINK_END)))
+    response = (
+        g.optional(g.lit(RESP_START))
+        + g.tag(g.until(RESP_END, TOOLS_START, MSG_END))
+        + g.optional(g.lit(RESP_END))
+    )
+    trailer = g.optional(g.lit(MSG_END)) + g.optional(g.lit(EOM))
+    head = g.optional(g.lit(MSG_START)) + reasoning + response
+    lazy = request.tool_choice != "required"
+    if not calls_offered(request):
+        return r.gbnf(head + trailer, lazy=lazy)
+    calls = g.choice()
+    for function in tool_functions(request.tools):
+        calls = calls | _call_rule(r, function)
+    section = r.trigger_rule(
+        "kimi-k3-tool-call",
+        TOOLS_START + g.one_or_more(calls) + TOOLS_END + trailer,
+    )
+    tools = section if request.tool_choice == "required" else g.optional(section)
+    return r.gbnf(head + tools + trailer, lazy=lazy)

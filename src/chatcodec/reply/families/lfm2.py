@@ -17,12 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name
 from ..constraint import (
     Constraint,
     calls_or_json,
+    has_response_format,
+    tools_offered,
     words,
 )
 from ..description import (
@@ -37,12 +40,13 @@ from ..description import (
     Thought,
     steps,
 )
+from ..grammar import python_style_calls
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import parameters
 from . import has_markers
 
-__all__ = ["NAME", "matches", "describe", "reply_format", "constraint_for"]
+__all__ = ["NAME", "matches", "describe", "reply_format", "constraint_for", "grammar"]
 
 NAME = "LFM2"
 REQUIRED = ("<|tool_list_start|>", "<|tool_list_end|>")
@@ -160,3 +164,23 @@ def constraint_for(request: ReplyRequest, tool_list_tokens: bool) -> Constraint:
     if tool_list_tokens:
         tokens += REQUIRED
     return calls_or_json(request, tokens, words(CALL_START))
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF), LFM2's and LFM2.5's alike: the optional
+    thought, then the response format's JSON, or the content and the one call section."""
+    r = g.Rules()
+    reasoning = g.nothing()
+    if request.reasoning_format != "none" and "<think>" in request.source:
+        reasoning = g.optional("<think>" + g.tag(g.until("</think>")) + "</think>")
+    json_reply = has_response_format(request)
+    if not tools_offered(request) or request.tool_choice == "none":
+        if json_reply:
+            value = g.tag(g.schema(r.json(), "response-format-schema", request.json_schema))
+            return r.gbnf(g.seq(PREFIX, reasoning, value, g.nothing()), lazy=False)
+        return r.gbnf(g.seq(PREFIX, reasoning, g.tag(g.until()), g.nothing()), lazy=False)
+    calls = python_style_calls(r, request.tools, request.parallel_tool_calls, json_literals=True)
+    tool_calls = r.rule("tool-calls", r.trigger_rule("tool-call", CALL_START + calls + CALL_END))
+    content = g.tag(g.until(CALL_START))
+    lazy = not (json_reply or request.tool_choice == "required")
+    return r.gbnf(g.seq(PREFIX, reasoning, content, tool_calls, g.nothing()), lazy=lazy)

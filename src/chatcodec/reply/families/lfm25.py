@@ -14,7 +14,7 @@ from ..description import (
 from ..request import ReplyRequest
 from . import has_markers, lfm2
 
-__all__ = ["NAME", "matches", "describe"]
+__all__ = ["NAME", "matches", "describe", "grammar"]
 
 NAME = "LFM2.5"
 REQUIRED = ("List of tools: [",)
@@ -28,3 +28,8 @@ def matches(source: str) -> bool:
 def describe(request: ReplyRequest) -> ReplyFormat:
     fmt = lfm2.reply_format(NAME, request)
     return replace(fmt, constraint=lfm2.constraint_for(request, tool_list_tokens=False))
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request: LFM2's (``lfm2.grammar``)."""
+    return lfm2.grammar(request)

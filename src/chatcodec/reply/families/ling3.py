@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
@@ -36,12 +37,13 @@ from ..description import (
     Thought,
     Whitespace,
 )
+from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import parameters, value_types
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Ling 3.0 (Bailing V3)"
 REQUIRED = ("<role>ASSISTANT</role>", "<arg_key>")
@@ -103,13 +105,17 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
-def _reply(request: ReplyRequest) -> ReplyFormat:
-    # the prompt left a thought open: it also ends where a call begins; a continued message
-    # leaves it open unless its content is continued
-    last_open = request.generation_prompt.rfind(THINK_START)
-    think_open = last_open >= 0 and last_open > request.generation_prompt.rfind(THINK_END)
+def _think_open(request: ReplyRequest) -> bool:
+    """The prompt left a thought open (it then also ends where a call begins); a continued
+    message leaves it open unless its content is continued."""
     if request.continue_final_message != "none":
-        think_open = request.continue_final_message != "content"
+        return request.continue_final_message != "content"
+    last_open = request.generation_prompt.rfind(THINK_START)
+    return last_open >= 0 and last_open > request.generation_prompt.rfind(THINK_END)
+
+
+def _reply(request: ReplyRequest) -> ReplyFormat:
+    think_open = _think_open(request)
     thought = ReasoningBlock(
         start=THINK_START,
         stops=(THINK_END, CALL_START) if think_open else (THINK_END,),
@@ -180,3 +186,63 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar
+
+
+def _grammar_call(r: g.Rules, fn: Mapping[str, Any], arg_string: g.Expr) -> g.Expr:
+    """One call: ``<tool_call>NAME``, the required arguments in any order, then the optional
+    ones in any order and number, ``</tool_call>``."""
+    name = str(fn["name"])
+    arg_close = g.tag(g.lit(VALUE_END))
+    required: list[g.Expr] = []
+    optional: list[g.Expr] = []
+    for param in tool_parameters(fn):
+        rule_name = f"ling3-arg-{name}-{param.name}"
+        typed = g.tag(g.schema(r.json(), f"{rule_name}-schema", param.schema)) + arg_close
+        if "string" not in param.types:
+            value = typed
+        elif param.types == {"string"}:
+            value = arg_string
+        else:
+            # the grammar keeps only the raw string (it accepts any text anyway)
+            value = g.raw(g.tag(typed) | arg_string, "ling3-arg-string")
+        opener = g.tag("<arg_key>" + g.tag(g.lit(param.name)) + "</arg_key>")
+        arg = g.optional(g.space()) + g.tag(opener + g.optional(g.space()) + "<arg_value>" + value)
+        (required if param.required else optional).append(r.rule(rule_name, arg))
+    args = r.permute(f"ling3-{name}-args", required)
+    if optional:
+        args = args + g.zero_or_more(g.choice(*optional))
+    return g.tag(
+        g.tag(CALL_START + g.tag(g.lit(name)) + g.optional(g.space()))
+        + g.tag(args)
+        + g.tag(g.optional(g.space()) + CALL_END)
+    )
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the calls (a response format gets none),
+    each argument's value as its schema says (a string: any text up to ``</arg_value>``),
+    then content up to ``<|role_end|>``."""
+    r = g.Rules()
+    arg_string = r.rule("ling3-arg-string", g.tag(g.until(VALUE_END)) + g.tag(g.lit(VALUE_END)))
+    tools = g.choice()
+    for fn in tool_functions(request.tools):
+        tools = tools | r.rule(f"ling3-tool-{fn['name']}", _grammar_call(r, fn, arg_string))
+    calls = tools + g.zero_or_more(g.space() + tools) if request.parallel_tool_calls else tools
+    tail = g.optional(g.tag(g.until(ROLE_END))) + g.optional(ROLE_END)
+    section = r.trigger_rule("ling3-tool-call", calls + g.space() + tail)
+    required = request.tool_choice == "required"
+    body_end = (THINK_END, CALL_START) if _think_open(request) else (THINK_END,)
+    reasoning = g.optional(
+        g.optional(THINK_START) + g.tag(g.until(*body_end)) + g.optional(THINK_END)
+    )
+    reply = g.seq(
+        g.optional(ROLE + g.optional(g.space())),
+        reasoning,
+        g.optional(g.tag(g.until(CALL_START))),
+        section if required else g.optional(section),
+        g.optional(g.tag(g.until(ROLE_END))) + g.optional(ROLE_END),
+    )
+    return r.gbnf(reply, lazy=not required)

@@ -12,12 +12,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..constraint import (
     Constraint,
+    calls_offered,
     calls_or_json,
+    has_response_format,
     words,
 )
 from ..description import (
@@ -32,12 +35,13 @@ from ..description import (
     Whitespace,
     steps,
 )
+from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import may_be_string, parameters
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "MiniCPM5"
 REQUIRED = ("Tool usage guidelines:", '<function name="', '<param name="')
@@ -133,3 +137,51 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar
+
+
+def _grammar_call(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr) -> g.Expr:
+    """``<function name="NAME">``, any number of arguments in any order, ``</function>``."""
+    name = str(fn["name"])
+    arguments: list[g.Expr] = []
+    for param in tool_parameters(fn):
+        if g.may_be_string(param.schema):
+            value = string_value
+        else:
+            schema_name = f"tool-{name}-arg-{param.name}-schema"
+            value = g.tag(g.schema(r.json(), schema_name, param.schema)) + g.tag(g.lit(PARAM_END))
+        opener = g.tag('<param name="' + g.tag(g.lit(param.name)) + '">')
+        arguments.append(g.tag(opener + value))
+    args = g.zero_or_more(g.choice(*arguments) + g.space()) if arguments else g.nothing()
+    opener = g.tag('<function name="' + g.tag(g.lit(name)) + '">')
+    return g.tag(opener << g.tag(args) << g.tag(g.lit("</function>")))
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the thought, then the response format's
+    JSON, or the content up to ``<function`` and the calls (a string value: raw text up to
+    ``</param>``, or CDATA)."""
+    r = g.Rules()
+    reasoning = g.nothing()
+    if request.reasoning_format != "none":
+        reasoning = ("<think>" << g.tag(g.until("</think>")) << "</think>") + g.space()
+    if has_response_format(request):
+        value = g.tag(g.schema(r.json(), "response-format", request.json_schema))
+        return r.gbnf(g.seq(PREFIX, reasoning, value), lazy=False)
+    if not calls_offered(request):
+        return r.gbnf(g.seq(PREFIX, reasoning, g.tag(g.until()), g.nothing()), lazy=False)
+    param_close = g.tag(g.lit(PARAM_END))
+    string_value = g.choice(
+        "<![CDATA[" + g.up_to("]]>") + param_close,
+        g.nothing() + g.up_to(PARAM_END),
+    )
+    calls = g.choice()
+    for fn in tool_functions(request.tools):
+        calls = calls | r.rule(f"tool-{fn['name']}", _grammar_call(r, fn, string_value))
+    most = -1 if request.parallel_tool_calls else 1
+    tool_calls = r.trigger_rule("tool-call", g.repeat(calls + g.space(), 1, most))
+    content = g.tag(g.until("<function"))
+    lazy = request.tool_choice != "required"
+    return r.gbnf(g.seq(PREFIX, reasoning, content, tool_calls, g.nothing()), lazy=lazy)

@@ -15,12 +15,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..constraint import (
     Constraint,
+    calls_offered,
     calls_or_json,
+    has_response_format,
     patterns,
 )
 from ..description import (
@@ -33,12 +36,13 @@ from ..description import (
     ReplyFormat,
     TextMessage,
 )
+from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import ALL_TYPES, parameters, value_types
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Muse Glimmer"
 REQUIRED = ("<atem:function_calls>", "<|eom|>")
@@ -175,3 +179,69 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar text
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): messages to self, then the answer, the
+    response format's JSON (fenced or bare) or the calls, each argument typed by its schema
+    (one that may be a string: any text up to the parameter's close)."""
+    r = g.Rules()
+    start = r.rule("start", g.lit(GENERATION_PROMPT))
+    if request.reasoning_format == "none" and not (
+        has_response_format(request) or calls_offered(request)
+    ):
+        return r.gbnf(start + g.tag(g.until()), lazy=False)
+    # the thought is reasoning or content: the same text either way
+    analysis = r.rule("analysis", " to=self<|message|>" + g.tag(g.until(EOM)) + EOM)
+    recipient = g.optional(" to=user")
+    final = r.rule("final", recipient + "<|message|>" + g.tag(g.until(EOT, EOM)))
+    thoughts = g.zero_or_more(start + analysis)
+    if has_response_format(request):
+        value = g.tag(g.schema(r.json(), "response-format-schema", request.json_schema))
+        fenced = "```json" + g.space() + value + g.space() + "```"
+        response = r.rule("response-format", recipient + "<|message|>" + (fenced | value))
+        return r.gbnf(thoughts + start + response, lazy=False)
+    if not calls_offered(request):
+        return r.gbnf(thoughts + start + final, lazy=False)
+    tools = g.choice()
+    string_value = g.up_to(PARAM_CLOSE)
+    for fn in tool_functions(request.tools):
+        tools = tools | r.rule(f"tool-{fn['name']}", _call_grammar(r, fn, string_value))
+    if request.parallel_tool_calls:
+        calls = r.trigger_rule("tool-call", tools + g.zero_or_more(EOM + start + tools))
+    else:
+        calls = r.trigger_rule("tool-call", tools)
+    if request.tool_choice == "required":
+        return r.gbnf(thoughts + start + calls, lazy=False)
+    trailing = g.optional(EOM + start + calls)
+    return r.gbnf(thoughts + start + (calls | (final + trailing)), lazy=True)
+
+
+def _call_grammar(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr) -> g.Expr:
+    """One call of ``fn``: its recipient, then its arguments in any order, any of them."""
+    name = fn["name"]
+    args: list[g.Expr] = []
+    for param in tool_parameters(fn):
+        if g.may_be_string(param.schema):
+            value = string_value
+        else:
+            schema = g.schema(r.json(), f"tool-{name}-arg-{param.name}-schema", param.schema)
+            value = g.tag(schema) + g.tag(g.lit(PARAM_CLOSE))
+        arg_open = g.tag('<atem:parameter name="' + g.tag(g.lit(param.name)) + '">')
+        args.append(g.tag(arg_open + value))
+    body = g.zero_or_more(g.choice(*args) + g.space()) if args else g.nothing()
+    call_open = g.tag(
+        " to="
+        + g.until("<|message|>")
+        + "<|message|><atem:function_calls>"
+        + g.space()
+        + '<atem:invoke name="'
+        + g.tag(g.lit(name))
+        + '">'
+        + g.space()
+    )
+    call_close = g.tag("</atem:invoke>" + g.space() + CALLS_CLOSE)
+    return g.tag(call_open << g.tag(body) << call_close)

@@ -148,7 +148,9 @@ def grammar(request: ReplyRequest) -> str:
     reasoning = g.nothing()
     if thinking and request.reasoning_format != "none":
         reasoning = g.optional(
-            "<think>" + g.space() + g.tag(g.until("</think>", "<tool_call>"))
+            "<think>"
+            + g.space()
+            + g.tag(g.until("</think>", "<tool_call>"))
             + g.choice("</think>", g.nothing())
         )
     lazy = tools_offered(request) and request.tool_choice == "auto"
@@ -172,7 +174,9 @@ def grammar(request: ReplyRequest) -> str:
                 value = arg_string
             else:
                 # the grammar keeps only the raw string (it accepts any text anyway)
-                value = g.raw(g.tag(r.json_alternatives(types) + arg_close) | arg_string, "xml-arg-string")
+                value = g.raw(
+                    g.tag(r.json_alternatives(types) + arg_close) | arg_string, "xml-arg-string"
+                )
             arg = r.rule(rule_name, g.tag(arg_open + value))
             (required if param.required else optional).append(arg)
         args = r.permute(f"tool-{name}-args", required)
@@ -195,4 +199,3 @@ def grammar(request: ReplyRequest) -> str:
         starts += [f"{SYNTAX.function_open}{fn['name']}>" for fn in tool_functions(request.tools)]
     content = g.tag(g.until(*starts))
     return r.gbnf(g.seq(PREFIX, reasoning << content << tool_calls), lazy=lazy)
-

@@ -1,0 +1,31 @@
+"""Issue 9 (constraints): LFM2's and LFM2.5's reply grammar is llama.cpp's, rule for rule.
+
+Runs without ../shared: tests/data/grammar_lfm2.json holds hand-written requests (a ChatML body
+whose leading comment picks the handler) with the grammar llama.cpp's oracle (the corpus' build,
+commit 0c1e570) set for each; its automaton rules (``until-N``) are renumbered as chatcodec
+numbers them (by first use), which is the only freedom the grammar text has.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from chatcodec import Codec
+
+from .conftest import ROOT
+
+HI = [{"role": "user", "content": "Hi"}]
+CASES: list[dict[str, Any]] = json.loads(
+    (ROOT / "tests" / "data" / "grammar_lfm2.json").read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['handler']}-{i}" for i, c in enumerate(CASES)])
+def test_grammar_is_llama_cpps(case: dict[str, Any]) -> None:
+    turn = Codec(case["template"], eos_token="<|im_end|>").prepare(HI, **case["options"])
+    assert turn.format.handler == case["handler"]
+    assert turn.grammar is not None
+    assert turn.grammar.gbnf == case["grammar"]
