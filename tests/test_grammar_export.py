@@ -23,6 +23,7 @@ from chatcodec.grammar.constraint import Grammar, Trigger
 from chatcodec.grammar.gbnf import after, parse_gbnf, reachable, write_gbnf
 from chatcodec.reply import Turn
 
+from ._reply_oracle import PARSE_CASES, corpus_cases, per_case, prepare_request
 from .conftest import ROOT, read_jsonl
 from .llguidance_judge import lark_verdicts
 
@@ -131,6 +132,15 @@ def test_llguidance_runs_the_lark_export_as_llama_cpp_runs_the_gbnf(name: str) -
     assert grammar is not None
     texts = [text for text, _ in CASES[name][2]]
     assert lark_verdicts(grammar.to_lark(), texts) == [verdict for _, verdict in CASES[name][2]]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_expected_verdicts_are_llama_cpps(name: str, tiny_llama: Any) -> None:
+    grammar = turn_for(name).grammar
+    assert grammar is not None
+    texts = [text for text, _ in CASES[name][2]]
+    verdicts = [_llama_cpp_verdict(tiny_llama, grammar, text) for text in texts]
+    assert verdicts == [verdict for _, verdict in CASES[name][2]]
 
 
 def _recorded() -> list[dict[str, Any]]:
@@ -277,3 +287,55 @@ def test_xgrammar_compiles_the_structural_tags() -> None:
         xgrammar.Grammar.from_structural_tag(json.dumps(grammar.to_structural_tag()))
         if not grammar.lazy:
             xgrammar.Grammar.from_ebnf(grammar.output_gbnf())
+
+
+def _family_cases() -> list[dict[str, Any]]:
+    """Per reply family of the parse corpus, its first request with a lazy grammar and its
+    first with a whole one."""
+    chosen: dict[tuple[str, bool], dict[str, Any]] = {}
+    for case in corpus_cases():
+        setup = case["llama_cpp"]
+        if setup and setup["grammar"]:
+            chosen.setdefault((setup["handler"], setup["grammar_lazy"]), case)
+    return list(chosen.values())
+
+
+def _mutated(case: dict[str, Any]) -> list[str]:
+    texts: list[str] = []
+    names = [t["function"]["name"] for t in case.get("tools") or [] if "function" in t]
+    for output in case["outputs"]:
+        text = output["text"]
+        for mutated in (text, "Sure. " + text, text + " trailing", text + text, text[:-7]):
+            texts.append(mutated)
+        if names and names[0] in text:
+            texts.append(text.replace(names[0], "not_a_declared_tool", 1))
+    return list(dict.fromkeys(texts))
+
+
+def _llama_cpp_verdict(engine: Any, grammar: Grammar, text: str) -> str:
+    """llama.cpp's verdict as its sampler runs the grammar: a whole one fed the generation
+    prompt first; a lazy one fed the text from its first trigger on (free before it)."""
+    if not grammar.lazy:
+        return str(engine.verdict(grammar.gbnf, text, grammar.generation_prompt))
+    starts = [text.find(t.value) for t in grammar.triggers if t.value in text]
+    return str(engine.verdict(grammar.gbnf, text[min(starts) :])) if starts else "accept"
+
+
+@pytest.mark.parametrize(
+    "case", per_case(PARSE_CASES.exists(), _family_cases, lambda case: case["id"])
+)
+def test_lark_of_every_family_grammar_agrees_with_llama_cpp(
+    case: dict[str, Any], tiny_llama: Any
+) -> None:
+    """The grammar chatcodec builds for a corpus request of each family, exported to Lark:
+    llguidance's verdicts on the corpus replies and their mutations are llama.cpp's, judged live
+    by llama.cpp's grammar engine (tests/_llama.py)."""
+    grammar = prepare_request(case).grammar
+    assert grammar is not None
+    if grammar.lazy and any(t.type.startswith("pattern") for t in grammar.triggers):
+        with pytest.raises(GrammarError, match="regex"):
+            grammar.to_lark()
+        return
+    texts = _mutated(case)
+    expected = [_llama_cpp_verdict(tiny_llama, grammar, text) for text in texts]
+    assert lark_verdicts(grammar.to_lark(), texts) == expected
