@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, Protocol
 
 from ..errors import GrammarError
@@ -57,6 +58,7 @@ class Grammar(Protocol):
     def additional_stops(self) -> Sequence[str]: ...
     @property
     def generation_prompt(self) -> str: ...
+    def __hash__(self) -> int: ...  # the exports are made once per grammar
 
 
 __all__ = [
@@ -106,6 +108,7 @@ def _triggered(grammar: Grammar) -> list[tuple[str, Rules]]:
     return out
 
 
+@lru_cache(maxsize=128)
 def output_gbnf(grammar: Grammar) -> str:
     """The GBNF of a whole grammar as an engine without llama.cpp's generation-prompt feeding
     runs it: from the model's first character on (``GrammarError`` for a lazy grammar, whose
@@ -188,6 +191,7 @@ def _prefixed(rules: Rules, prefix: str) -> tuple[Rules, str]:
     return rename_all(rules, prefix), prefix + "root"
 
 
+@lru_cache(maxsize=128)
 def to_lark(grammar: Grammar) -> str:
     """The grammar in llguidance's Lark: a whole grammar from the model's first character on;
     a lazy one as any text without a trigger word, then optionally a trigger word and what the
@@ -202,17 +206,17 @@ def to_lark(grammar: Grammar) -> str:
     from .rules import Rules as Builder
     from .rules import until
 
-    words = [w for w, _ in _triggered(grammar)]
+    triggered = _triggered(grammar)
     free = parse_gbnf(Builder().gbnf(until(*_words(grammar)), lazy=False))
     merged, free_root = _prefixed(free, "free-")
     branches = []
-    for k, (word, rest) in enumerate(_triggered(grammar)):
+    for k, (word, rest) in enumerate(triggered):
         renamed, root = _prefixed(rest, f"t{k}-")
         merged.update(renamed)
         branches.append((word, root))
     names = {name: _lark_name(name) for name in merged}
     calls = " | ".join(f"{_lark_node(Lit(w), names)} {names[r]}" for w, r in branches)
-    lines.append(f"start: {names[free_root]}" + (f" ({calls})?" if words else ""))
+    lines.append(f"start: {names[free_root]}" + (f" ({calls})?" if branches else ""))
     written = set()
     for root in [free_root, *(r for _, r in branches)]:
         for line in _lark_rules(merged, root, names):
@@ -229,7 +233,18 @@ def to_structural_tag(grammar: Grammar) -> dict[str, Any]:
     """xgrammar's structural tag: a whole grammar as one ``grammar`` format (EBNF, from the
     model's first character on); a lazy one as ``triggered_tags`` woken by its trigger words,
     each tag the trigger and what the grammar accepts after it, ending with the output
-    (``stop_after_first``: once triggered, llama.cpp constrains the rest of the output)."""
+    (``stop_after_first``: once triggered, llama.cpp constrains the rest of the output). A
+    new dict each call (made once per grammar)."""
+    tag: dict[str, Any] = json.loads(_structural_tag_json(grammar))
+    return tag
+
+
+@lru_cache(maxsize=128)
+def _structural_tag_json(grammar: Grammar) -> str:
+    return json.dumps(_structural_tag(grammar))
+
+
+def _structural_tag(grammar: Grammar) -> dict[str, Any]:
     if not grammar.lazy:
         return {
             "type": "structural_tag",

@@ -9,8 +9,10 @@ the grammar's derivative with respect to it (``after``): the language of every `
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import GrammarError
 
@@ -89,6 +91,7 @@ Rules = dict[str, Node]
 
 # ----------------------------------------------------------------------------------- reading
 
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-"}
 _HEX = {"x": 2, "u": 4, "U": 8}
 
@@ -117,15 +120,11 @@ class _Reader:
                 return
 
     def name(self) -> str:
-        start = self.pos
-        while self.pos < len(self.text) and (
-            self.text[self.pos].isascii()
-            and (self.text[self.pos].isalnum() or self.text[self.pos] in "-_")
-        ):
-            self.pos += 1
-        if start == self.pos:
+        match = _NAME.match(self.text, self.pos)
+        if match is None:
             raise self.fail("expected a name")
-        return self.text[start : self.pos]
+        self.pos = match.end()
+        return match.group()
 
     def char(self) -> str:
         c = self.peek()
@@ -194,13 +193,13 @@ class _Reader:
             self.pos += 1
         elif c.isascii() and (c.isalnum() or c in "-_"):
             start = self.pos
-            self.name()
+            name = self.name()
             self.space(False)
             if self.text.startswith("::=", self.pos):  # the next rule: this sequence is over
                 self.pos = start
                 return None
-            self.pos = start
-            node = Ref(self.name())
+            self.space(nested)
+            return Ref(name)
         else:
             return None
         self.space(nested)
@@ -251,6 +250,12 @@ class _Reader:
 def parse_gbnf(text: str) -> Rules:
     """The rules of a GBNF grammar, in the order written (``GrammarError`` on text llama.cpp's
     parser would refuse, or on what no export can carry: token references)."""
+    return dict(_parsed(text))
+
+
+@lru_cache(maxsize=64)
+def _parsed(text: str) -> Rules:
+    """parse_gbnf's rules, read once per text (shared: never to be changed)."""
     reader = _Reader(text)
     rules: Rules = {}
     reader.space(True)
