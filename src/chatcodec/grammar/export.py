@@ -34,6 +34,7 @@ from .gbnf import (
     rename_all,
     write_gbnf,
 )
+from .gbnf import clear_cache as clear_gbnf_cache
 
 
 class _TriggerLike(Protocol):
@@ -62,6 +63,7 @@ class Grammar(Protocol):
 
 
 __all__ = [
+    "clear_cache",
     "output_gbnf",
     "to_lark",
     "to_structural_tag",
@@ -227,6 +229,14 @@ def to_lark(grammar: Grammar) -> str:
 
 
 # ------------------------------------------------------------------------ xgrammar structural tag
+
+
+def clear_cache() -> None:
+    """Forget the exports made so far (each is made once per grammar), and the GBNF read."""
+    clear_gbnf_cache()
+    output_gbnf.cache_clear()
+    to_lark.cache_clear()
+    _structural_tag_json.cache_clear()
 
 
 def to_structural_tag(grammar: Grammar) -> dict[str, Any]:

@@ -33,6 +33,7 @@ __all__ = [
     "after",
     "reachable",
     "rename_all",
+    "clear_cache",
 ]
 
 
@@ -251,6 +252,11 @@ def parse_gbnf(text: str) -> Rules:
     """The rules of a GBNF grammar, in the order written (``GrammarError`` on text llama.cpp's
     parser would refuse, or on what no export can carry: token references)."""
     return dict(_parsed(text))
+
+
+def clear_cache() -> None:
+    """Forget the grammars read so far (each text is read once)."""
+    _parsed.cache_clear()
 
 
 @lru_cache(maxsize=64)
