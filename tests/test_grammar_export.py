@@ -170,6 +170,7 @@ def test_lark_of_llama_cpp_grammars_gives_llama_cpp_verdicts(entry: dict[str, An
 
 
 def test_one_lexeme_per_character_keeps_llguidance_from_splitting_text_greedily() -> None:
+    """llama.cpp's engine gives the same verdicts on this GBNF (the oracle's ``accept``)."""
     # as whole lexemes, "ab" would take "abc"'s first two characters and "d" would never come
     grammar = Grammar('root ::= "ab" "d" | "a" "bc"\n')
     assert lark_verdicts(grammar.to_lark(), ["abc", "abd", "ab", "abx"]) == [
@@ -177,6 +178,33 @@ def test_one_lexeme_per_character_keeps_llguidance_from_splitting_text_greedily(
         "accept",
         "incomplete",
         "reject",
+    ]
+
+
+def test_lark_names_characters_and_lazy_branches() -> None:
+    """Hand-made grammars; the verdicts are llama.cpp's engine's on the same GBNF (the oracle's
+    ``accept``, a lazy grammar fed from its first trigger on)."""
+    # capitals and a rule named start keep apart in Lark (lowercase parser rules only)
+    named = Grammar('root ::= Point start\nPoint ::= "é" [^"\\\\] "\\n"\nstart ::= [😀-😂]+\n')
+    lark = named.to_lark()
+    assert "\nstart: root\n" in lark and "g_start:" in lark and "_point:" in lark
+    assert lark_verdicts(lark, ["éx\n😁😀", "é\\\n😀", "éx\n", "ex\n😀"]) == [
+        "accept",
+        "reject",
+        "incomplete",
+        "reject",
+    ]
+    # a trigger no text of the grammar starts with leaves only the free text before it
+    lazy = Grammar(
+        'root ::= "<call>" [0-9]+\n',
+        lazy=True,
+        triggers=(Trigger("word", "<call>"), Trigger("word", "<x>")),
+    )
+    assert lark_verdicts(lazy.to_lark(), ["a <call>12", "a <call>b", "a <x>", "a <x"]) == [
+        "accept",
+        "reject",
+        "reject",
+        "accept",
     ]
 
 
