@@ -1,8 +1,18 @@
-"""The text llama.cpp's grammar sampler judges of a reply (tests/_grammar_replies.py), on
-hand-made setups whose outcome follows from llama.cpp's lazy-grammar rule."""
+"""The text llama.cpp's grammar sampler judges of a reply (tests/_grammar_replies.py): on
+hand-made setups whose outcome follows from llama.cpp's lazy-grammar rule, then against
+llama.cpp's own lazy grammar sampler (llama-cpp-python, skipped when it or gguf is missing)."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chatcodec.grammar import format_literal
 from chatcodec.grammar.constraint import Grammar, Trigger
 
 from ._grammar_replies import grammar_input, judged_text, trigger_start
@@ -78,3 +88,160 @@ def test_thoughts_do_not_reach_a_lazy_grammar_beside_a_reasoning_budget() -> Non
     # the longest end tag that ends on a byte is the one replayed
     tags = ("<think>", ("</think>", "\n</think>"))
     assert grammar_input("<think>", "a\n</think>b", tags) == b"\n</think>b"
+
+
+# ------------------------------------------------------------------ against llama.cpp's sampler
+
+# llama.cpp's lazy grammar sampler (llama-cpp-python's libllama) over a vocabulary of byte
+# tokens, one sampler per check: fed the reply byte by byte, each token checked first (a token
+# the grammar refuses ends the reply), then the end token; then whether the grammar is awake (a
+# grammar complete after the reply refuses one more byte; an idle one lets anything through).
+# A grammar that refuses the text a trigger replays raises inside llama.cpp, which ends the
+# process: the checks after it run in a new one.
+SAMPLER = r"""
+import ctypes, json, sys
+import llama_cpp
+llama_cpp.llama_backend_init()
+params = llama_cpp.llama_model_default_params()
+params.vocab_only = True
+checks = json.loads(sys.stdin.read())
+model = llama_cpp.llama_model_load_from_file(checks[0]["model"].encode(), params)
+vocab = llama_cpp.llama_model_get_vocab(model)
+
+def allowed(sampler, token):
+    data = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
+    candidates = llama_cpp.llama_token_data_array(data, 1, -1, False)
+    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(candidates))
+    return data[0].logit != float("-inf")
+
+def run(check):
+    patterns = [p.encode() for p in check["patterns"]]
+    sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+        vocab, check["grammar"].encode(), b"root",
+        (ctypes.c_char_p * len(patterns))(*patterns), len(patterns), None, 0)
+    for byte in check["reply"].encode():
+        if not allowed(sampler, 3 + byte):
+            return "reject"
+        llama_cpp.llama_sampler_accept(sampler, 3 + byte)
+    verdict = "accept" if allowed(sampler, 2) else "incomplete"
+    return verdict + (" idle" if allowed(sampler, 3 + ord("~")) else " awake")
+
+for check in checks:
+    print(run(check), flush=True)
+"""
+
+SAMPLER_CASES = [
+    ([("word", "<tool_call>")], "Sure. <tool_call>a</tool_call>"),
+    ([("word", "<aaaa>"), ("word", "<b>")], "x <b> <aaaa>"),
+    ([("word", "ab>"), ("word", "b>")], "xab>yz"),
+    ([("word", "b>"), ("word", "ab>")], "xab>yz"),
+    ([("pattern", "<\\|start\\|>assistant(\\s+to)")], "x<|start|>assistant to=functions.f"),
+    ([("pattern", "^\\s+to$")], " to=functions.get"),
+    ([("pattern", ">>>(?!all)")], ">>>all\nhello"),
+    ([("pattern_full", "\\[CALL\\]")], "[CALL]{}"),
+    ([("pattern_full", "\\[CALL\\]")], "x[CALL]{}"),
+    ([("pattern", "^go$")], "xgo"),
+    ([("pattern", "a.b")], "a\rb a-b"),
+    ([("word", "<tool_call>")], "é café <tool_call>ü"),
+    (
+        [
+            ("pattern", "<\\|start\\|>assistant(<\\|channel\\|>(?:commentary|analysis)\\s+to)"),
+            ("pattern", "<\\|start\\|>assistant(\\s+to)"),
+            ("pattern", "^<\\|channel\\|>(?:commentary|analysis)\\s+to=functions$"),
+            ("pattern", "^\\s+to$"),
+        ],
+        "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>commentary"
+        " to=functions.get <|message|>{}",
+    ),
+    (
+        [
+            (
+                "pattern",
+                "(?:^|<\\|start\\|>assistant)( to=(?!self<\\|message\\|>)[^<]*?<\\|message\\|>)",
+            )
+        ],
+        "Hi<|start|>assistant to=self<|message|>x<|start|>assistant to=f<|message|>{}",
+    ),
+]
+
+
+def _llama_patterns(triggers: list[tuple[str, str]]) -> list[str]:
+    """The regexes common/sampling.cpp hands the sampler for these triggers."""
+    out = []
+    for kind, value in triggers:
+        if kind == "word":
+            out.append(re.sub(r"([.^$|()*+?\[\]{}\\])", r"\\\1", value))
+        elif kind == "pattern_full":
+            out.append(
+                ("" if value.startswith("^") else "^")
+                + value
+                + ("" if value.endswith("$") else "$")
+            )
+        else:
+            out.append(value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def byte_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GGUF holding only a vocabulary: <unk>, <s>, </s>, then the 256 bytes."""
+    gguf = pytest.importorskip("gguf")
+    pytest.importorskip("llama_cpp")
+    path = tmp_path_factory.mktemp("vocab") / "bytes.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(64)
+    writer.add_embedding_length(8)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(8)
+    writer.add_head_count(1)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tokenizer_model("llama")
+    tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * len(tokens))
+    writer.add_token_types([2, 3, 3] + [6] * 256)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def sampled(byte_vocab: Path) -> list[str]:
+    """llama.cpp's outcome of each SAMPLER_CASES reply under a grammar of exactly its judged
+    text (``raised``: llama.cpp refused the text the trigger replayed)."""
+    checks = []
+    for triggers, reply in SAMPLER_CASES:
+        judged = judged_text(lazy(*triggers), GEN, reply)
+        grammar = 'root ::= "\\x01"' if judged is None else f"root ::= {format_literal(judged)}"
+        patterns = _llama_patterns(triggers)
+        checks.append(
+            {"model": str(byte_vocab), "patterns": patterns, "grammar": grammar, "reply": reply}
+        )
+    outcomes: list[str] = []
+    while len(outcomes) < len(checks):
+        done = subprocess.run(
+            [sys.executable, "-c", SAMPLER],
+            input=json.dumps(checks[len(outcomes) :]),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        outcomes += [line.strip() for line in done.stdout.splitlines() if line.strip()]
+        if done.returncode != 0 and len(outcomes) < len(checks):
+            outcomes.append("raised")
+    return outcomes
+
+
+@pytest.mark.parametrize("index", range(len(SAMPLER_CASES)))
+def test_llama_cpps_lazy_sampler_is_given_the_judged_text(sampled: list[str], index: int) -> None:
+    """Under a grammar of exactly the judged text, llama.cpp's sampler accepts the reply with
+    the grammar awake (the trigger fired where predicted: a start elsewhere gives the grammar
+    another text, which it refuses); with no judged text, the grammar stays idle."""
+    triggers, reply = SAMPLER_CASES[index]
+    judged = judged_text(lazy(*triggers), GEN, reply)
+    assert sampled[index] == ("accept idle" if judged is None else "accept awake")
