@@ -16,6 +16,7 @@ from chatcodec.grammar import format_literal
 from chatcodec.grammar.constraint import Grammar, Trigger
 
 from ._grammar_replies import grammar_input, judged_text, trigger_start
+from ._llama_grammar import write_byte_vocab
 
 GEN = "<|im_start|>assistant\n"
 
@@ -184,30 +185,9 @@ def _llama_patterns(triggers: list[tuple[str, str]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def byte_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A GGUF holding only a vocabulary: <unk>, <s>, </s>, then the 256 bytes."""
-    gguf = pytest.importorskip("gguf")
+    pytest.importorskip("gguf")
     pytest.importorskip("llama_cpp")
-    path = tmp_path_factory.mktemp("vocab") / "bytes.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(64)
-    writer.add_embedding_length(8)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(8)
-    writer.add_head_count(1)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_tokenizer_model("llama")
-    tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
-    writer.add_token_list(tokens)
-    writer.add_token_scores([0.0] * len(tokens))
-    writer.add_token_types([2, 3, 3] + [6] * 256)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_byte_vocab(tmp_path_factory.mktemp("vocab") / "bytes.gguf")
 
 
 @pytest.fixture(scope="module")
