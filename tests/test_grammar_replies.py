@@ -5,7 +5,6 @@ llama.cpp's own lazy grammar sampler (llama-cpp-python, skipped when it or gguf 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,6 @@ from chatcodec.grammar import format_literal
 from chatcodec.grammar.constraint import Grammar, Trigger
 
 from ._grammar_replies import grammar_input, judged_text, trigger_start
-from ._llama_grammar import write_byte_vocab
 
 GEN = "<|im_start|>assistant\n"
 
@@ -166,39 +164,25 @@ SAMPLER_CASES = [
 ]
 
 
-def _llama_patterns(triggers: list[tuple[str, str]]) -> list[str]:
-    """The regexes common/sampling.cpp hands the sampler for these triggers."""
-    out = []
-    for kind, value in triggers:
-        if kind == "word":
-            out.append(re.sub(r"([.^$|()*+?\[\]{}\\])", r"\\\1", value))
-        elif kind == "pattern_full":
-            out.append(
-                ("" if value.startswith("^") else "^")
-                + value
-                + ("" if value.endswith("$") else "$")
-            )
-        else:
-            out.append(value)
-    return out
-
-
 @pytest.fixture(scope="module")
 def byte_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("gguf")
     pytest.importorskip("llama_cpp")
-    return write_byte_vocab(tmp_path_factory.mktemp("vocab") / "bytes.gguf")
+    from ._llama import write_model
+
+    return write_model(tmp_path_factory.mktemp("vocab") / "tiny.gguf")
 
 
 @pytest.fixture(scope="module")
 def sampled(byte_vocab: Path) -> list[str]:
     """llama.cpp's outcome of each SAMPLER_CASES reply under a grammar of exactly its judged
     text (``raised``: llama.cpp refused the text the trigger replayed)."""
+    from ._llama import trigger_patterns
+
     checks = []
     for triggers, reply in SAMPLER_CASES:
         judged = judged_text(lazy(*triggers), GEN, reply)
         grammar = 'root ::= "\\x01"' if judged is None else f"root ::= {format_literal(judged)}"
-        patterns = _llama_patterns(triggers)
+        patterns = trigger_patterns(lazy(*triggers))
         checks.append(
             {"model": str(byte_vocab), "patterns": patterns, "grammar": grammar, "reply": reply}
         )

@@ -2,13 +2,12 @@
 corpus (every SAMPLE_STEP-th case of each handler that has a grammar), chatcodec's grammar and
 llama.cpp's recorded one give the same verdict on the case's outputs and on mutations of its
 reply (tests/_grammar_replies.py), each judged on what its sampler would see, by llama.cpp's
-own grammar engine (llama-cpp-python over a byte vocabulary; skipped without it). A family
-whose grammar is not written yet is skipped. ``dev/grammar_verdicts.py`` runs the whole corpus
+own grammar engine (llama-cpp-python over tests/_llama.py's byte vocabulary; skipped without
+it). ``dev/grammar_verdicts.py`` runs the whole corpus
 through the oracle."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from ._grammar_replies import (
     replies,
     thinking_tags,
 )
-from ._llama_grammar import LlamaJudge, write_byte_vocab
 from ._reply_oracle import PARSE_CASES, corpus_cases, per_case, prepare_request
 
 SAMPLE_STEP = 10
@@ -39,27 +37,15 @@ def _sample() -> list[dict[str, Any]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaJudge]:
-    pytest.importorskip("gguf")
-    pytest.importorskip("llama_cpp")
-    llama = LlamaJudge(write_byte_vocab(tmp_path_factory.mktemp("vocab") / "bytes.gguf"))
-    yield llama
-    llama.close()
-
-
-def _verdict(judge: LlamaJudge, gbnf: str, text: str | None) -> str:
+def _verdict(judge: Any, gbnf: str, text: str | None) -> str:
     return "free" if text is None else judge.verdict(gbnf, text)
 
 
 @pytest.mark.parametrize("case", per_case(PARSE_CASES.exists(), _sample, lambda c: c["id"]))
-def test_same_verdicts_as_llama_cpps_grammar(case: dict[str, Any], judge: LlamaJudge) -> None:
+def test_same_verdicts_as_llama_cpps_grammar(case: dict[str, Any], tiny_llama: Any) -> None:
     setup = case["llama_cpp"]
     turn = prepare_request(case)
-    try:
-        ours = turn.grammar
-    except NotImplementedError:
-        pytest.skip(f"no grammar is written for {setup['handler']} yet")
+    ours = turn.grammar
     assert ours is not None
     llama = recorded_grammar(setup)
     assert llama is not None
@@ -68,7 +54,7 @@ def test_same_verdicts_as_llama_cpps_grammar(case: dict[str, Any], judge: LlamaJ
     for reply in replies(case, call_openers(case)):
         theirs = judged_text(llama, setup["generation_prompt"], reply.text, thinking)
         mine = judged_text(ours, turn.generation_prompt, reply.text, thinking)
-        want, got = _verdict(judge, llama.gbnf, theirs), _verdict(judge, ours.gbnf, mine)
+        want, got = _verdict(tiny_llama, llama.gbnf, theirs), _verdict(tiny_llama, ours.gbnf, mine)
         if want != got:
             differences.append(f"{reply.kind}: llama.cpp {want}, chatcodec {got}: {reply.text!r}")
     assert not differences, "\n".join(differences)
