@@ -169,6 +169,21 @@ def test_lark_of_llama_cpp_grammars_gives_llama_cpp_verdicts(entry: dict[str, An
     assert not wrong
 
 
+@pytest.mark.parametrize("name", ["auto", "required-one", "thinking-required"])
+def test_preserved_tokens_kept_special_are_named_in_lark(name: str) -> None:
+    """With a tokenizer that keeps <tool_call> and </tool_call> as special tokens (llguidance
+    then never reads them as text), the Lark names them and the verdicts stay llama.cpp's."""
+    grammar = turn_for(name).grammar
+    assert grammar is not None
+    special = grammar.preserved_tokens
+    lark = grammar.to_lark(special)
+    assert "<tool_call>" in lark and '"<" "t" "o" "o" "l"' not in lark.split("start:")[1]
+    texts = [text for text, _ in CASES[name][2]]
+    assert lark_verdicts(lark, texts, special) == [verdict for _, verdict in CASES[name][2]]
+    with pytest.raises(GrammarError, match="cannot name"):
+        grammar.to_lark(["[TOOL_CALLS]"])
+
+
 def test_one_lexeme_per_character_keeps_llguidance_from_splitting_text_greedily() -> None:
     """llama.cpp's engine gives the same verdicts on this GBNF (the oracle's ``accept``)."""
     # as whole lexemes, "ab" would take "abc"'s first two characters and "d" would never come

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,12 +52,14 @@ class Grammar:
 
         return output_gbnf(self)
 
-    def to_lark(self) -> str:
+    def to_lark(self, special_tokens: Iterable[str] = ()) -> str:
         """The same language in llguidance's Lark, over the whole output: a lazy grammar as any
-        text without a trigger, then optionally a trigger and what the grammar takes after it."""
+        text without a trigger, then optionally a trigger and what the grammar takes after it.
+        ``special_tokens``: those of ``preserved_tokens`` (or others) the engine's tokenizer
+        keeps special, written ``<token>`` (llguidance matches them by name, not as text)."""
         from .export import to_lark
 
-        return to_lark(self)
+        return to_lark(self, tuple(special_tokens))
 
     def to_structural_tag(self) -> dict[str, Any]:
         """xgrammar's structural tag (vLLM's and SGLang's ``structural_tag``): ``triggered_tags``

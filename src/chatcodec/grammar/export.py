@@ -12,6 +12,7 @@ grammar after it" (word triggers; a regex trigger cannot be carried and raises G
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Protocol
@@ -136,16 +137,32 @@ def _lark_char(c: int) -> str:
     return f"\\x{{{c:X}}}"
 
 
-def _lark_node(node: Node, names: dict[str, str]) -> str:
+_SPECIAL = re.compile(r"<[^<>\s]+>")  # a token llguidance's Lark can name: <name>
+
+
+def _lark_literal(text: str, special: tuple[str, ...]) -> str:
+    """A literal, one lexeme per character, but for the special tokens in it: ``<token>``."""
+    if not text:
+        return '""'
+    parts = []
+    i = 0
+    while i < len(text):
+        token = max((t for t in special if text.startswith(t, i)), key=len, default="")
+        if token:
+            parts.append(token)
+            i += len(token)
+            continue
+        ch = text[i]
+        parts.append(json.dumps(ch) if 0x20 <= ord(ch) < 0x7F else f"/{_lark_char(ord(ch))}/")
+        i += 1
+    return " ".join(parts)
+
+
+def _lark_node(node: Node, names: dict[str, str], special: tuple[str, ...] = ()) -> str:
     """One expression in Lark; every character its own lexeme, so that llguidance's lexer,
     which takes the longest lexeme it can, never splits the text otherwise than GBNF may."""
     if isinstance(node, Lit):
-        if not node.text:
-            return '""'
-        return " ".join(
-            json.dumps(ch) if 0x20 <= ord(ch) < 0x7F else f"/{_lark_char(ord(ch))}/"
-            for ch in node.text
-        )
+        return _lark_literal(node.text, special)
     if isinstance(node, Chars):
         body = "".join(
             _lark_char(lo) if lo == hi else f"{_lark_char(lo)}-{_lark_char(hi)}"
@@ -159,13 +176,13 @@ def _lark_node(node: Node, names: dict[str, str]) -> str:
     if isinstance(node, Seq):
         if not node.items:
             return '""'
-        return " ".join(_lark_group(i, names, Alt) for i in node.items)
+        return " ".join(_lark_group(i, names, Alt, special) for i in node.items)
     if isinstance(node, Alt):
         if not node.items:
             raise GrammarError("GBNF: an expression matches nothing")
-        return " | ".join(_lark_node(i, names) for i in node.items)
+        return " | ".join(_lark_node(i, names, special) for i in node.items)
     assert isinstance(node, Repeat)
-    inner = _lark_group(node.item, names, (Seq, Alt))
+    inner = _lark_group(node.item, names, (Seq, Alt), special)
     lo, hi = node.min, node.max
     if (lo, hi) == (0, 1):
         return inner + "?"
@@ -178,14 +195,21 @@ def _lark_node(node: Node, names: dict[str, str]) -> str:
     return f"{inner}{{{lo}}}" if lo == hi else f"{inner}{{{lo},{hi}}}"
 
 
-def _lark_group(node: Node, names: dict[str, str], kinds: type | tuple[type, ...]) -> str:
-    text = _lark_node(node, names)
+def _lark_group(
+    node: Node, names: dict[str, str], kinds: type | tuple[type, ...], special: tuple[str, ...]
+) -> str:
+    text = _lark_node(node, names, special)
     multi = isinstance(node, Lit) and len(node.text) > 1
     return f"({text})" if isinstance(node, kinds) and node != EMPTY or multi else text
 
 
-def _lark_rules(rules: Rules, root: str, names: dict[str, str]) -> list[str]:
-    return [f"{names[name]}: {_lark_node(rules[name], names)}" for name in reachable(rules, root)]
+def _lark_rules(
+    rules: Rules, root: str, names: dict[str, str], special: tuple[str, ...]
+) -> list[str]:
+    return [
+        f"{names[name]}: {_lark_node(rules[name], names, special)}"
+        for name in reachable(rules, root)
+    ]
 
 
 def _prefixed(rules: Rules, prefix: str) -> tuple[Rules, str]:
@@ -193,17 +217,26 @@ def _prefixed(rules: Rules, prefix: str) -> tuple[Rules, str]:
     return rename_all(rules, prefix), prefix + "root"
 
 
-@lru_cache(maxsize=128)
-def to_lark(grammar: Grammar) -> str:
+def to_lark(grammar: Grammar, special_tokens: Sequence[str] = ()) -> str:
     """The grammar in llguidance's Lark: a whole grammar from the model's first character on;
     a lazy one as any text without a trigger word, then optionally a trigger word and what the
-    grammar accepts after it."""
+    grammar accepts after it. ``special_tokens``: the tokens the engine's tokenizer keeps as
+    special (llguidance matches those by name, ``<token>``, never as text); each must read
+    ``<name>`` (``GrammarError`` otherwise)."""
+    for token in special_tokens:
+        if not _SPECIAL.fullmatch(token):
+            raise GrammarError(f"llguidance's Lark cannot name the special token {token!r}")
+    return _to_lark(grammar, tuple(sorted(set(special_tokens))))
+
+
+@lru_cache(maxsize=128)
+def _to_lark(grammar: Grammar, special: tuple[str, ...]) -> str:
     lines = ["%llguidance {}", ""]
     if not grammar.lazy:
         rules = _whole(grammar)
         names = {name: _lark_name(name) for name in rules}
         lines.append(f"start: {names['root']}")
-        lines += _lark_rules(rules, "root", names)
+        lines += _lark_rules(rules, "root", names, special)
         return "\n".join(lines) + "\n"
     from .rules import Rules as Builder
     from .rules import until
@@ -217,11 +250,11 @@ def to_lark(grammar: Grammar) -> str:
         merged.update(renamed)
         branches.append((word, root))
     names = {name: _lark_name(name) for name in merged}
-    calls = " | ".join(f"{_lark_node(Lit(w), names)} {names[r]}" for w, r in branches)
+    calls = " | ".join(f"{_lark_literal(w, special)} {names[r]}" for w, r in branches)
     lines.append(f"start: {names[free_root]}" + (f" ({calls})?" if branches else ""))
     written = set()
     for root in [free_root, *(r for _, r in branches)]:
-        for line in _lark_rules(merged, root, names):
+        for line in _lark_rules(merged, root, names, special):
             if line not in written:
                 written.add(line)
                 lines.append(line)
@@ -235,7 +268,7 @@ def clear_cache() -> None:
     """Forget the exports made so far (each is made once per grammar), and the GBNF read."""
     clear_gbnf_cache()
     output_gbnf.cache_clear()
-    to_lark.cache_clear()
+    _to_lark.cache_clear()
     _structural_tag_json.cache_clear()
 
 
