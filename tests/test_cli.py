@@ -765,6 +765,16 @@ def test_grammar_reads_tools_from_stdin_and_takes_the_request_options(tmp_path: 
     assert json_reply.returncode == 0, json_reply.stderr
     turn = codec.prepare(hi, response_format=json.loads(response_format.read_text()))
     assert turn.grammar is not None and json_reply.stdout == turn.grammar.to_lark()
+    special = chatcodec(
+        "grammar", str(template), "--tools", "-", "--format", "lark",
+        "--special-token", "<tool_call>", "--special-token", "</tool_call>",
+        stdin=json.dumps(WEATHER),
+    )  # fmt: skip
+    assert special.returncode == 0, special.stderr
+    turn = codec.prepare(hi, WEATHER)
+    assert turn.grammar is not None
+    assert special.stdout == turn.grammar.to_lark(["<tool_call>", "</tool_call>"])
+    assert "<tool_call>" in special.stdout
 
 
 def test_grammar_without_one_is_one_line_and_status_1(tmp_path: Path) -> None:

@@ -304,7 +304,7 @@ def _cmd_grammar(args: argparse.Namespace) -> int:
     if args.format == "gbnf":
         sys.stdout.write(grammar.gbnf)
     elif args.format == "lark":
-        sys.stdout.write(grammar.to_lark())
+        sys.stdout.write(grammar.to_lark(args.special_token))
     elif args.format == "structural-tag":
         _print_json(grammar.to_structural_tag(), indent=2)
     elif args.format == "llama-server":
@@ -811,6 +811,14 @@ def _add_grammar(
         help='a JSON file with the OpenAI response_format ({"type": "json_schema", ...})',
     )
     grammar.add_argument("--format", choices=_GRAMMAR_FORMATS, default="gbnf")
+    grammar.add_argument(
+        "--special-token",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="with --format lark: a token the engine's tokenizer keeps special (written "
+        "<token>, as llguidance names it); repeat for each",
+    )
     grammar.set_defaults(func=_cmd_grammar)
 
 
