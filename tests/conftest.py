@@ -28,3 +28,15 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def template_source(name: str) -> str:
     return shared_path("chat_templates", name).read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """llama.cpp over a tiny random-weight GGUF written for the session (tests/_llama.py);
+    skips without llama-cpp-python (the ``dev`` extra)."""
+    pytest.importorskip("llama_cpp")
+    from ._llama import Engine, write_model
+
+    engine = Engine(write_model(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
+    yield engine
+    engine.close()

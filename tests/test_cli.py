@@ -150,7 +150,10 @@ def test_render_and_parse_share_their_option_spellings() -> None:
     assert {"--tools", "--var", "--now", "--no-thinking", "--continue-final-message"} <= (
         render & parse
     )
-    for command in ("render", "parse", "inspect"):
+    grammar = options("grammar")
+    assert shared | {"--tools", "--var", "--now", "--no-thinking", "--tool-choice"} <= grammar
+    assert {"--response-format", "--reasoning-format", "--messages"} <= grammar & parse
+    for command in ("render", "parse", "grammar", "inspect"):
         assert "CHECKPOINT" in chatcodec(command, "--help").stdout
 
 
@@ -682,3 +685,145 @@ def test_an_internal_error_is_one_line_and_does_not_stop_a_batch(
         f"chatcodec render: {CHECKPOINT}: internal error (a bug in chatcodec: please report it): "
         "KeyError: 'missing'\n"
     )
+
+
+# a template llama.cpp reads as Qwen3-Coder (the markers in its leading comment)
+QWEN3_CODER = (
+    "{#- <tool_call> <function= <parameter= -#}"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
+def _grammar_files(tmp_path: Path) -> tuple[Path, Path]:
+    template = tmp_path / "qwen3-coder.jinja"
+    template.write_text(QWEN3_CODER, encoding="utf-8")
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(WEATHER), encoding="utf-8")
+    return template, tools
+
+
+@pytest.mark.parametrize(
+    ("fmt", "export"),
+    [
+        ("gbnf", lambda g: g.gbnf),
+        ("lark", lambda g: g.to_lark()),
+        ("structural-tag", lambda g: g.to_structural_tag()),
+        ("llama-server", lambda g: g.llama_server_fields()),
+        ("vllm", lambda g: g.vllm_fields()),
+        ("sglang", lambda g: g.sglang_fields()),
+    ],
+)
+def test_grammar_prints_the_request_grammar_in_each_format(
+    tmp_path: Path, fmt: str, export: Any
+) -> None:
+    template, tools = _grammar_files(tmp_path)
+    codec = Codec(QWEN3_CODER)
+    for choice in ("auto", "required"):
+        result = chatcodec(
+            "grammar", str(template), "--tools", str(tools), "--tool-choice", choice,
+            "--format", fmt,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+        grammar = codec.prepare([{"role": "user", "content": ""}], WEATHER, tool_choice=choice)
+        assert grammar.grammar is not None
+        expected = export(grammar.grammar)
+        got = result.stdout if isinstance(expected, str) else json.loads(result.stdout)
+        assert got == expected
+
+
+def test_grammar_reads_tools_from_stdin_and_takes_the_request_options(tmp_path: Path) -> None:
+    template, _ = _grammar_files(tmp_path)
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    response_format = tmp_path / "rf.json"
+    response_format.write_text(
+        json.dumps({"type": "json_schema", "json_schema": {"schema": schema}}), encoding="utf-8"
+    )
+    codec = Codec(QWEN3_CODER)
+    hi = [{"role": "user", "content": ""}]
+    parallel = chatcodec(
+        "grammar", str(template), "--tools", "-", "--tool-choice", "get_weather",
+        "--parallel-tool-calls", stdin=json.dumps(WEATHER),
+    )  # fmt: skip
+    assert parallel.returncode == 0, parallel.stderr
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    turn = codec.prepare(hi, WEATHER, tool_choice=named, parallel_tool_calls=True)
+    assert turn.grammar is not None and parallel.stdout == turn.grammar.gbnf
+    json_reply = chatcodec(
+        "grammar", str(template), "--response-format", str(response_format), "--format", "lark"
+    )
+    assert json_reply.returncode == 0, json_reply.stderr
+    turn = codec.prepare(hi, response_format=json.loads(response_format.read_text()))
+    assert turn.grammar is not None and json_reply.stdout == turn.grammar.to_lark()
+    special = chatcodec(
+        "grammar", str(template), "--tools", "-", "--format", "lark",
+        "--special-token", "<tool_call>", "--special-token", "</tool_call>",
+        stdin=json.dumps(WEATHER),
+    )  # fmt: skip
+    assert special.returncode == 0, special.stderr
+    turn = codec.prepare(hi, WEATHER)
+    assert turn.grammar is not None
+    assert special.stdout == turn.grammar.to_lark(["<tool_call>", "</tool_call>"])
+    assert "<tool_call>" in special.stdout
+
+
+def test_grammar_without_one_is_one_line_and_status_1(tmp_path: Path) -> None:
+    template, _ = _grammar_files(tmp_path)
+    result = chatcodec("grammar", str(template))  # no tools, no response format
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"chatcodec grammar: {template}: llama.cpp sets no grammar for this request\n"
+    )
+    bad = chatcodec("grammar", str(template), "--format", "yaml")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def test_inspect_reports_the_constraint_of_tools_and_a_response_format(tmp_path: Path) -> None:
+    template, _ = _grammar_files(tmp_path)
+    result = chatcodec("inspect", str(template), "--json")
+    assert result.returncode == 0, result.stderr
+    constraints = json.loads(result.stdout)["constraints"]
+    preserved = ["<tool_call>", "</tool_call>"]
+    assert constraints == {
+        "tools auto": {
+            "grammar": True,
+            "lazy": True,
+            "triggers": [
+                {"type": "word", "value": "<tool_call>"},
+                {"type": "word", "value": "<function=get_weather>"},
+            ],
+            "preserved_tokens": preserved,
+            "additional_stops": [],
+        },
+        "tools required": {
+            "grammar": True,
+            "lazy": False,
+            "triggers": [],
+            "preserved_tokens": preserved,
+            "additional_stops": [],
+        },
+        "response_format": {
+            "grammar": True,
+            "lazy": False,
+            "triggers": [],
+            "preserved_tokens": preserved,
+            "additional_stops": [],
+        },
+    }
+    text = chatcodec("inspect", str(template))
+    assert text.returncode == 0, text.stderr
+    assert (
+        "  tools auto:       lazy grammar, triggers: word '<tool_call>', word "
+        "'<function=get_weather>'; preserved tokens: <tool_call>, </tool_call>\n"
+    ) in text.stdout
+    assert "  tools required:   grammar; preserved tokens:" in text.stdout

@@ -1,4 +1,4 @@
-"""The ``chatcodec`` command: render | parse | inspect | batch.
+"""The ``chatcodec`` command: render | parse | grammar | inspect | batch.
 
 Every subcommand is a thin driver around the library: it reads files or stdin, calls the
 public API, and writes the result to stdout. The subcommands share their spellings, built
@@ -118,6 +118,7 @@ _OWN_KEYWORDS = {
         | {"continue_final_message", "response_format", "now", "tool_call_id"}
     ),
 }
+_OWN_KEYWORDS["grammar"] = _OWN_KEYWORDS["parse"]
 
 
 def _variables(args: argparse.Namespace) -> dict[str, Any]:
@@ -267,6 +268,54 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- grammar -------------------------------------------------------------------------------
+
+_GRAMMAR_FORMATS = ("gbnf", "lark", "structural-tag", "llama-server", "vllm", "sglang")
+
+
+def _cmd_grammar(args: argparse.Namespace) -> int:
+    request = _read_request(args.messages) if args.messages else {}
+    messages = request.get("messages") or [{"role": "user", "content": ""}]
+    tools = _read_json(args.tools, "tools") if args.tools else request.get("tools")
+    response_format = (
+        _read_json(args.response_format, "response_format") if args.response_format else None
+    )
+    context = _variables(args)
+    now = _parse_now(args.now)
+    codec = _load(args)
+    turn = codec.prepare(
+        messages,
+        tools=tools,
+        tool_choice=_tool_choice(args.tool_choice),
+        parallel_tool_calls=args.parallel,
+        enable_thinking=context.pop("enable_thinking", True),
+        reasoning_format=args.reasoning_format,
+        response_format=response_format,
+        now=now,
+        **context,
+    )
+    grammar = turn.grammar
+    if grammar is None:
+        print(
+            f"chatcodec grammar: {args.checkpoint}: llama.cpp sets no grammar for this request",
+            file=sys.stderr,
+        )
+        return 1
+    if args.format == "gbnf":
+        sys.stdout.write(grammar.gbnf)
+    elif args.format == "lark":
+        sys.stdout.write(grammar.to_lark(args.special_token))
+    elif args.format == "structural-tag":
+        _print_json(grammar.to_structural_tag(), indent=2)
+    elif args.format == "llama-server":
+        _print_json(grammar.llama_server_fields(), indent=2)
+    elif args.format == "vllm":
+        _print_json(grammar.vllm_fields(), indent=2)
+    else:
+        _print_json(grammar.sglang_fields(), indent=2)
+    return 0
+
+
 # --- inspect -------------------------------------------------------------------------------
 
 
@@ -291,7 +340,36 @@ def _inspect_report(codec: Codec) -> dict[str, Any]:
         report["reply"] = _reply_format(codec)
     except ChatCodecError as exc:
         report["reply"] = {"error": str(exc)}
+    report["constraints"] = _constraints(codec)
     return report
+
+
+_PROBE_RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}
+
+
+def _constraints(codec: Codec) -> dict[str, Any]:
+    """What llama.cpp sets up to constrain a reply (grammar or not, lazy, triggers, preserved
+    tokens, extra stops) for one tool under ``auto`` and ``required``, and a response format."""
+    out: dict[str, Any] = {}
+    for name, options in (
+        ("tools auto", {"tools": [_PROBE_TOOL]}),
+        ("tools required", {"tools": [_PROBE_TOOL], "tool_choice": "required"}),
+        ("response_format", {"response_format": _PROBE_RESPONSE_FORMAT}),
+    ):
+        try:
+            turn = codec.prepare([{"role": "user", "content": "Hello"}], **options)
+        except ChatCodecError as exc:
+            out[name] = {"error": str(exc)}
+            continue
+        c = turn.format.constraint
+        out[name] = {
+            "grammar": c.grammar,
+            "lazy": c.lazy,
+            "triggers": [{"type": t.type, "value": t.value} for t in c.triggers],
+            "preserved_tokens": list(c.preserved_tokens),
+            "additional_stops": list(c.additional_stops),
+        }
+    return out
 
 
 def _plain(value: Any) -> Any:
@@ -398,7 +476,27 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     out.write("reply format:\n")
     text = json.dumps(report["reply"], ensure_ascii=False, indent=2)
     out.write("".join(f"  {line}\n" for line in text.splitlines()))
+    out.write("constraints:\n")
+    for name, c in report["constraints"].items():
+        out.write(f"  {name + ':':<17} {_constraint_line(c)}\n")
     return 0
+
+
+def _constraint_line(c: dict[str, Any]) -> str:
+    if "error" in c:
+        return f"error: {c['error']}"
+    if not c["grammar"]:
+        line = "no grammar"
+    else:
+        line = "lazy grammar" if c["lazy"] else "grammar"
+        if c["triggers"]:
+            shown = ", ".join(f"{t['type']} {t['value']!r}" for t in c["triggers"])
+            line += f", triggers: {shown}"
+    if c["preserved_tokens"]:
+        line += f"; preserved tokens: {', '.join(c['preserved_tokens'])}"
+    if c["additional_stops"]:
+        line += f"; extra stops: {', '.join(map(repr, c['additional_stops']))}"
+    return line
 
 
 # --- batch ---------------------------------------------------------------------------------
@@ -670,6 +768,60 @@ def _add_parse(
     parse.set_defaults(func=_cmd_parse)
 
 
+def _add_grammar(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    checkpoint: argparse.ArgumentParser,
+    request: argparse.ArgumentParser,
+) -> None:
+    grammar = commands.add_parser(
+        "grammar",
+        parents=[checkpoint, request],
+        help="print the grammar that forces a valid reply, for llama.cpp or another engine",
+        description="Print the grammar llama.cpp would sample a reply to this request under "
+        "(GBNF), or the same constraint for another engine: llguidance's Lark, xgrammar's "
+        "structural tag, or the request fields of llama.cpp's server, vLLM or SGLang. Exit "
+        "status 1 when llama.cpp sets no grammar for the request.",
+    )
+    grammar.add_argument(
+        "--messages",
+        metavar="FILE",
+        help="the conversation: a JSON list of messages or a request body (default: one user "
+        "message; - for stdin)",
+    )
+    grammar.add_argument(
+        "--tool-choice",
+        default="auto",
+        metavar="auto|required|none|NAME",
+        help="llama.cpp's tool_choice, or the name of the one tool the reply must call",
+    )
+    grammar.add_argument(
+        "--parallel-tool-calls", "--parallel", dest="parallel", action="store_true", default=None
+    )
+    grammar.add_argument(
+        "--no-parallel-tool-calls", "--no-parallel", dest="parallel", action="store_false"
+    )
+    grammar.add_argument(
+        "--reasoning-format",
+        default="deepseek",
+        choices=("deepseek", "auto", "none", "deepseek-legacy"),
+    )
+    grammar.add_argument(
+        "--response-format",
+        metavar="FILE",
+        help='a JSON file with the OpenAI response_format ({"type": "json_schema", ...})',
+    )
+    grammar.add_argument("--format", choices=_GRAMMAR_FORMATS, default="gbnf")
+    grammar.add_argument(
+        "--special-token",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="with --format lark: a token the engine's tokenizer keeps special (written "
+        "<token>, as llguidance names it); repeat for each",
+    )
+    grammar.set_defaults(func=_cmd_grammar)
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -684,6 +836,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_render(commands, checkpoint, request)
     _add_parse(commands, checkpoint, request)
+    _add_grammar(commands, checkpoint, request)
     inspect_ = commands.add_parser(
         "inspect",
         parents=[checkpoint],

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["Trigger", "Grammar"]
 
@@ -28,7 +29,13 @@ class Grammar:
     tokens the sampler is fed first, or, when ``lazy``, at a trigger). ``lazy``: the sampler is
     free until one of ``triggers`` appears in the output, then constrained from there on.
     ``preserved_tokens``: the special tokens the grammar spells out (the tokenizer must keep
-    them whole). ``additional_stops``: extra stop strings.
+    them whole). ``additional_stops``: extra stop strings. ``generation_prompt``: the text a
+    whole grammar's root starts with (what llama.cpp feeds the sampler before the reply).
+
+    The exports give the same language to engines that constrain the output from its first
+    character (docs/grammar.md): ``to_lark`` (llguidance), ``to_structural_tag`` (xgrammar),
+    and the request fields of llama.cpp's server, vLLM and SGLang. A grammar woken by a regex
+    trigger cannot be exported (``GrammarError``).
     """
 
     gbnf: str
@@ -36,3 +43,46 @@ class Grammar:
     triggers: tuple[Trigger, ...] = ()
     preserved_tokens: tuple[str, ...] = ()
     additional_stops: tuple[str, ...] = ()
+    generation_prompt: str = ""
+
+    def output_gbnf(self) -> str:
+        """A whole grammar's GBNF from the model's first character on (without the generation
+        prompt); ``GrammarError`` for a lazy one."""
+        from .export import output_gbnf
+
+        return output_gbnf(self)
+
+    def to_lark(self, special_tokens: Iterable[str] = ()) -> str:
+        """The same language in llguidance's Lark, over the whole output: a lazy grammar as any
+        text without a trigger, then optionally a trigger and what the grammar takes after it.
+        ``special_tokens``: those of ``preserved_tokens`` (or others) the engine's tokenizer
+        keeps special, written ``<token>`` (llguidance matches them by name, not as text)."""
+        from .export import to_lark
+
+        return to_lark(self, tuple(special_tokens))
+
+    def to_structural_tag(self) -> dict[str, Any]:
+        """xgrammar's structural tag (vLLM's and SGLang's ``structural_tag``): ``triggered_tags``
+        woken by the trigger words for a lazy grammar, one ``grammar`` format for a whole one."""
+        from .export import to_structural_tag
+
+        return to_structural_tag(self)
+
+    def llama_server_fields(self) -> dict[str, Any]:
+        """The fields of a llama.cpp server ``/completion`` request: ``grammar``,
+        ``grammar_lazy``, ``grammar_triggers``, ``preserved_tokens`` (and ``stop``)."""
+        from .export import llama_server_fields
+
+        return llama_server_fields(self)
+
+    def vllm_fields(self) -> dict[str, Any]:
+        """vLLM's ``structured_outputs`` (``grammar`` or ``structural_tag``) (and ``stop``)."""
+        from .export import vllm_fields
+
+        return vllm_fields(self)
+
+    def sglang_fields(self) -> dict[str, Any]:
+        """SGLang's sampling parameters: ``ebnf`` or ``structural_tag`` (and ``stop``)."""
+        from .export import sglang_fields
+
+        return sglang_fields(self)

@@ -7,9 +7,10 @@ adding a family is adding its module and one line here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
-from functools import partial
+import json
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache, partial
 from typing import Any, Protocol
 
 from . import auto
@@ -34,7 +35,20 @@ from .families import (
 )
 from .request import ReplyRequest
 
-__all__ = ["Family", "FAMILIES", "family_for", "handler_for", "describe", "template_context"]
+__all__ = [
+    "Family",
+    "FAMILIES",
+    "GRAMMAR_CACHE_SIZE",
+    "family_for",
+    "handler_for",
+    "describe",
+    "grammar_text",
+    "clear_grammar_cache",
+    "template_context",
+]
+
+# how many grammar texts are kept (per process): one per template, tool set and options
+GRAMMAR_CACHE_SIZE = 256
 
 
 class Family(Protocol):
@@ -85,9 +99,62 @@ def describe(request: ReplyRequest) -> ReplyFormat:
     sets a grammar, its constraint builds the GBNF text on demand."""
     family = family_for(request.source)
     fmt = family.describe(request)
-    if not fmt.constraint.grammar or not hasattr(family, "grammar"):
+    if not fmt.constraint.grammar:
         return fmt
-    return replace(fmt, constraint=replace(fmt.constraint, gbnf=partial(family.grammar, request)))
+    return replace(
+        fmt, constraint=replace(fmt.constraint, gbnf=partial(grammar_text, family, request))
+    )
+
+
+def grammar_text(family: Family, request: ReplyRequest) -> str:
+    """``family.grammar(request)``, kept in a bounded LRU cache keyed by every field of the
+    request as written: the tools' and schemas' JSON text in their own key order (a schema's
+    property order shapes the grammar). A request whose fields are not JSON is not cached."""
+    key = _grammar_key(family, request)
+    if key is None:
+        return family.grammar(request)
+    return _cached_grammar(_Keyed(key, family, request))
+
+
+def clear_grammar_cache() -> None:
+    """Forget every cached grammar text (the next request derives its grammar again)."""
+    _cached_grammar.cache_clear()
+
+
+def _grammar_key(family: Family, request: ReplyRequest) -> tuple[Hashable, ...] | None:
+    key: list[Hashable] = [family.NAME]
+    for f in fields(request):
+        value: Any = getattr(request, f.name)
+        if isinstance(value, (Mapping, list, tuple)):
+            try:
+                value = json.dumps(value, ensure_ascii=False)
+            except (TypeError, ValueError):
+                return None
+        elif not isinstance(value, (str, bool, type(None))):
+            return None
+        # the type too: True and 1 are equal keys, not equal requests
+        key += [type(value).__name__, value]
+    return tuple(key)
+
+
+@dataclass(frozen=True, eq=False)
+class _Keyed:
+    """A request as a cache key: equal when the keys are (the request rides along)."""
+
+    key: tuple[Hashable, ...]
+    family: Family
+    request: ReplyRequest
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyed) and self.key == other.key
+
+
+@lru_cache(maxsize=GRAMMAR_CACHE_SIZE)
+def _cached_grammar(keyed: _Keyed) -> str:
+    return keyed.family.grammar(keyed.request)
 
 
 def template_context(source: str, json_schema: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -35,8 +35,15 @@ class Turn:
         if not c.grammar:
             return None
         if c.gbnf is None:
-            raise NotImplementedError(f"no grammar is written for {self.handler!r} yet")
-        return Grammar(c.gbnf(), c.lazy, c.triggers, c.preserved_tokens, c.additional_stops)
+            raise ValueError(f"this {self.handler!r} reply format carries no grammar builder")
+        return Grammar(
+            c.gbnf(),
+            c.lazy,
+            c.triggers,
+            c.preserved_tokens,
+            c.additional_stops,
+            generation_prompt=self.generation_prompt,
+        )
 
     def stream(self) -> ReplyStream:
         """A reader of this turn's reply: ``feed`` each chunk, then ``finish()`` once."""

@@ -51,7 +51,7 @@ from ..request import ReplyRequest
 from ..response_format import json_content
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Cohere2 MoE"
 REQUIRED = ("<|START_TEXT|>", "<|START_ACTION|>")

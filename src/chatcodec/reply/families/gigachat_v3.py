@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
@@ -27,11 +28,12 @@ from ..description import (
     ReplyFormat,
     Whitespace,
 )
+from ..grammar import parameters_node
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "GigaChatV3"
 REQUIRED = ("<|role_sep|>", "<|message_sep|>")
@@ -119,3 +121,26 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the prefix, the content, then at most one
+    ``{"name": ..., "arguments": ...}`` call after its marker (arguments as the tool's schema
+    says). A response format adds nothing: llama.cpp sets a grammar for calls only."""
+    r = g.Rules()
+    lazy = tools_offered(request) and request.tool_choice == "auto"
+    if not calls_offered(request):
+        return r.gbnf(PREFIX + g.tag(g.until()), lazy=lazy)
+    tools = g.choice()
+    for fn in tool_functions(request.tools):
+        name = str(fn["name"])
+        name_member = r.json_member("name", '"' + g.tag(g.lit(name)) + '"')
+        args = g.tag(g.schema(r.json(), f"tool-{name}-schema", parameters_node(fn)))
+        opener = g.tag("{" << name_member)
+        tools = tools | r.rule(
+            f"tool-{name}", opener << "," << r.json_member("arguments", args) << "}"
+        )
+    least = 1 if request.tool_choice == "required" else 0
+    call = r.rule("tool-call", CALL_START + tools)
+    calls = r.trigger_rule("tool-call-root", g.repeat(call, least, 1))
+    return r.gbnf(PREFIX + (g.tag(g.until(SEPARATOR)) << calls), lazy=lazy)

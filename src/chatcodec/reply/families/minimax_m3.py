@@ -17,12 +17,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
+from ...grammar.document import AnyOfNode, ArrayNode, ObjectNode, SchemaNode
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
 from ..constraint import (
     Constraint,
     calls_or_json,
+    has_response_format,
     words,
 )
 from ..description import (
@@ -37,6 +40,8 @@ from ..description import (
     Thought,
     steps,
 )
+from ..grammar import parameters_node
+from ..grammar import prefix as prompt_prefix
 from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
@@ -45,7 +50,15 @@ from ..response_format import fenced_json
 from ..schema import function_parameters, has_properties, may_be_string
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "MiniMaxM3Mapper"]
+__all__ = [
+    "NAME",
+    "PRESERVED_TOKENS",
+    "matches",
+    "describe",
+    "constraint_for",
+    "MiniMaxM3Mapper",
+    "grammar",
+]
 
 NAME = "MiniMax-M3"
 REQUIRED = ("]<]minimax[>[", "<tool_call>", "<invoke name=")
@@ -295,3 +308,94 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+# ------------------------------------------------------------------ llama.cpp's grammar
+
+
+def _grammar_value(r: g.Rules, node: SchemaNode, rule_name: str, close: str) -> g.Expr:
+    """An element's value up to its close tag: any text when it may be a string, the
+    alternatives of a union, member elements, ``<item>`` elements, else the schema's JSON."""
+    close_tag = g.tag(g.lit(close))
+    if g.may_be_string(node):
+        return g.up_to(close)
+    if isinstance(node, AnyOfNode):
+        return g.choice(
+            *(
+                _grammar_value(r, alt, f"{rule_name}-{i}", close)
+                for i, alt in enumerate(node.children)
+            )
+        )
+    if isinstance(node, ObjectNode) and node.properties:
+        return g.tag(_grammar_members(r, node, rule_name)) + g.space() + close_tag
+    if isinstance(node, ArrayNode):
+        item_name = f"{rule_name}-item"
+        item_value = _grammar_value(r, node.items, item_name, NS + "</item>")
+        item = r.rule(item_name, g.tag(NS + "<item>" + item_value))
+        return g.tag(g.zero_or_more(g.space() + item)) + g.space() + close_tag
+    return g.tag(g.schema(r.json(), f"{rule_name}-schema", node)) + close_tag
+
+
+def _grammar_members(r: g.Rules, node: ObjectNode, rule_prefix: str) -> g.Expr:
+    """The required member elements in schema order, then any optional ones in any order."""
+    required: list[g.Expr] = []
+    optional: list[g.Expr] = []
+    for prop in node.properties:
+        rule_name = f"{rule_prefix}-{prop.name}"
+        opener = g.tag(NS + "<" + g.tag(g.lit(prop.name)) + ">")
+        value = _grammar_value(r, prop.schema, rule_name, f"{NS}</{prop.name}>")
+        element = r.rule(rule_name, g.tag(opener + value))
+        (required if prop.required else optional).append(element)
+    members = g.nothing()
+    for i, element in enumerate(required):
+        if i:
+            members = members + g.space()
+        members = members + element
+    if optional:
+        members = members + g.zero_or_more(g.space() + g.choice(*optional))
+    return members
+
+
+def _grammar_invoke(r: g.Rules, function: Mapping[str, Any]) -> g.Expr:
+    name = str(function["name"])
+    root = parameters_node(function)
+    body = (
+        _grammar_members(r, root, f"tool-{name}-arg")
+        if isinstance(root, ObjectNode)
+        else g.nothing()
+    )
+    opener = g.tag(NS + '<invoke name="' + g.tag(g.lit(name)) + '">')
+    call = g.tag(opener + g.space() + body + g.space() + g.tag(g.lit(INVOKE_END)))
+    return r.rule(f"tool-{name}", call)
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the thought (or a bare ``</mm:think>``),
+    then the fenced response-format JSON, or the content and the ``<tool_call>`` block whose
+    values are elements as their schema says. Eager for a response format or required calls."""
+    r = g.Rules()
+    start = prompt_prefix(request.generation_prompt, THINK_START)
+    reasoning = g.nothing()
+    if request.reasoning_format != "none":
+        body = g.up_to(THINK_END)
+        block = THINK_START + (g.space() + body if request.enable_thinking else body)
+        reasoning = g.optional(g.choice(block, THINK_END))
+    functions = tool_functions(request.tools)
+    required = bool(functions) and request.tool_choice == "required"
+    lazy = not (has_response_format(request) or required)
+    if has_response_format(request):
+        value = g.tag(g.schema(r.json(), "response-format-schema", request.json_schema))
+        fenced = r.rule("response-format", "```json" + g.space() + value + g.space() + "```")
+        return r.gbnf(start + reasoning + fenced + g.nothing(), lazy=lazy)
+    if not functions or request.tool_choice == "none":
+        return r.gbnf(start + reasoning + g.tag(g.until()) + g.nothing(), lazy=lazy)
+    invoke = g.choice()
+    for function in functions:
+        invoke = invoke | _grammar_invoke(r, function)
+    more = g.zero_or_more(g.space() + invoke) if request.parallel_tool_calls else g.nothing()
+    block = FC_START + g.space() + invoke + more + g.space() + FC_END
+    calls = r.trigger_rule("tool-call", block)
+    if not required:
+        calls = g.optional(calls)
+    content = g.tag(g.until(FC_START))
+    return r.gbnf(start + reasoning + content + calls + g.nothing(), lazy=lazy)

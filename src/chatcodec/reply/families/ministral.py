@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import tool_functions, tool_name, tool_names
@@ -37,12 +38,13 @@ from ..description import (
     Whitespace,
     steps,
 )
+from ..grammar import parameters_node
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import fenced_json
 from . import has_markers
 
-__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for"]
+__all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
 NAME = "Ministral/Magistral Large 3"
 REQUIRED = ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")
@@ -132,3 +134,29 @@ def constraint_for(request: ReplyRequest) -> Constraint:
 
 def describe(request: ReplyRequest) -> ReplyFormat:
     return replace(_reply(request), constraint=constraint_for(request))
+
+
+def grammar(request: ReplyRequest) -> str:
+    """llama.cpp's grammar for this request (GBNF): the thought, then the response format's
+    JSON fenced in ```json, or the content and the ``[TOOL_CALLS]name[ARGS]{json}`` calls (each
+    call's arguments as its schema says)."""
+    r = g.Rules()
+    reasoning = g.nothing()
+    if request.reasoning_format != "none":
+        reasoning = g.optional("[THINK]" + g.tag(g.until("[/THINK]")) + "[/THINK]")
+    lazy = tools_offered(request) and request.tool_choice == "auto"
+    if has_response_format(request):
+        value = g.tag(g.schema(r.json(), "response-format", request.json_schema))
+        return r.gbnf(g.nothing() + (reasoning << "```json" << value << "```"), lazy=lazy)
+    if not calls_offered(request):
+        return r.gbnf(g.nothing() + (reasoning << g.tag(g.until())), lazy=lazy)
+    tools = g.choice()
+    for fn in tool_functions(request.tools):
+        name = str(fn["name"])
+        opener = g.tag(g.tag(g.lit(name)) + ARGS)
+        args = g.tag(g.schema(r.json(), f"tool-{name}-schema", parameters_node(fn)))
+        tools = tools | r.rule(f"tool-{name}", opener + args)
+    least = 1 if request.tool_choice == "required" else 0
+    most = -1 if request.parallel_tool_calls else 1
+    calls = r.trigger_rule("tool-call", g.repeat(CALLS + tools, least, most))
+    return r.gbnf(g.nothing() + (reasoning << g.tag(g.until(CALLS)) << calls), lazy=lazy)
