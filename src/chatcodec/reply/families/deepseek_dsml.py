@@ -32,6 +32,7 @@ from ..description import (
     Calls,
     CallSection,
     Content,
+    ContentValue,
     End,
     Expect,
     NotMarker,
@@ -45,7 +46,7 @@ from ..grammar import tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import may_be_string, parameters
-from . import has_markers
+from . import fenced_json, has_markers
 
 __all__ = ["NAME", "PRESERVED_TOKENS", "matches", "describe", "constraint_for", "grammar"]
 
@@ -122,7 +123,10 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
     fc_start = f"<{DSML}{block_name}>"
     fc_end = f"</{DSML}{block_name}>"
     functions = tool_functions(request.tools)
-    has_calls = bool(functions) and request.tool_choice != "none"
+    # a response format wins over tools
+    has_calls = (
+        bool(functions) and request.tool_choice != "none" and not has_response_format(request)
+    )
     reasoning: ReasoningBlock | None = None
     if request.reasoning_format != "none" and request.enable_thinking:
         call_stops = ("\n\n" + fc_start, fc_start) if has_calls else ()
@@ -141,6 +145,17 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
             closers=((THINK_END, True),),
             space_after_start=False,
             body="",
+        )
+    if has_response_format(request):
+        return ReplyFormat(
+            NAME,
+            steps(
+                Expect(PREFIX),
+                Thought(reasoning) if reasoning else None,
+                ContentValue(fenced_json()),
+                End(),
+            ),
+            continuation=CONTINUATION_V4 if is_v4 else CONTINUATION,
         )
     if not has_calls:
         return ReplyFormat(

@@ -26,17 +26,22 @@ from ..constraint import (
 )
 from ..description import (
     CallMessage,
+    ContentValue,
     Flow,
     FlowState,
+    Marker,
     Messages,
+    ReasoningBlock,
     ReplyFormat,
     TextMessage,
+    Thought,
+    steps,
 )
 from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
 from ..request import ReplyRequest
-from . import has_markers
+from . import fenced_json, has_markers
 
 __all__ = [
     "NAME",
@@ -306,7 +311,26 @@ def matches(source: str) -> bool:
     return has_markers(source, REQUIRED)
 
 
+def _response_format(request: ReplyRequest) -> ReplyFormat:
+    """A response format wins over tools: an optional thought, then the fenced JSON (what
+    follows it is left unread)."""
+    thought = ReasoningBlock(
+        start=CHANNEL + "thought",
+        stops=(CHANNEL_END,),
+        closers=((CHANNEL_END, True),),
+        body="reasoning" if request.reasoning_format != "none" else "inline",
+    )
+    return ReplyFormat(
+        NAME,
+        steps(Marker(TURN), Thought(thought), ContentValue(fenced_json())),
+        stop=("<turn|>",),
+        continuation=CONTINUATION,
+    )
+
+
 def _reply(request: ReplyRequest) -> ReplyFormat:
+    if has_response_format(request):
+        return _response_format(request)
     functions = tool_functions(request.tools)
     calls = bool(functions) and request.tool_choice != "none"
     # empty channel tokens before a thought are skipped

@@ -31,6 +31,7 @@ from ..description import (
     Calls,
     CallSection,
     Content,
+    ContentValue,
     End,
     Expect,
     ReasoningBlock,
@@ -45,7 +46,7 @@ from ..peg import Node
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import function_parameters, has_properties, may_be_string
-from . import has_markers
+from . import fenced_json, has_markers
 
 __all__ = [
     "NAME",
@@ -253,6 +254,17 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
             space_after_start=request.enable_thinking,
             body="reasoning" if request.enable_thinking else "",
             bare=THINK_END,
+        )
+    if has_response_format(request):  # wins over tools
+        return ReplyFormat(
+            NAME,
+            steps(
+                Expect(prefix),
+                Thought(reasoning) if reasoning else None,
+                ContentValue(fenced_json()),
+                End(),
+            ),
+            continuation=CONTINUATION,
         )
     functions = tool_functions(request.tools)
     if not functions or request.tool_choice == "none":
