@@ -255,7 +255,9 @@ class Steering:
 
     def distances(self) -> np.ndarray:
         """For each token (``<unk>``, ``<s>``, ``</s>``, then the 256 bytes), the fewest
-        characters the grammar needs after it (``FAR`` where it cannot take the token)."""
+        characters the reply still has with it, the token's own character counted (``FAR``
+        where the grammar cannot take the token): where the grammar may end or go on with
+        free text, ending is the nearer."""
         out = np.full(3 + 256, FAR)
         if not self.stacks:
             return out  # lost: no steering
@@ -267,7 +269,7 @@ class Steering:
             chars, cost = _top(self, stack), sum(map(self._rest, stack)) - 1
             best[chars] = min(cost, best.get(chars, FAR))
         for chars, cost in best.items():
-            out[3:] = np.minimum(out[3:], np.where(_byte_mask(chars, self.pending), cost, FAR))
+            out[3:] = np.minimum(out[3:], np.where(_byte_mask(chars, self.pending), cost + 1, FAR))
         return out
 
 

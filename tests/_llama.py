@@ -14,11 +14,13 @@ byte a token, so llama.cpp's grammar engine judges exactly the text, as its own
   at a stop string, which is cut off.
 
 The model is random, so a reply would wander for ever: each step adds to the model's logits a
-pull towards ending (``-weight * distance``, where the distance after a token is the fewest
-characters the grammar still needs, from ``_gbnf.Steering``, and the weight grows with the
+pull towards ending (``-weight * distance``, where the distance of a token is the fewest
+characters the reply still has with it, the token counted, from ``_gbnf.Steering``, so that
+ending wins where the grammar could also go on with free text; the weight grows with the
 reply's length; before a lazy grammar's trigger, the distance to the nearest trigger word and
-through the grammar after it; at a choice of a few tokens the model is left alone 30% of the time, so
-optional members get written too). Tokens that would make the text ill-formed UTF-8 are
+through the grammar after it; at a choice of a few tokens the model is left alone 30% of the
+time, so optional members and parallel calls get written too, until the reply reaches half its
+token budget). Tokens that would make the text ill-formed UTF-8 are
 masked (llama.cpp's grammar decodes bytes leniently; a tokenizer's text is UTF-8). The pull is
 only a bias: llama.cpp's grammar sampler alone decides which tokens may come, so a reply is
 valid because of the grammar, never because of the pull.
@@ -273,7 +275,8 @@ class Engine:
                 scores = self.allowed(sampler, logits / TEMPERATURE)
                 scores[~steering.well_formed()] = -np.inf  # what a tokenizer could decode
                 choice = np.isfinite(scores).sum() <= CHOICE
-                if not choice or rng.random() >= UNSTEERED:
+                # past half the budget a reply is always steered (parallel calls end)
+                if not choice or step >= max_tokens // 2 or rng.random() >= UNSTEERED:
                     scores = scores - pull * step * steering.distances()
                 token = _draw(scores, rng)
                 if token == EOS:
