@@ -71,6 +71,9 @@ class ReasoningBlock:
     start_may_be_absent: bool = False
     # a lone marker that stands for an empty thought (MiniMax-M3's bare ``</mm:think>``)
     bare: str = ""
+    # a marker skipped, any number of times, before ``start`` where it does not open the
+    # thought (Gemma 4's empty ``<|channel>``); kept when no thought follows
+    skip: str = ""
     # stops where the tool calls may begin inside the thought (DeepSeek DSML): the calls are
     # tried there and, if they do not parse, the stop is thought text and the body reads on
     call_stops: tuple[str, ...] = ()

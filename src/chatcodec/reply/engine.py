@@ -393,7 +393,7 @@ class ReplyEngine:
         phase = self._phase or ThoughtPhase.OPEN
         if phase is ThoughtPhase.OPEN:
             self._skipped_at = cur.offset
-            status = cur.literal(block.start)
+            status = self._thought_start(block)
             if status == FAIL:
                 outcome = self._no_thought_start(block)
                 if outcome is not None:
@@ -431,6 +431,19 @@ class ReplyEngine:
                 self._thought_call = True
                 return self._jump(Calls, None)
         return self._close_thought(block)
+
+    def _thought_start(self, block: ReasoningBlock) -> int:
+        """Whether the thought's start is next, after any ``skip`` markers (then passed over;
+        left in place when no start follows them)."""
+        cur = self.cursor
+        at = cur.pos
+        status = cur.literal(block.start)
+        while status == FAIL and block.skip and cur.literal(block.skip) == SUCCESS:
+            cur.pos += len(block.skip)
+            status = cur.literal(block.start)
+        if status != SUCCESS:
+            cur.pos = at
+        return status
 
     def _close_thought(self, block: ReasoningBlock) -> Outcome:
         cur = self.cursor

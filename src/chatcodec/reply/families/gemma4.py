@@ -319,6 +319,7 @@ def _response_format(request: ReplyRequest) -> ReplyFormat:
         stops=(CHANNEL_END,),
         closers=((CHANNEL_END, True),),
         body="reasoning" if request.reasoning_format != "none" else "inline",
+        skip=CHANNEL,  # empty channels before the thought
     )
     return ReplyFormat(
         NAME,
