@@ -61,6 +61,29 @@ TEMPLATES: list[tuple[str, str, str]] = [
     ("meta-llama-Llama-3.3-70B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>"),
     ("GLM-4.6.jinja", "", "<|endoftext|>"),
 ]
+# the thought's start and end tags llama.cpp records for the template (its setup, as in the
+# parse corpus): beside a lazy grammar llama-server adds a reasoning budget, so a thought never
+# reaches the grammar (tests/_llama.py)
+THINK = ("<think>", ("</think>",))
+QWEN_THINK = ("<think>", ("\n</think>", "</think>", "<tool_call>"))
+THINKING: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Qwen3.5-4B.jinja": QWEN_THINK,
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": QWEN_THINK,
+    "StepFun3.5-Flash.jinja": QWEN_THINK,
+    "deepseek-ai-DeepSeek-V3.2.jinja": ("<think>", ("</think>", "<｜DSML｜function_calls>")),
+    "openai-gpt-oss-120b.jinja": ("<|channel|>analysis<|message|>", ("<|end|>",)),
+    "google-gemma-4-31B-it.jinja": ("<|channel>thought", ("<channel|>",)),
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja": ("[THINK]", ("[/THINK]",)),
+    "LFM2-8B-A1B.jinja": THINK,
+    "LFM2.5-Instruct.jinja": THINK,
+    "MiniMax-M3.jinja": ("<mm:think>", ("</mm:think>",)),
+    "Cohere2MoE.jinja": ("<|START_THINKING|>", ("<|END_THINKING|>",)),
+    "inclusionai-ling-3.0-flash.jinja": ("<think>", ("</think>", "<tool_call>")),
+    "Kimi-K2-Thinking.jinja": THINK,
+    "Kimi-K3.jinja": ("<|open|>think<|sep|>", ("<|close|>think<|sep|>",)),
+    "openbmb-MiniCPM5-1B.jinja": THINK,
+    "GLM-4.6.jinja": THINK,
+}
 MESSAGES = [{"role": "user", "content": "Wake me at seven, and tell me the weather in Oslo."}]
 # string parameters are left unconstrained: some families' grammars write a string argument
 # as raw text, whatever its schema says (test_string_arguments_are_raw_text_in_qwen3_coder)
@@ -158,9 +181,7 @@ OPEN_THOUGHT = "a thought may stay open: what is written inside it is reasoning"
 DROPPED = "the grammar lets the model write words llama.cpp's parse drops"
 NO_MARKER = "after text the grammar's calls lack `>>>`: a call written there is content"
 SPLIT_MARKER = "the content may end in part of the call marker: the parse then fails"
-# not a gap of the grammar: llama-server keeps a thought away from a lazy grammar (its
-# reasoning budget); the sampler here does not, so the trigger fires inside the open thought
-BUDGET = "the sampler lets a lazy grammar wake inside the thought: the calls are reasoning"
+LAZY = "a lazy grammar leaves the text before its trigger free: the format may not allow it"
 KNOWN_GAPS = {
     ("StepFun3.5-Flash.jinja", "response_format"): OPEN_THOUGHT,
     ("openai-gpt-oss-120b.jinja", "required"): DROPPED,  # a content type other than json
@@ -176,10 +197,11 @@ KNOWN_GAPS = {
     ("LFM2.5-Instruct.jinja", "required"): UNTYPED,
     ("LFM2.5-Instruct.jinja", "named"): UNTYPED,
     ("inclusionai-ling-3.0-flash.jinja", "required"): DROPPED,  # a `<` after the calls
-    ("Kimi-K3.jinja", "auto"): BUDGET,
+    ("Cohere2MoE.jinja", "auto"): LAZY,  # text between the thought and the action
+    ("Kimi-K3.jinja", "auto"): UNTYPED,
     ("Kimi-K3.jinja", "required"): OPEN_THOUGHT,  # and UNTYPED
     ("Kimi-K3.jinja", "named"): OPEN_THOUGHT,
-    ("openbmb-MiniCPM5-1B.jinja", "auto"): BUDGET,
+    ("openbmb-MiniCPM5-1B.jinja", "auto"): UNREQUIRED,
     ("openbmb-MiniCPM5-1B.jinja", "required"): UNREQUIRED,
     ("openbmb-MiniCPM5-1B.jinja", "named"): UNREQUIRED,
     ("muse-glimmer.jinja", "required"): UNREQUIRED,  # and DROPPED (the recipient)
@@ -215,9 +237,12 @@ def test_every_reply_sampled_under_the_grammar_is_valid(
         # token triggers need the checkpoint's vocabulary; the steering aims at trigger words
         pytest.skip(f"a lazy grammar with {sorted(kinds)} triggers is not sampled")
     stops = (*turn.stop, *grammar.additional_stops)
+    thinking = THINKING.get(template[0])
     calls = 0
     for seed in range(SAMPLES):
-        reply = tiny_llama.sample(grammar, turn.prompt, turn.generation_prompt, stops, seed)
+        reply = tiny_llama.sample(
+            grammar, turn.prompt, turn.generation_prompt, stops, seed, thinking=thinking
+        )
         message = turn.parse(reply)
         assert not message.dropped, (reply, message.dropped)
         if "tools" in request:
@@ -448,3 +473,17 @@ def test_content_may_end_in_part_of_the_call_marker_in_gigachat_v3(tiny_llama: A
     with pytest.raises(ReplyError):
         turn.parse(reply)
     assert _calls(turn.parse(f"Sure<|message_sep|>\n\n{call}")) == [("set_alarm", CALL)]
+
+
+def test_text_before_a_lazy_grammar_s_trigger_is_free_in_cohere2_moe(tiny_llama: Any) -> None:
+    """Under ``tool_choice="auto"`` the grammar wakes at ``<|START_ACTION|>``: the text before it
+    is free, and Cohere2 MoE's format wants ``<|START_TEXT|>`` or the action right after the
+    thought, so text there fails the parse (llama.cpp's too)."""
+    line = next(t for t in TEMPLATES if t[0] == "Cohere2MoE.jinja")
+    turn = _codec(*line).prepare(MESSAGES, tool_call_id=0, **REQUESTS["auto"])
+    assert turn.grammar is not None and turn.grammar.lazy
+    action = '<|START_ACTION|>[{,"tool_name":"get_weather","parameters":{"city":""}}]<|END_ACTION|>'
+    assert tiny_llama.verdict(turn.grammar.gbnf, action) == "accept"  # from the trigger on
+    assert _calls(turn.parse(f"hm<|END_THINKING|>{action}")) == [("get_weather", '{"city":""}')]
+    with pytest.raises(ReplyError):
+        turn.parse(f"hm<|END_THINKING|>Sure.{action}")
