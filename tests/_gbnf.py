@@ -255,7 +255,9 @@ class Steering:
 
     def distances(self) -> np.ndarray:
         """For each token (``<unk>``, ``<s>``, ``</s>``, then the 256 bytes), the fewest
-        characters the grammar needs after it (``FAR`` where it cannot take the token)."""
+        characters the reply still has with it, the token's own character counted (``FAR``
+        where the grammar cannot take the token): where the grammar may end or go on with
+        free text, ending is the nearer."""
         out = np.full(3 + 256, FAR)
         if not self.stacks:
             return out  # lost: no steering
@@ -267,7 +269,7 @@ class Steering:
             chars, cost = _top(self, stack), sum(map(self._rest, stack)) - 1
             best[chars] = min(cost, best.get(chars, FAR))
         for chars, cost in best.items():
-            out[3:] = np.minimum(out[3:], np.where(_byte_mask(chars, self.pending), cost, FAR))
+            out[3:] = np.minimum(out[3:], np.where(_byte_mask(chars, self.pending), cost + 1, FAR))
         return out
 
 
@@ -305,6 +307,10 @@ class LazySteering:
     def well_formed(self) -> np.ndarray:
         return self.inner.well_formed() if self.inner else _well_formed(self.pending)
 
+    def nearest(self) -> float:
+        """The fewest characters to the grammar's end before any trigger word is written."""
+        return min(len(w) + a for w, a in zip(self.words, self.after, strict=True))
+
     def distances(self) -> np.ndarray:
         if self.inner is not None:
             return self.inner.distances()
@@ -313,6 +319,36 @@ class LazySteering:
             self.words, self.tables, self.matched, self.after, strict=True
         ):
             out[3:] = np.minimum(out[3:], len(word) - table[matched] + after)
+        return out
+
+
+class ThoughtSteering:
+    """Inside a thought a lazy grammar never sees (llama-server's reasoning budget): towards the
+    nearest of the thought's end ``tags``, ``after`` characters then still to go."""
+
+    def __init__(self, tags: Sequence[str], after: float) -> None:
+        self.tags = [t.encode("utf-8") for t in tags]
+        self.tables = [_matcher(t) for t in self.tags]
+        self.matched = [0] * len(self.tags)
+        self.after, self.pending = after, b""
+
+    def reset(self) -> None:
+        """A new thought: nothing of an end tag matched yet."""
+        self.matched = [0] * len(self.tags)
+        self.pending = b""
+
+    def feed(self, data: bytes) -> None:
+        for byte in data:
+            self.pending = _take(self.pending, byte)[0]
+            self.matched = [int(t[m, byte]) for t, m in zip(self.tables, self.matched, strict=True)]
+
+    def well_formed(self) -> np.ndarray:
+        return _well_formed(self.pending)
+
+    def distances(self) -> np.ndarray:
+        out = np.full(3 + 256, FAR)
+        for tag, table, matched in zip(self.tags, self.tables, self.matched, strict=True):
+            out[3:] = np.minimum(out[3:], len(tag) - table[matched] + self.after)
         return out
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "GrammarLike",
     "Reply",
     "Thinking",
+    "ReasoningBudget",
     "call_openers",
     "grammar_input",
     "judged_text",
@@ -148,41 +149,47 @@ class _TagMatcher:
         self.seen = b""
 
 
+class ReasoningBudget:
+    """llama-server's reasoning-budget sampler beside a lazy grammar, byte by byte: ``feed``
+    takes a byte of the output and gives what of it reaches the grammar (the byte outside a
+    thought, nothing inside one, the end tag when it closes one)."""
+
+    def __init__(self, thinking: Thinking, generation_prompt: str = "") -> None:
+        self.starts = _TagMatcher([thinking[0].encode("utf-8")])
+        self.ends = _TagMatcher([t.encode("utf-8") for t in thinking[1]])
+        self.counting = False  # inside a thought
+        for byte in generation_prompt.encode("utf-8"):
+            self._accept(bytes((byte,)))
+
+    def _accept(self, byte: bytes) -> bytes | None:
+        """The budget sampler takes a byte; the end tag when it closes a thought."""
+        if self.counting:
+            tag = self.ends.advance(byte)
+            if tag is not None:
+                self.counting = False
+            return tag
+        if self.starts.advance(byte) is not None:
+            self.counting = True
+            self.ends.reset()
+        return None
+
+    def feed(self, byte: int) -> bytes:
+        piece = bytes((byte,))
+        applies = not self.counting
+        closed = self._accept(piece)
+        if applies:
+            return piece
+        return closed or b""
+
+
 def grammar_input(generation_prompt: str, reply: str, thinking: Thinking | None = None) -> bytes:
     """The bytes of ``reply`` a lazy grammar is given, in order: all of them, or, beside a
     reasoning budget, all but the thoughts' (each closing end tag replayed instead)."""
     data = reply.encode("utf-8")
     if thinking is None:
         return data
-    starts = _TagMatcher([thinking[0].encode("utf-8")])
-    ends = _TagMatcher([t.encode("utf-8") for t in thinking[1]])
-    state = "idle"
-
-    def accept(byte: bytes) -> bytes | None:
-        """The budget sampler takes a byte; the end tag when it closes a thought."""
-        nonlocal state
-        if state == "counting":
-            tag = ends.advance(byte)
-            if tag is not None:
-                state = "done"
-            return tag
-        if starts.advance(byte) is not None:
-            state = "counting"
-            ends.reset()
-        return None
-
-    for byte in generation_prompt.encode("utf-8"):
-        accept(bytes((byte,)))
-    fed = bytearray()
-    for byte in data:
-        piece = bytes((byte,))
-        applies = state != "counting"
-        closed = accept(piece)
-        if closed is not None and not applies:
-            fed += closed
-        if applies:
-            fed += piece
-    return bytes(fed)
+    budget = ReasoningBudget(thinking, generation_prompt)
+    return b"".join(budget.feed(byte) for byte in data)
 
 
 def _python_regex(pattern: str) -> re.Pattern[bytes]:

@@ -10,15 +10,18 @@ byte a token, so llama.cpp's grammar engine judges exactly the text, as its own
 * ``sample(grammar, prompt, generation_prompt, stops, seed)``: a reply sampled as llama-server
   samples it under a request's grammar: a whole grammar's sampler is first fed the generation
   prompt's tokens, a lazy one waits for its triggers (regular expressions built as llama.cpp
-  builds them) and reads the text from the trigger on; generation ends at end-of-generation or
+  builds them) and reads the text from the trigger on, a thought kept from it by the reasoning
+  budget llama-server adds beside it (given the thought's tags); generation ends at end-of-generation or
   at a stop string, which is cut off.
 
 The model is random, so a reply would wander for ever: each step adds to the model's logits a
-pull towards ending (``-weight * distance``, where the distance after a token is the fewest
-characters the grammar still needs, from ``_gbnf.Steering``, and the weight grows with the
+pull towards ending (``-weight * distance``, where the distance of a token is the fewest
+characters the reply still has with it, the token counted, from ``_gbnf.Steering``, so that
+ending wins where the grammar could also go on with free text; the weight grows with the
 reply's length; before a lazy grammar's trigger, the distance to the nearest trigger word and
-through the grammar after it; at a choice of a few tokens the model is left alone 30% of the time, so
-optional members get written too). Tokens that would make the text ill-formed UTF-8 are
+through the grammar after it; at a choice of a few tokens the model is left alone 30% of the
+time, so optional members and parallel calls get written too, until the reply reaches half its
+token budget). Tokens that would make the text ill-formed UTF-8 are
 masked (llama.cpp's grammar decodes bytes leniently; a tokenizer's text is UTF-8). The pull is
 only a bias: llama.cpp's grammar sampler alone decides which tokens may come, so a reply is
 valid because of the grammar, never because of the pull.
@@ -36,7 +39,8 @@ import numpy as np
 
 from chatcodec.grammar.constraint import Grammar
 
-from ._gbnf import LazySteering, Steering
+from ._gbnf import LazySteering, Steering, ThoughtSteering
+from ._grammar_replies import ReasoningBudget, Thinking
 
 __all__ = ["Engine", "write_model", "VOCAB_SIZE", "EOS"]
 
@@ -248,17 +252,25 @@ class Engine:
         stops: Sequence[str] = (),
         seed: int = 0,
         max_tokens: int = MAX_TOKENS,
+        thinking: Thinking | None = None,
     ) -> str:
-        """One reply to ``prompt`` sampled under ``grammar`` as llama-server samples it."""
+        """One reply to ``prompt`` sampled under ``grammar`` as llama-server samples it; with
+        ``thinking`` (the thought's start and end tags llama.cpp records), a lazy grammar gets a
+        reasoning budget beside it: a thought never reaches the grammar, its end tag does."""
         lib = self.lib
         rng = np.random.default_rng(seed)
         pull = PULL * rng.uniform(0.1, 1.0)  # some replies end soon, others wander further
         steering: Steering | LazySteering
+        budget: ReasoningBudget | None = None
+        thought: ThoughtSteering | None = None
         if grammar.lazy:
             patterns = trigger_patterns(grammar)
             words = [t.value for t in grammar.triggers if t.type == "word"]
             sampler = self.grammar_sampler(grammar.gbnf, patterns)
             steering = LazySteering(grammar.gbnf, words, patterns)
+            if thinking is not None:
+                budget = ReasoningBudget(thinking, generation_prompt)
+                thought = ThoughtSteering(thinking[1], steering.nearest())
         else:
             sampler = self.grammar_sampler(grammar.gbnf)
             steering = Steering(grammar.gbnf)
@@ -270,17 +282,19 @@ class Engine:
             logits = self._start(tokens_of(prompt))
             reply = bytearray()
             for step in range(max_tokens):
+                steer = thought if budget is not None and budget.counting else steering
+                assert steer is not None
                 scores = self.allowed(sampler, logits / TEMPERATURE)
-                scores[~steering.well_formed()] = -np.inf  # what a tokenizer could decode
+                scores[~steer.well_formed()] = -np.inf  # what a tokenizer could decode
                 choice = np.isfinite(scores).sum() <= CHOICE
-                if not choice or rng.random() >= UNSTEERED:
-                    scores = scores - pull * step * steering.distances()
+                # past half the budget a reply is always steered (parallel calls end)
+                if not choice or step >= max_tokens // 2 or rng.random() >= UNSTEERED:
+                    scores = scores - pull * step * steer.distances()
                 token = _draw(scores, rng)
                 if token == EOS:
                     break
-                lib.llama_sampler_accept(sampler, token)
                 reply.append(token - BYTE0)
-                steering.feed(bytes([token - BYTE0]))
+                self._accept(sampler, steering, thought, budget, token - BYTE0)
                 text = reply.decode("utf-8", errors="ignore")
                 stop = next((s for s in stops if s in text), None)
                 if stop is not None:
@@ -291,6 +305,28 @@ class Engine:
             return reply.decode("utf-8")
         finally:
             lib.llama_sampler_free(sampler)
+
+    def _accept(
+        self,
+        sampler: ctypes.c_void_p,
+        steering: Steering | LazySteering,
+        thought: ThoughtSteering | None,
+        budget: ReasoningBudget | None,
+        byte: int,
+    ) -> None:
+        """A sampled byte, given to the grammar (and its steering) as far as it reaches it."""
+        if budget is None or thought is None:
+            seen = bytes([byte])
+        else:
+            inside = budget.counting
+            seen = budget.feed(byte)
+            if inside:
+                thought.feed(bytes([byte]))
+            elif budget.counting:  # a thought opens: steer towards its end from scratch
+                thought.reset()
+        for b in seen:
+            self.lib.llama_sampler_accept(sampler, BYTE0 + b)
+        steering.feed(seen)
 
 
 def _draw(scores: np.ndarray, rng: np.random.Generator) -> int:

@@ -1,5 +1,6 @@
 """Ministral/Magistral/Devstral, LFM2, LFM2.5 and Cohere2 MoE: what the corpus and the vector
-runs (test_parse_parity, test_reply_vectors) do not compare, and behaviour pinned by hand."""
+runs (test_parse_parity, test_reply_vectors) do not compare, and behaviour pinned by hand; the
+fenced response format of DeepSeek V3.2/V4, MiniMax-M3 and Gemma 4."""
 
 from __future__ import annotations
 
@@ -204,3 +205,46 @@ def test_json_call_arguments_are_parsed_a_bounded_number_of_times() -> None:
         object.__delattr__(section.first, "parse")
     assert json.loads(message.tool_calls[0].arguments)["city"] == city
     assert counted["n"] < 40
+
+
+FENCED_ANSWER = '{"answer": "U", "kind": "fact"}'
+
+
+@pytest.mark.parametrize(
+    ("template", "bos", "eos", "thought"),
+    [
+        (
+            "deepseek-ai-DeepSeek-V3.2.jinja",
+            "<｜begin▁of▁sentence｜>",
+            "<｜end▁of▁sentence｜>",
+            "hm</think>",
+        ),
+        ("MiniMax-M3.jinja", "]~!b[", "[e~[", "<mm:think>hm</mm:think>"),
+        # empty channels before the thought are passed over
+        (
+            "google-gemma-4-31B-it.jinja",
+            "<bos>",
+            "<eos>",
+            "<|channel><|channel>thought\nhm<channel|>",
+        ),
+    ],
+)
+def test_a_response_format_is_read_inside_its_fence(
+    template: str, bos: str, eos: str, thought: str
+) -> None:
+    """DeepSeek V3.2/V4, MiniMax-M3 and Gemma 4 read a response format's JSON fenced in
+    ```json after the thought, the value alone the content, as llama.cpp's parse of these
+    replies does (checked with its oracle); a bare value fails."""
+    codec = Codec(template_source(template), bos_token=bos, eos_token=eos)
+    schema = {"type": "object"}
+    turn = codec.prepare(
+        [{"role": "user", "content": "Hi"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    )
+    reply = f"{thought}```json {FENCED_ANSWER}```"
+    message = turn.parse(reply)
+    assert (message.reasoning_content, message.content) == ("hm", FENCED_ANSWER)
+    for size in (1, 3):
+        _check(turn, reply, chunks(reply, size))
+    with pytest.raises(ReplyError):
+        turn.parse(f"{thought}{FENCED_ANSWER}")
