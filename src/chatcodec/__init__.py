@@ -37,6 +37,7 @@ from .template.render import ChatTemplate, RenderedChat, Span
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint, find_checkpoint, load
     from .codec import Codec
+    from .grammar.constraint import Grammar, Trigger
     from .reply import (
         AssistantMessage,
         Delta,
@@ -59,6 +60,8 @@ _LAZY = {
     "find_checkpoint": ".checkpoint",
     "load": ".checkpoint",
     "Codec": ".codec",
+    "Grammar": ".grammar.constraint",
+    "Trigger": ".grammar.constraint",
     "AssistantMessage": ".reply",
     "Delta": ".reply",
     "Dropped": ".reply",
@@ -93,6 +96,7 @@ __all__ = [
     "Delta",
     "DocstringParsingException",
     "Dropped",
+    "Grammar",
     "GrammarError",
     "GrammarWarning",
     "Limits",
@@ -113,6 +117,7 @@ __all__ = [
     "TemplateSyntaxError",
     "TemplateTypeError",
     "TemplateUndefinedError",
+    "Trigger",
     "ToolCall",
     "ToolCallDelta",
     "Turn",
