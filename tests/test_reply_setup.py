@@ -253,3 +253,33 @@ def test_the_turn_stops_where_llama_cpp_adds_a_stop() -> None:
         if lost:
             missing.append(f"{case['id']}: {sorted(lost)}")
     assert not missing, "\n".join(missing[:10])
+
+
+# Ling 3's markers (the leading comment picks llama.cpp's handler) and a prompt that opens the
+# thought, as Ling 3.0's own template does with thinking on
+LING3_OPEN_THOUGHT = (
+    "{#- <role>ASSISTANT</role> <arg_key> -#}"
+    "{%- for m in messages %}<role>{{ m.role | upper }}</role>{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}<role>ASSISTANT</role>\n<think>{% endif %}"
+)
+
+
+def test_a_call_marker_cut_short_in_ling3_s_open_thought_is_what_follows_reads() -> None:
+    """Ling 3's thought needs no closer in llama.cpp: a reply that ends inside ``<tool_call>``
+    ends the thought there and the cut text is read by what follows — content under
+    ``tool_choice="none"`` (it reads to ``<|role_end|>``), a held-back call marker (dropped)
+    when calls may follow. llama.cpp's parses (oracle, commit 0c1e570), whole and partial."""
+    from .test_grammar_request import HI, TOOLS
+
+    codec = Codec(LING3_OPEN_THOUGHT)
+    plain = codec.prepare(HI, tool_choice="none")
+    assert plain.generation_prompt.endswith("<think>")  # the thought is open
+    for partial in (False, True):
+        message = plain.parse("hm<tool_c", partial=partial)
+        assert (message.reasoning_content, message.content) == ("hm", "<tool_c")
+        assert not message.dropped
+        calls = codec.prepare(HI, tools=TOOLS).parse("hm<tool_c", partial=partial)
+        assert (calls.reasoning_content, calls.content) == ("hm", "")
+        assert [d.reason for d in calls.dropped] == ["marker_prefix"]
+    # a closer that is consumed, cut short, stays held back as before
+    assert plain.parse("hm</thi").content == ""

@@ -71,6 +71,9 @@ class ReasoningBlock:
     start_may_be_absent: bool = False
     # a lone marker that stands for an empty thought (MiniMax-M3's bare ``</mm:think>``)
     bare: str = ""
+    # a closer that only peeks, cut short by the end of the reply, ends the thought there and
+    # what follows reads the cut text (Ling 3: llama.cpp's thought needs no closer at all)
+    peek_cut_ends: bool = False
     # stops where the tool calls may begin inside the thought (DeepSeek DSML): the calls are
     # tried there and, if they do not parse, the stop is thought text and the body reads on
     call_stops: tuple[str, ...] = ()

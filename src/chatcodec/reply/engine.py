@@ -424,6 +424,8 @@ class ReplyEngine:
             complete, at_end = self._scan(self._thought_until, self._thought_out)
             # (a closer cut by the end still counts for an inline block: see _close_thought)
             if at_end or not (complete or (cur.eof and block.body == "inline")):
+                if cur.eof and block.peek_cut_ends and self._peek_cut(block):
+                    return NEXT
                 return cur.pending_or_stop()
             self._phase = ThoughtPhase.CLOSE
             if block.call_stops and any(cur.startswith(m) for m in block.call_stops):
@@ -452,6 +454,14 @@ class ReplyEngine:
                     self._markup(at)
                 return cur.pending_or_stop()
         return self._fail("the thought does not end with a closing marker")
+
+    def _peek_cut(self, block: ReasoningBlock) -> bool:
+        """The reply ends in the start of a closer that only peeks (see ``peek_cut_ends``)."""
+        cur = self.cursor
+        rest = cur.buf[cur.pos :]
+        return bool(rest) and any(
+            not consumed and marker.startswith(rest) for marker, consumed in block.closers
+        )
 
     def _no_thought_start(self, block: ReasoningBlock) -> Outcome | None:
         """The text does not open the thought: a bare marker, a failure, no thought, or (None)

@@ -122,6 +122,7 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
         closers=((THINK_END, True), (CALL_START, False)),
         space_after_start=False,
         start_may_be_absent=True,
+        peek_cut_ends=True,
         body="reasoning" if request.reasoning_format != "none" else "content",
     )
     opening = (Expect(ROLE), Whitespace(), Thought(thought))
