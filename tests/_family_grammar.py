@@ -13,35 +13,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._requests import ANSWER, HI, WEATHER_TIME, json_schema
 from .conftest import ROOT
 
-__all__ = ["HI", "TOOLS", "SCHEMA", "REQUESTS", "expected"]
+__all__ = ["HI", "TOOLS", "REQUESTS", "expected"]
 
-HI = [{"role": "user", "content": "Hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
-]
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
+TOOLS = WEATHER_TIME
 REQUESTS: dict[str, dict[str, Any]] = {
     # lazy: the calls' rules only, from the trigger on
     "auto": {"tools": TOOLS, "parallel_tool_calls": False},
     # eager: the whole reply, ending in calls
     "required-parallel": {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True},
     # eager: the whole reply, ending in the schema's JSON
-    "response-format": {
-        "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}
-    },
+    "response-format": {"response_format": json_schema(ANSWER)},
 }
 
 

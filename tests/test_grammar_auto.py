@@ -15,30 +15,11 @@ import pytest
 from chatcodec import Codec, load
 
 from ._grammar_compare import normalize
+from ._requests import ANSWER_REQUIRED, HI, WEATHER_UNIT_BARE_TIME, json_schema
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "grammar"
-HI = [{"role": "user", "content": "Hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "unit": {"type": "string", "enum": ["c", "f"]},
-                },
-                "required": ["city", "days"],
-            },
-        },
-    },
-    # no parameters: llama.cpp reads an object without properties
-    {"type": "function", "function": {"name": "get_time"}},
-]
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+TOOLS = WEATHER_UNIT_BARE_TIME
 REQUESTS: dict[str, dict[str, Any]] = {
     "auto": {"tools": TOOLS, "parallel_tool_calls": True},
     "required": {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False},
@@ -50,7 +31,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
     },
     "response_format": {
         "tools": TOOLS,
-        "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
+        "response_format": json_schema(ANSWER_REQUIRED),
     },
 }
 

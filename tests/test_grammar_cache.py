@@ -9,12 +9,7 @@ from typing import Any
 from chatcodec import Codec
 from chatcodec.reply.select import clear_grammar_cache
 
-HI = [{"role": "user", "content": "Hi"}]
-QWEN3_CODER = (
-    "{#- <tool_call> <function= <parameter= -#}"
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from ._requests import HI, QWEN3_CODER
 
 
 def _tools(properties: dict[str, Any]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ import pytest
 from chatcodec import Codec
 
 from ._grammar_compare import normalize
+from ._requests import ANSWER_REQUIRED, HI, WEATHER_UNIT_BARE_TIME, json_schema
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "grammar"
@@ -26,26 +27,7 @@ TEMPLATE = (
     "{% if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
     "<|START_THINKING|>{% endif %}"
 )
-HI = [{"role": "user", "content": "Hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "unit": {"type": "string", "enum": ["c", "f"]},
-                },
-                "required": ["city", "days"],
-            },
-        },
-    },
-    {"type": "function", "function": {"name": "get_time"}},
-]
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+TOOLS = WEATHER_UNIT_BARE_TIME
 REQUESTS: dict[str, dict[str, Any]] = {
     # lazy: the action list's rules only
     "auto": {"tools": TOOLS, "parallel_tool_calls": True},
@@ -59,7 +41,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
     # eager: the action list or the text block holding the schema's JSON value
     "tools_response_format": {
         "tools": TOOLS,
-        "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
+        "response_format": json_schema(ANSWER_REQUIRED),
     },
 }
 

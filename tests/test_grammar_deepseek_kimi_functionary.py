@@ -17,10 +17,10 @@ import pytest
 from chatcodec import Codec
 
 from ._grammar_compare import normalize
+from ._requests import ANSWER, GET_TIME, HI, PING, json_schema
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "grammar"
-HI = [{"role": "user", "content": "Hi"}]
 TOOLS = [
     {
         "type": "function",
@@ -38,12 +38,10 @@ TOOLS = [
             },
         },
     },
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+    GET_TIME,
 ]
-# no parameters at all: llama.cpp takes an object without properties
-PING = {"type": "function", "function": {"name": "ping"}}
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
-RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"schema": SCHEMA}}
+# PING has no parameters at all: llama.cpp takes an object without properties
+RESPONSE_FORMAT = json_schema(ANSWER)
 
 # the markers in the leading comment pick llama.cpp's handler
 DSML_BODY = (

@@ -24,34 +24,13 @@ from chatcodec.grammar.gbnf import after, parse_gbnf, reachable, write_gbnf
 from chatcodec.reply import Turn
 
 from ._reply_oracle import PARSE_CASES, corpus_cases, per_case, prepare_request
+from ._requests import ANSWER_REQUIRED, HI, QWEN3_CODER, QWEN35, WEATHER_TIME, json_schema
 from .conftest import ROOT, read_jsonl
 from .llguidance_judge import lark_verdicts
 
 RECORDED = ROOT / "tests" / "data" / "grammar_export.jsonl"
-HI = [{"role": "user", "content": "Hi"}]
-BODY = (
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-# the markers in the leading comment pick llama.cpp's Qwen3-Coder handler
-QWEN3_CODER = "{#- <tool_call> <function= <parameter= -#}" + BODY
-QWEN35 = "{#- <tool_call> <function= <parameter= <think> -#}" + BODY
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
-]
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
-RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"schema": SCHEMA}}
+TOOLS = WEATHER_TIME
+RESPONSE_FORMAT = json_schema(ANSWER_REQUIRED)
 
 
 def _call(name: str, **args: str) -> str:

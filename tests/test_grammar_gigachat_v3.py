@@ -15,6 +15,7 @@ import pytest
 from chatcodec import Codec
 
 from ._grammar_compare import normalize
+from ._requests import ANSWER, HI, WEATHER_BARE_TIME, json_schema
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "grammar"
@@ -24,26 +25,8 @@ TEMPLATE = (
     "{%- for m in messages %}{{ m.role }}<|role_sep|>\n{{ m.content }}<|message_sep|>\n\n"
     "{% endfor %}{% if add_generation_prompt %}assistant<|role_sep|>\n{% endif %}"
 )
-HI = [{"role": "user", "content": "Hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                "required": ["city"],
-            },
-        },
-    },
-    # no parameters: llama.cpp reads an empty object schema
-    {"type": "function", "function": {"name": "get_time"}},
-]
-RESPONSE_FORMAT = {
-    "type": "json_schema",
-    "json_schema": {"schema": {"type": "object", "properties": {"answer": {"type": "string"}}}},
-}
+TOOLS = WEATHER_BARE_TIME
+RESPONSE_FORMAT = json_schema(ANSWER)
 REQUESTS: dict[str, dict[str, Any]] = {
     # lazy: at most one call after its marker
     "auto": {"tools": TOOLS, "parallel_tool_calls": False},

@@ -15,9 +15,9 @@ import pytest
 
 from chatcodec import Codec
 
+from ._requests import HI
 from .conftest import ROOT
 
-HI = [{"role": "user", "content": "Hi"}]
 CASES: list[dict[str, Any]] = json.loads(
     (ROOT / "tests" / "data" / "grammar_lfm2.json").read_text(encoding="utf-8")
 )

@@ -17,6 +17,7 @@ from chatcodec.grammar import rules as g
 from chatcodec.grammar.document import read_schema
 
 from ._grammar_compare import normalize
+from ._requests import ANSWER, HI, PING, json_schema, tool
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "grammar"
@@ -27,7 +28,6 @@ TEMPLATE = (
     "{%- for m in messages %}]~b]{{ m.role }}\n{{ m.content }}[e~[\n{% endfor %}"
     "{% if add_generation_prompt %}]~b]ai\n<mm:think>{% endif %}"
 )
-HI = [{"role": "user", "content": "Hi"}]
 # every kind of value the handler writes: a string (any text up to the close tag), an array
 # (<item> elements), an object (member elements), a union (one branch per alternative) and {}
 # (any JSON value: not taken as a string)
@@ -47,10 +47,9 @@ EDIT = {
     "required": ["path", "lines"],
 }
 TOOLS = [
-    {"type": "function", "function": {"name": "edit", "parameters": EDIT}},
-    {"type": "function", "function": {"name": "ping"}},
+    tool("edit", EDIT),
+    PING,
 ]
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
 REQUESTS: dict[str, dict[str, Any]] = {
     # lazy: the <tool_call> block's rules only, one call
     "auto": {"tools": TOOLS, "parallel_tool_calls": False},
@@ -59,7 +58,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
     # eager: the schema's JSON fenced in ```json; without thinking the thought has no space
     "response_format": {
         "enable_thinking": False,
-        "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
+        "response_format": json_schema(ANSWER),
     },
 }
 

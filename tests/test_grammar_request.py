@@ -17,34 +17,14 @@ from chatcodec.reply import Turn
 from chatcodec.reply.constraint import Constraint, Trigger
 
 from ._reply_oracle import PARSE_CASES, corpus_cases, per_case, prepare_request
+from ._requests import ANSWER, CHATML, CITY_TIME, HI, QWEN3_CODER, QWEN35, json_schema
 from .conftest import ROOT
 
 CHECKPOINT = ROOT / "examples" / "chatml-tiny"
-HI = [{"role": "user", "content": "Hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
-]
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
-RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"schema": SCHEMA}}
-# a ChatML conversation body; the markers in the leading comment pick llama.cpp's handler
-BODY = (
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-QWEN3_CODER = "{#- <tool_call> <function= <parameter= -#}" + BODY
-QWEN35 = "{#- <tool_call> <function= <parameter= <think> -#}" + BODY
-LING3 = "{#- <role>ASSISTANT</role> <arg_key> -#}" + BODY
+TOOLS = CITY_TIME
+RESPONSE_FORMAT = json_schema(ANSWER)
+# the markers in the leading comment pick llama.cpp's handler
+LING3 = "{#- <role>ASSISTANT</role> <arg_key> -#}" + CHATML
 PLAIN = (
     "{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"

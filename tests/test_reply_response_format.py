@@ -22,23 +22,11 @@ from chatcodec import Codec, ReplyError
 from chatcodec.reply import Turn
 
 from ._reply_invariants import check_reply
+from ._requests import CHATML_TURNS, CITY, HI
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "reply_response_format.json"
-HI = [{"role": "user", "content": "Hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
+TOOLS = CITY
 SCHEMA = {
     "type": "object",
     "properties": {"answer": {"type": "string"}, "n": {"type": "number"}},
@@ -46,19 +34,18 @@ SCHEMA = {
 }
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
 
-CHATML = "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 # each template's leading comment holds the markers that pick llama.cpp's handler; the
 # generation prompts are the family's own (as its checkpoints write them)
 TEMPLATES: dict[str, str] = {
     "qwen3-coder": "{#- <tool_call> <function= <parameter= -#}"
-    + CHATML
+    + CHATML_TURNS
     + "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     "qwen3.5": "{#- <tool_call> <function= <parameter= <think> -#}"
-    + CHATML
+    + CHATML_TURNS
     + "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n"
     "{% if enable_thinking is false %}\n</think>\n\n{% endif %}{% endif %}",
     "minicpm5": '{#- Tool usage guidelines: <function name=" <param name=" -#}'
-    + CHATML
+    + CHATML_TURNS
     + "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n"
     "{% if enable_thinking is false %}\n</think>\n\n{% endif %}{% endif %}",
     "muse-glimmer": "{#- <atem:function_calls> <|eom|> -#}"
