@@ -34,6 +34,8 @@ __all__ = [
     "reachable",
     "rename_all",
     "clear_cache",
+    "class_char",
+    "repetition",
 ]
 
 
@@ -314,9 +316,12 @@ def reachable(rules: Rules, root: str = "root") -> list[str]:
 # ----------------------------------------------------------------------------------- writing
 
 
-def _class_char(c: int) -> str:
+def class_char(c: int, escaped: str = "\\]-[^") -> str:
+    """Code point ``c`` as written inside a GBNF character class: a backslash before each of
+    ``escaped``, the usual escapes for line breaks and tabs, hex beyond printable ASCII. (The
+    writer escapes ``^`` too; llama.cpp's automata leave it bare.)"""
     ch = chr(c)
-    if ch in "\\]-[^":
+    if ch in escaped:
         return "\\" + ch
     if ch == "\n":
         return "\\n"
@@ -348,7 +353,8 @@ def _literal(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _count(lo: int, hi: int) -> str:
+def repetition(lo: int, hi: int) -> str:
+    """The GBNF suffix repeating an item ``lo`` to ``hi`` (-1: no bound) times."""
     if (lo, hi) == (0, 1):
         return "?"
     if (lo, hi) == (0, -1):
@@ -366,7 +372,7 @@ def write_node(node: Node) -> str:
         return _literal(node.text)
     if isinstance(node, Chars):
         body = "".join(
-            _class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}"
+            class_char(lo) if lo == hi else f"{class_char(lo)}-{class_char(hi)}"
             for lo, hi in node.ranges
         )
         return ("[^" if node.negated else "[") + body + "]"
@@ -391,7 +397,7 @@ def write_node(node: Node) -> str:
         isinstance(node.item, Seq) and not node.item.items
     ):
         inner = f"({inner})"
-    return inner + _count(node.min, node.max)
+    return inner + repetition(node.min, node.max)
 
 
 def write_gbnf(rules: Rules, root: str = "root") -> str:

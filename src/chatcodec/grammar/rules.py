@@ -35,6 +35,7 @@ from .document import (
     StringNode,
     read_schema,
 )
+from .gbnf import class_char, repetition
 from .schema import GrammarBuilder, format_literal
 
 __all__ = [
@@ -344,17 +345,14 @@ class Rules:
     def json_object(self) -> Expr:
         def body() -> Expr:
             member = seq(self.json_string(), space(), ":", space(), self.json())
-            members = seq(member, zero_or_more(seq(space(), ",", space(), member)))
-            return seq("{", space(), choice("}", seq(members, space(), "}")))
+            return _bracketed("{", member, seq(space(), ",", space()), "}")
 
         return self.rule("json-object", body)
 
     def json_array(self) -> Expr:
-        def body() -> Expr:
-            elements = seq(self.json(), zero_or_more(seq(space(), ",", space(), self.json())))
-            return seq("[", space(), choice("]", seq(elements, space(), "]")))
-
-        return self.rule("json-array", body)
+        return self.rule(
+            "json-array", lambda: _bracketed("[", self.json(), seq(space(), ",", space()), "]")
+        )
 
     def json_string(self) -> Expr:
         return self.rule("json-string", lambda: seq('"', string_body('"'), '"'))
@@ -484,12 +482,17 @@ class Rules:
 
     def _python_dict_body(self, value: Expr) -> Expr:
         member = seq(self.python_string(), space(), ":", space(), value)
-        members = seq(member, zero_or_more(seq(space(), ",", space(), member)))
-        return seq("{", space(), choice("}", seq(members, space(), "}")), space())
+        return seq(_bracketed("{", member, seq(space(), ",", space()), "}"), space())
 
     def _python_array_body(self, value: Expr) -> Expr:
-        elements = seq(value, zero_or_more(seq(",", space(), value)))
-        return seq("[", space(), choice("]", seq(elements, space(), "]")), space())
+        return seq(_bracketed("[", value, seq(",", space()), "]"), space())
+
+
+def _bracketed(opening: str, item: Expr, separator: Expr, closing: str) -> Expr:
+    """``opening``, then nothing or ``item``s split by ``separator``, then ``closing``; space
+    allowed inside the brackets."""
+    items = seq(item, zero_or_more(seq(separator, item)))
+    return seq(opening, space(), choice(closing, seq(items, space(), closing)))
 
 
 def _rule_name(name: str) -> str:
@@ -599,17 +602,7 @@ def _delegates(expr: _Schema) -> bool:
 
 
 def _count(lo: int, hi: int) -> str:
-    if (lo, hi) == (0, 1):
-        return "?"
-    if (lo, hi) == (0, -1):
-        return "*"
-    if (lo, hi) == (1, -1):
-        return "+"
-    if hi == -1:
-        return f"{{{lo},}}"
-    if lo == hi:
-        return "" if lo == 1 else f"{{{lo}}}"
-    return f"{{{lo},{hi}}}"
+    return "" if (lo, hi) == (1, 1) else repetition(lo, hi)
 
 
 # ----------------------------------------------------------------- Aho-Corasick automata as rules
@@ -658,23 +651,8 @@ class _Automaton:
         return self.children[state].get(ch, 0)
 
 
-def _class_char(c: int) -> str:
-    if chr(c) in "-][\\":
-        return "\\" + chr(c)
-    special = {10: "\\n", 9: "\\t", 13: "\\r"}
-    if c in special:
-        return special[c]
-    if 0x20 <= c <= 0x7E:
-        return chr(c)
-    if c <= 0xFF:
-        return f"\\x{c:02X}"
-    if c <= 0xFFFF:
-        return f"\\u{c:04X}"
-    return f"\\U{c:08X}"
-
-
 def _char_class(chars: Sequence[int], negate: bool) -> str:
-    return ("[^" if negate else "[") + "".join(map(_class_char, chars)) + "]"
+    return ("[^" if negate else "[") + "".join(class_char(c, "-][\\") for c in chars) + "]"
 
 
 def _automaton(builder: GrammarBuilder, prefix: str, expr: _Until) -> str:
