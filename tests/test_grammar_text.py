@@ -19,8 +19,9 @@ from chatcodec.grammar.constraint import Trigger
 
 from ._grammar_compare import normalize
 from ._reply_oracle import PARSE_CASES, corpus_cases, per_case, prepare_request
+from ._requests import HI, QWEN3_CODER
 from .conftest import ROOT
-from .test_grammar_request import HI, QWEN3_CODER, RESPONSE_FORMAT, TOOLS
+from .test_grammar_request import RESPONSE_FORMAT, TOOLS
 
 DATA = ROOT / "tests" / "data" / "grammar"
 
