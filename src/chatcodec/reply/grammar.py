@@ -23,6 +23,7 @@ __all__ = [
     "python_style_calls",
     "prefix",
     "optspace",
+    "spaced_arguments",
     "JsonLayout",
     "standard_json_tools",
 ]
@@ -135,6 +136,17 @@ def optspace(tag: str) -> g.Expr:
 
 
 _SPACE = " \t\n\v\f\r"
+
+
+def spaced_arguments(required: Sequence[g.Expr], optional: Sequence[g.Expr]) -> g.Expr:
+    """The required arguments in order, spaced apart, then any number of the optional ones,
+    each after a space (llama.cpp's builders of tagged arguments)."""
+    args = g.nothing()
+    for i, arg in enumerate(required):
+        args = args + g.space() + arg if i else args + arg
+    if optional:
+        args = args + g.zero_or_more(g.space() + g.choice(*optional))
+    return args
 
 
 def _member(key: str, value: g.Expr | str) -> g.Expr:

@@ -16,6 +16,7 @@ from ..grammar import (
     JsonLayout,
     optspace,
     prefix,
+    spaced_arguments,
     standard_json_tools,
     tool_parameters,
     tool_schema,
@@ -207,11 +208,7 @@ def _tagged_args(r: g.Rules, tl: Tools, name: str, fn: Mapping[str, Any]) -> tup
         arg = g.tag(opener + tl.arg_value_prefix + value)
         rule = r.rule(f"tool-{name}-arg-{param.name}", arg)
         (required if param.required else optional).append(rule)
-    args = g.nothing()
-    for i, rule in enumerate(required):
-        args = args + g.space() + rule if i else args + rule
-    if optional:
-        args = args + g.zero_or_more(g.space() + g.choice(*optional))
+    args = spaced_arguments(required, optional)
     if tl.args_start:
         args = tl.args_start + args
     if tl.args_end:

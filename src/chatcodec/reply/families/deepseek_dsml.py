@@ -44,7 +44,7 @@ from ..description import (
     Whitespace,
     steps,
 )
-from ..grammar import tool_parameters
+from ..grammar import spaced_arguments, tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import fenced_json
@@ -254,11 +254,7 @@ def _invoke_rule(r: g.Rules, function: Mapping[str, Any]) -> g.Expr:
         )
         arg = r.rule(rule_name, g.tag(opener + value + g.tag(g.lit(PARAM_END))))
         (required if param.required else optional).append(arg)
-    args = g.nothing()
-    for i, arg in enumerate(required):
-        args = args + g.space() + arg if i else args + arg
-    if optional:
-        args = args + g.zero_or_more(g.space() + g.choice(*optional))
+    args = spaced_arguments(required, optional)
     opener = g.tag(g.lit(f'<{DSML}invoke name="') + g.tag(g.lit(name)) + g.lit('">\n'))
     call = g.tag(opener + args + g.space() + g.tag(g.lit(INVOKE_END)))
     return r.rule(f"tool-{name}", call)

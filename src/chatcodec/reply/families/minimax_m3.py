@@ -40,7 +40,7 @@ from ..description import (
     Thought,
     steps,
 )
-from ..grammar import parameters_node
+from ..grammar import parameters_node, spaced_arguments
 from ..grammar import prefix as prompt_prefix
 from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
@@ -346,14 +346,7 @@ def _grammar_members(r: g.Rules, node: ObjectNode, rule_prefix: str) -> g.Expr:
         value = _grammar_value(r, prop.schema, rule_name, f"{NS}</{prop.name}>")
         element = r.rule(rule_name, g.tag(opener + value))
         (required if prop.required else optional).append(element)
-    members = g.nothing()
-    for i, element in enumerate(required):
-        if i:
-            members = members + g.space()
-        members = members + element
-    if optional:
-        members = members + g.zero_or_more(g.space() + g.choice(*optional))
-    return members
+    return spaced_arguments(required, optional)
 
 
 def _grammar_invoke(r: g.Rules, function: Mapping[str, Any]) -> g.Expr:
