@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["normalize"]
+from .conftest import ROOT
+
+__all__ = ["RECORDED", "normalize", "recorded"]
+
+RECORDED = ROOT / "tests" / "data" / "grammar"
 
 _AUTOMATON = re.compile(r"\b(until|ac)-(\d+)((?:-\d+)?)\b")
 _NAME = re.compile(r"[a-zA-Z0-9-]+")
@@ -49,3 +53,8 @@ def normalize(text: str) -> str:
         return name + m[3] if name else m[0]
 
     return "\n".join(sorted(_AUTOMATON.sub(rename, line) for line in text.splitlines()))
+
+
+def recorded(name: str) -> str:
+    """llama.cpp's grammar text recorded as ``tests/data/grammar/<name>.gbnf``, normalized."""
+    return normalize((RECORDED / f"{name}.gbnf").read_text(encoding="utf-8"))

@@ -14,11 +14,10 @@ import pytest
 
 from chatcodec import Codec, load
 
-from ._grammar_compare import normalize
+from ._grammar_compare import normalize, recorded
 from ._requests import ANSWER_REQUIRED, HI, WEATHER_UNIT_BARE_TIME, json_schema
 from .conftest import ROOT
 
-DATA = ROOT / "tests" / "data" / "grammar"
 TOOLS = WEATHER_UNIT_BARE_TIME
 REQUESTS: dict[str, dict[str, Any]] = {
     "auto": {"tools": TOOLS, "parallel_tool_calls": True},
@@ -116,8 +115,7 @@ def test_auto_parser_grammar_is_llama_cpps(shape: str, request_name: str) -> Non
     assert turn.handler == "auto"
     assert turn.grammar is not None
     assert turn.grammar.lazy == (request_name == "auto")
-    expected = (DATA / f"auto_{shape}_{request_name}.gbnf").read_text("utf-8")
-    assert normalize(turn.grammar.gbnf) == normalize(expected)
+    assert normalize(turn.grammar.gbnf) == recorded(f"auto_{shape}_{request_name}")
 
 
 def test_auto_parser_sets_no_grammar_without_calls_or_a_response_format() -> None:

@@ -16,11 +16,9 @@ import pytest
 
 from chatcodec import Codec
 
-from ._grammar_compare import normalize
+from ._grammar_compare import normalize, recorded
 from ._requests import ANSWER, GET_TIME, HI, PING, json_schema
-from .conftest import ROOT
 
-DATA = ROOT / "tests" / "data" / "grammar"
 TOOLS = [
     {
         "type": "function",
@@ -144,5 +142,4 @@ def test_grammar_is_llama_cpps(name: str) -> None:
     source, options = CASES[name]
     grammar = Codec(source).prepare(HI, **options).grammar
     assert grammar is not None
-    expected = (DATA / f"{name}.gbnf").read_text(encoding="utf-8")
-    assert normalize(grammar.gbnf) == normalize(expected)
+    assert normalize(grammar.gbnf) == recorded(name)

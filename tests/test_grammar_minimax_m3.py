@@ -16,11 +16,9 @@ from chatcodec import Codec
 from chatcodec.grammar import rules as g
 from chatcodec.grammar.document import read_schema
 
-from ._grammar_compare import normalize
+from ._grammar_compare import normalize, recorded
 from ._requests import ANSWER, HI, PING, json_schema, tool
-from .conftest import ROOT
 
-DATA = ROOT / "tests" / "data" / "grammar"
 # the markers in the comment pick llama.cpp's MiniMax-M3 handler; the generation prompt opens
 # the thought, which the grammar leaves out (it starts at the prompt's text before <mm:think>)
 TEMPLATE = (
@@ -68,8 +66,7 @@ def test_minimax_m3_grammar_is_llama_cpps(name: str) -> None:
     turn = Codec(TEMPLATE).prepare(HI, **REQUESTS[name])
     assert turn.grammar is not None
     assert turn.grammar.lazy == (name == "auto")
-    expected = (DATA / f"minimax_m3_{name}.gbnf").read_text("utf-8")
-    assert normalize(turn.grammar.gbnf) == normalize(expected)
+    assert normalize(turn.grammar.gbnf) == recorded(f"minimax_m3_{name}")
 
 
 def test_minimax_m3_sets_no_grammar_for_plain_content() -> None:

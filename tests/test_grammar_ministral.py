@@ -14,11 +14,9 @@ import pytest
 
 from chatcodec import Codec
 
-from ._grammar_compare import normalize
+from ._grammar_compare import normalize, recorded
 from ._requests import ANSWER, HI, WEATHER_BARE_TIME, json_schema
-from .conftest import ROOT
 
-DATA = ROOT / "tests" / "data" / "grammar"
 # the markers in the comment pick llama.cpp's "Ministral/Magistral Large 3" handler
 TEMPLATE = (
     "{#- [SYSTEM_PROMPT] [TOOL_CALLS] [ARGS] -#}"
@@ -45,8 +43,7 @@ def test_ministral_grammar_is_llama_cpps(name: str) -> None:
     turn = Codec(TEMPLATE).prepare(HI, **REQUESTS[name])
     assert turn.grammar is not None
     assert turn.grammar.lazy == (name in LAZY)
-    expected = (DATA / f"ministral_{name}.gbnf").read_text("utf-8")
-    assert normalize(turn.grammar.gbnf) == normalize(expected)
+    assert normalize(turn.grammar.gbnf) == recorded(f"ministral_{name}")
 
 
 def test_ministral_sets_no_grammar_for_plain_content() -> None:

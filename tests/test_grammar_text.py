@@ -17,13 +17,10 @@ from chatcodec import Codec
 from chatcodec.grammar import rules as g
 from chatcodec.grammar.constraint import Trigger
 
-from ._grammar_compare import normalize
+from ._grammar_compare import RECORDED, normalize, recorded
 from ._reply_oracle import PARSE_CASES, corpus_cases, per_case, prepare_request
 from ._requests import HI, QWEN3_CODER
-from .conftest import ROOT
 from .test_grammar_request import RESPONSE_FORMAT, TOOLS
-
-DATA = ROOT / "tests" / "data" / "grammar"
 
 
 def _set_up_cases() -> list[dict[str, Any]]:
@@ -42,16 +39,12 @@ def test_grammar_is_llama_cpps(case: dict[str, Any]) -> None:
 # ------------------------------------------------------------------ without ../shared
 
 
-def _expected(name: str) -> str:
-    return (DATA / f"{name}.gbnf").read_text()
-
-
 def test_qwen3_coder_required_single_call_grammar_is_llama_cpps() -> None:
     codec = Codec(QWEN3_CODER, eos_token="<|im_end|>")
     turn = codec.prepare(HI, tools=TOOLS, tool_choice="required", parallel_tool_calls=False)
     assert turn.grammar is not None and not turn.grammar.lazy
     # the root starts with the generation prompt the sampler is fed first
-    assert normalize(turn.grammar.gbnf) == normalize(_expected("qwen3_coder_required"))
+    assert normalize(turn.grammar.gbnf) == recorded("qwen3_coder_required")
 
 
 def test_qwen3_coder_auto_grammar_is_lazy_and_llama_cpps() -> None:
@@ -64,14 +57,16 @@ def test_qwen3_coder_auto_grammar_is_lazy_and_llama_cpps() -> None:
         Trigger("word", "<function=get_weather>"),
         Trigger("word", "<function=get_time>"),
     )
-    assert normalize(grammar.gbnf) == normalize(_expected("qwen3_coder_auto"))
+    assert normalize(grammar.gbnf) == recorded("qwen3_coder_auto")
 
 
 def test_qwen3_coder_response_format_grammar_is_llama_cpps() -> None:
     codec = Codec(QWEN3_CODER, eos_token="<|im_end|>")
     turn = codec.prepare(HI, response_format=RESPONSE_FORMAT)
     assert turn.grammar is not None and not turn.grammar.lazy
-    assert turn.grammar.gbnf == _expected("qwen3_coder_response_format")
+    assert turn.grammar.gbnf == (RECORDED / "qwen3_coder_response_format.gbnf").read_text(
+        encoding="utf-8"
+    )
 
 
 def test_no_grammar_without_tools_or_response_format() -> None:
