@@ -179,14 +179,17 @@ UNTYPED = "the grammar checks neither the arguments' types nor the required ones
 UNREQUIRED = "the grammar lets a call leave out required arguments"
 OPEN_THOUGHT = "a thought may stay open: what is written inside it is reasoning"
 DROPPED = "the grammar lets the model write words llama.cpp's parse drops"
+# the templates whose grammar lets a word through that the parse drops, and how chatcodec
+# reports it: a gpt-oss content type other than json, a `<` after Ling 3's calls
+WORDS_DROPPED: dict[str, set[str]] = {
+    "openai-gpt-oss-120b.jinja": {"skipped_text"},
+    "inclusionai-ling-3.0-flash.jinja": {"marker_prefix"},
+}
 NO_MARKER = "after text the grammar's calls lack `>>>`: a call written there is content"
 SPLIT_MARKER = "the content may end in part of the call marker: the parse then fails"
 LAZY = "a lazy grammar leaves the text before its trigger free: the format may not allow it"
 KNOWN_GAPS = {
     ("StepFun3.5-Flash.jinja", "response_format"): OPEN_THOUGHT,
-    ("openai-gpt-oss-120b.jinja", "required"): DROPPED,  # a content type other than json
-    ("openai-gpt-oss-120b.jinja", "named"): DROPPED,
-    ("openai-gpt-oss-120b.jinja", "response_format"): DROPPED,
     ("google-gemma-4-31B-it.jinja", "auto"): UNTYPED,
     ("google-gemma-4-31B-it.jinja", "required"): UNTYPED,
     ("google-gemma-4-31B-it.jinja", "named"): UNTYPED,
@@ -196,7 +199,6 @@ KNOWN_GAPS = {
     ("LFM2.5-Instruct.jinja", "auto"): UNTYPED,
     ("LFM2.5-Instruct.jinja", "required"): UNTYPED,
     ("LFM2.5-Instruct.jinja", "named"): UNTYPED,
-    ("inclusionai-ling-3.0-flash.jinja", "required"): DROPPED,  # a `<` after the calls
     ("Cohere2MoE.jinja", "auto"): LAZY,  # text between the thought and the action
     ("Kimi-K3.jinja", "auto"): UNTYPED,
     ("Kimi-K3.jinja", "required"): OPEN_THOUGHT,  # and UNTYPED
@@ -244,7 +246,10 @@ def test_every_reply_sampled_under_the_grammar_is_valid(
             grammar, turn.prompt, turn.generation_prompt, stops, seed, thinking=thinking
         )
         message = turn.parse(reply)
-        assert not message.dropped, (reply, message.dropped)
+        # where the grammar lets the model write a word the parse discards (a gap of
+        # llama.cpp's grammar, pinned below), the word is reported, and the reply still valid
+        allowed = WORDS_DROPPED.get(template[0], set())
+        assert all(d.reason in allowed for d in message.dropped), (reply, message.dropped)
         if "tools" in request:
             _check_calls(message, request)
             calls += len(message.tool_calls)
