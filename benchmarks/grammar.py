@@ -8,7 +8,7 @@ chatcodec writes one (families whose grammar is not written yet are counted and 
 One row per template, then one per handler; times are medians over the requests.
 
 Columns:
-  first      deriving the GBNF text with nothing cached (`constraint.gbnf()` after
+  first      deriving the GBNF text with nothing cached (`constraint.build_gbnf()` after
              `clear_grammar_cache()`): what the first request of a template, tool set and
              options costs;
   cached     the same call again (the key built from the request, then a cache hit);
@@ -153,10 +153,10 @@ def measure_ours(
             codecs[key] = Codec(source, bos_token=key[1], eos_token=key[2])
         codec = codecs[key]
         constraint = prepare(codec, request).format.constraint
-        if constraint.gbnf is None:
+        if constraint.build_gbnf is None:
             skipped[request["handler"]] += 1
             continue
-        derive = constraint.gbnf
+        derive = constraint.build_gbnf
 
         def first(derive: Callable[[], str] = derive) -> str:
             clear_grammar_cache()
@@ -164,7 +164,7 @@ def measure_ours(
 
         def whole(request: dict[str, Any] = request, codec: Codec = codec) -> str:
             clear_grammar_cache()
-            gbnf = prepare(codec, request).format.constraint.gbnf
+            gbnf = prepare(codec, request).format.constraint.build_gbnf
             assert gbnf is not None
             return gbnf()
 

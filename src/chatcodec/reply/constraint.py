@@ -41,7 +41,7 @@ class Constraint:
     preserved_tokens: tuple[str, ...] = ()
     additional_stops: tuple[str, ...] = ()
     # builds the grammar's GBNF text (set where the reply format is chosen; not compared)
-    gbnf: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+    build_gbnf: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
 
 def constraint(

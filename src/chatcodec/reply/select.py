@@ -102,7 +102,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
     if not fmt.constraint.grammar:
         return fmt
     return replace(
-        fmt, constraint=replace(fmt.constraint, gbnf=partial(grammar_text, family, request))
+        fmt, constraint=replace(fmt.constraint, build_gbnf=partial(grammar_text, family, request))
     )
 
 

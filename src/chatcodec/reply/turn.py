@@ -34,10 +34,10 @@ class Turn:
         c = self.format.constraint
         if not c.grammar:
             return None
-        if c.gbnf is None:
+        if c.build_gbnf is None:
             raise ValueError(f"this {self.handler!r} reply format carries no grammar builder")
         return Grammar(
-            c.gbnf(),
+            c.build_gbnf(),
             c.lazy,
             c.triggers,
             c.preserved_tokens,
