@@ -31,6 +31,7 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from chatcodec.grammar.constraint import Grammar
 
 from ._gbnf import LazySteering, Steering
 
-__all__ = ["Engine", "write_model", "VOCAB_SIZE", "EOS"]
+__all__ = ["Engine", "write_model", "write_chat_model", "VOCAB_SIZE", "EOS"]
 
 UNK, BOS, EOS = 0, 1, 2
 BYTE0 = 3  # the token of byte b is BYTE0 + b
@@ -78,15 +79,26 @@ def write_model(path: Path, seed: int = 0) -> Path:
     writer.add_eos_token_id(EOS)
     writer.add_add_bos_token(False)
 
+    _write_weights(writer, rng, VOCAB_SIZE)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _write_weights(writer: Any, rng: np.random.Generator, vocab_size: int) -> None:
+    """The llama hyperparameters' tensors, seeded random."""
+
     def weight(name: str, *shape: int) -> None:
         # numpy's (rows, columns) is ggml's (columns, rows)
         writer.add_tensor(name, rng.normal(0.0, 0.5, shape).astype(np.float32))
 
     writer.add_tensor(
-        "token_embd.weight", rng.normal(0.0, 1.0, (VOCAB_SIZE, N_EMBD)).astype(np.float32)
+        "token_embd.weight", rng.normal(0.0, 1.0, (vocab_size, N_EMBD)).astype(np.float32)
     )
     writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    weight("output.weight", VOCAB_SIZE, N_EMBD)
+    weight("output.weight", vocab_size, N_EMBD)
     for i in range(N_LAYER):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
@@ -95,6 +107,56 @@ def write_model(path: Path, seed: int = 0) -> Path:
         weight(f"blk.{i}.ffn_gate.weight", N_FF, N_EMBD)
         weight(f"blk.{i}.ffn_up.weight", N_FF, N_EMBD)
         weight(f"blk.{i}.ffn_down.weight", N_EMBD, N_FF)
+
+
+def _byte_symbols() -> list[str]:
+    """The 256 characters byte-level BPE (GPT-2's) writes the bytes 0..255 as."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    kept += range(ord("®"), ord("ÿ") + 1)
+    symbols, extra = {b: chr(b) for b in kept}, 0
+    for b in range(256):
+        if b not in symbols:
+            symbols[b] = chr(256 + extra)
+            extra += 1
+    return [symbols[b] for b in range(256)]
+
+
+def write_chat_model(
+    path: Path,
+    template: str,
+    special_tokens: Sequence[str],
+    bos: str,
+    eos: str,
+    seed: int = 0,
+) -> Path:
+    """A tiny llama GGUF whose tokenizer is byte-level BPE (the 256 byte symbols, one merge:
+    two spaces) plus ``special_tokens`` as control tokens (``bos`` and ``eos`` among them),
+    with ``template`` as its chat template: what ``chatcodec serve MODEL.gguf`` reads."""
+    import gguf
+
+    specials = list(dict.fromkeys([bos, eos, *special_tokens]))
+    tokens = [*_byte_symbols(), "\u0120\u0120", *specials]
+    vocab_size = len(tokens)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(N_CTX)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(vocab_size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL] * len(specials))
+    writer.add_token_merges(["\u0120 \u0120"])  # llama.cpp's BPE wants at least one
+    writer.add_bos_token_id(tokens.index(bos))
+    writer.add_eos_token_id(tokens.index(eos))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(template)
+    _write_weights(writer, np.random.default_rng(seed), vocab_size)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
