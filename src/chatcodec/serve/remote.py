@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
 from ..errors import GrammarError
 from .engine import EngineError, EngineTimeout, Generation, Piece, Usage
+
+if TYPE_CHECKING:
+    from ..grammar.constraint import Grammar
 
 __all__ = ["RemoteEngine", "BACKEND_KINDS"]
 
@@ -73,8 +76,17 @@ class RemoteEngine:
             body["stream_options"] = {"include_usage": True}
         return body
 
+    def check_grammar(self, grammar: Grammar) -> None:
+        """``GrammarError`` when ``grammar`` cannot be written in this engine's fields (a lazy
+        grammar woken by a regular expression, for vLLM and SGLang)."""
+        if self.kind != "none":
+            _grammar_fields(Generation("", grammar=grammar), self.kind)
+
     async def generate(self, request: Generation) -> AsyncIterator[Piece]:
-        body = self.body(request)
+        try:
+            body = self.body(request)
+        except GrammarError as exc:
+            raise EngineError(f"the engine cannot take this grammar: {exc}") from exc
         try:
             async with self.client.stream("POST", self.url, json=body) as response:
                 if response.status_code != 200:
