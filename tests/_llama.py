@@ -29,7 +29,7 @@ from __future__ import annotations
 import ctypes
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ PULL = 0.2  # the pull towards ending, per generated token and per character of 
 # the model alone picks this share of the time, so optional parts get written too
 CHOICE, UNSTEERED = 8, 0.3
 MAX_TOKENS = 400
+FAVOUR_CONSTANT = 200.0  # dimension 0 of every embedding, when tokens are favoured
 
 
 def write_model(path: Path, seed: int = 0) -> Path:
@@ -87,18 +88,31 @@ def write_model(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def _write_weights(writer: Any, rng: np.random.Generator, vocab_size: int) -> None:
-    """The llama hyperparameters' tensors, seeded random."""
+def _write_weights(
+    writer: Any,
+    rng: np.random.Generator,
+    vocab_size: int,
+    favoured: Mapping[int, float] | None = None,
+) -> None:
+    """The llama hyperparameters' tensors, seeded random. ``favoured`` (token -> logit): every
+    embedding carries a large constant in dimension 0, which the final norm leaves near
+    ``sqrt(N_EMBD)`` at every position, and the output row of each favoured token reads it:
+    a constant bias of about that many logits (the other rows ignore dimension 0)."""
 
     def weight(name: str, *shape: int) -> None:
         # numpy's (rows, columns) is ggml's (columns, rows)
         writer.add_tensor(name, rng.normal(0.0, 0.5, shape).astype(np.float32))
 
-    writer.add_tensor(
-        "token_embd.weight", rng.normal(0.0, 1.0, (vocab_size, N_EMBD)).astype(np.float32)
-    )
+    embeddings = rng.normal(0.0, 1.0, (vocab_size, N_EMBD)).astype(np.float32)
     writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    weight("output.weight", vocab_size, N_EMBD)
+    output = rng.normal(0.0, 0.5, (vocab_size, N_EMBD)).astype(np.float32)
+    if favoured:
+        embeddings[:, 0] = FAVOUR_CONSTANT
+        output[:, 0] = 0.0
+        for token, logit in favoured.items():
+            output[token, 0] = logit / math.sqrt(N_EMBD)
+    writer.add_tensor("token_embd.weight", embeddings)
+    writer.add_tensor("output.weight", output)
     for i in range(N_LAYER):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
@@ -128,10 +142,14 @@ def write_chat_model(
     bos: str,
     eos: str,
     seed: int = 0,
+    favoured: Mapping[str, float] | None = None,
 ) -> Path:
     """A tiny llama GGUF whose tokenizer is byte-level BPE (the 256 byte symbols, one merge:
     two spaces) plus ``special_tokens`` as control tokens (``bos`` and ``eos`` among them),
-    with ``template`` as its chat template: what ``chatcodec serve MODEL.gguf`` reads."""
+    with ``template`` as its chat template: what ``chatcodec serve MODEL.gguf`` reads.
+    ``favoured`` (a special token or a one-byte text -> logit) biases the random model towards those tokens (see
+    ``_write_weights``): a grammar that lets free text run until a call marker then ends
+    soon, yet which text is valid is still the grammar's decision alone."""
     import gguf
 
     specials = list(dict.fromkeys([bos, eos, *special_tokens]))
@@ -156,12 +174,23 @@ def write_chat_model(
     writer.add_eos_token_id(tokens.index(eos))
     writer.add_add_bos_token(False)
     writer.add_chat_template(template)
-    _write_weights(writer, np.random.default_rng(seed), vocab_size)
+    bias = {_token_id(tokens, text): logit for text, logit in (favoured or {}).items()}
+    _write_weights(writer, np.random.default_rng(seed), vocab_size, bias)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def _token_id(tokens: list[str], text: str) -> int:
+    """The id of a special token, or of the byte token of a one-byte text."""
+    if text in tokens[257:]:
+        return tokens.index(text, 257)
+    data = text.encode("utf-8")
+    if len(data) != 1:
+        raise ValueError(f"{text!r} is neither a special token nor one byte")
+    return data[0]
 
 
 def tokens_of(text: str | bytes) -> list[int]:

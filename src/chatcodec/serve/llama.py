@@ -79,6 +79,7 @@ class LlamaEngine:
             raise MissingExtraError("llama-cpp-python", "llama", "the in-process engine") from exc
         self.lib = llama_cpp
         self.n_ctx = n_ctx
+        self.generations = 0  # how many generations reached the model
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._lock: asyncio.Lock | None = None
         self._quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
@@ -102,6 +103,9 @@ class LlamaEngine:
             raise EngineError(f"llama.cpp could not make a context for {path}")
 
     async def aclose(self) -> None:
+        """Free the model (once; a closed engine stays closed)."""
+        if self.model is None:
+            return
         await self._run(self._free_model)
         self._executor.shutdown()
 
@@ -165,6 +169,7 @@ class LlamaEngine:
             raise EngineError("the prompt is empty")
         if len(tokens) >= self.n_ctx:
             raise EngineError(f"the prompt is {len(tokens)} tokens, the context holds {self.n_ctx}")
+        self.generations += 1
         self.lib.llama_memory_clear(self.lib.llama_get_memory(self.context), True)
         sampler = self._sampler(request)
         try:
