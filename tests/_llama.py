@@ -104,7 +104,6 @@ def _write_weights(
         writer.add_tensor(name, rng.normal(0.0, 0.5, shape).astype(np.float32))
 
     embeddings = rng.normal(0.0, 1.0, (vocab_size, N_EMBD)).astype(np.float32)
-    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
     output = rng.normal(0.0, 0.5, (vocab_size, N_EMBD)).astype(np.float32)
     if favoured:
         embeddings[:, 0] = FAVOUR_CONSTANT
@@ -112,6 +111,7 @@ def _write_weights(
         for token, logit in favoured.items():
             output[token, 0] = logit / math.sqrt(N_EMBD)
     writer.add_tensor("token_embd.weight", embeddings)
+    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
     writer.add_tensor("output.weight", output)
     for i in range(N_LAYER):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
