@@ -205,3 +205,54 @@ def test_a_cancelled_queued_request_never_reaches_the_model(engine: LlamaEngine)
 
     before, after = asyncio.run(run())
     assert after - before == 2
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_command_serves_a_gguf(gguf: Path) -> None:
+    """``chatcodec serve MODEL.gguf`` as a user runs it, called with the openai client."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    port = free_port()
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    command = [sys.executable, "-m", "chatcodec", "serve", str(gguf), "--port", str(port)]
+    command += ["--model-name", MODEL, "--api-key", "sesame", "--log-level", "warning"]
+    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        root = f"http://127.0.0.1:{port}"
+        while True:  # until it listens (or dies)
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            try:
+                httpx.get(root + "/health")
+                break
+            except httpx.TransportError:
+                server_wait(server)
+        client = openai.OpenAI(base_url=root + "/v1", api_key="sesame", max_retries=0)
+        assert [m.id for m in client.models.list()] == [MODEL]
+        reply = client.chat.completions.create(
+            model=MODEL, messages=USER, tools=TOOLS, tool_choice="required", seed=5
+        )
+        check_calls(reply.choices[0].message.tool_calls, {"get_weather", "get_time"})
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def server_wait(server: Any) -> None:
+    import subprocess
+
+    try:
+        server.wait(0.1)
+    except subprocess.TimeoutExpired:
+        pass
