@@ -3,7 +3,8 @@
 `StandIn` speaks OpenAI's ``/v1/completions`` (streaming and not): it replays the reply text
 the test sets, in chunks of seeded varying sizes, cut at the request's stop strings as
 engines cut them. It records every request body, can answer with an error status, and in
-``endless`` mode streams until its client goes away (``closed`` is set then).
+``endless`` mode streams text, ``stall`` mode only SSE comments, until the client goes away
+(``closed`` is set then, as it is when a stream ends); ``delay`` waits before answering.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class StandIn:
         self.status = 200  # another status: answer with an error of that status
         self.echo_stops = False  # replay the stop string too, as some engines do
         self.endless = False
+        self.stall = False  # stream nothing but SSE comments until the client goes away
         self.delay = 0.0  # seconds to wait before answering
         self.closed = threading.Event()
         self.app = Starlette(routes=[Route("/v1/completions", self.completions, methods=["POST"])])
@@ -82,7 +84,7 @@ class StandIn:
     async def completions(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(body)
-        if self.delay:
+        if self.delay and not body.get("stream"):
             await asyncio.sleep(self.delay)
         if self.status != 200:
             error = {"message": "the stand-in fails on purpose", "type": "server_error"}
@@ -96,6 +98,11 @@ class StandIn:
 
     async def events(self, text: str, reason: str, usage: dict[str, int]) -> AsyncIterator[str]:
         try:
+            if self.delay:  # the client may go away while it waits
+                await asyncio.sleep(self.delay)
+            while self.stall:
+                yield ": waiting\n\n"
+                await asyncio.sleep(0.01)
             if self.endless:
                 while True:
                     yield _event({"choices": [{"index": 0, "text": "x", "finish_reason": None}]})

@@ -60,7 +60,8 @@ def qwen() -> Codec:
 
 def reset(engine: StandIn, reply: str) -> None:
     engine.reply = reply
-    engine.status, engine.echo_stops, engine.endless, engine.delay = 200, False, False, 0.0
+    engine.status, engine.echo_stops, engine.delay = 200, False, 0.0
+    engine.endless = engine.stall = False
     engine.closed.clear()
 
 
@@ -409,3 +410,16 @@ def test_a_client_that_goes_away_cancels_the_generation(standin: tuple[StandIn, 
         # the server closed its request to the engine: the stand-in's stream was ended
         assert engine.closed.wait(30)
     engine.endless = False
+
+
+def test_a_client_that_goes_away_cancels_a_whole_completion(standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    reset(engine, "Sunny.")
+    engine.stall = True  # the engine keeps its stream open and writes nothing
+    with served(qwen(), RemoteEngine(url)) as root:
+        body = {"model": MODEL, "messages": USER}
+        with pytest.raises(httpx.ReadTimeout):
+            post(root, body, timeout=httpx.Timeout(30.0, read=0.5))
+        # the server closed its request to the engine: the stand-in's stream was ended
+        assert engine.closed.wait(30)
+    engine.stall = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -9,7 +10,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -32,6 +33,7 @@ __all__ = ["ServeConfig", "create_app"]
 
 log = logging.getLogger("chatcodec.serve")
 
+T = TypeVar("T")
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 
 
@@ -154,7 +156,8 @@ class _Server:
         turn, generation = prepare(self.codec, body, self.engine)
         reply = Reply(turn, generation.stop)
         pieces = self.engine.generate(generation)
-        first = await _first(pieces)  # an engine that fails at once is a status, not a stream
+        # an engine that fails at once is a status, not a stream
+        first = await _unless_gone(request, asyncio.ensure_future(_first(pieces)))
         ident = f"chatcmpl-{secrets.token_hex(12)}"
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -164,7 +167,8 @@ class _Server:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        return JSONResponse(await self._complete(ident, reply, _chain(first, pieces)))
+        work = asyncio.ensure_future(self._complete(ident, reply, _chain(first, pieces)))
+        return JSONResponse(await _unless_gone(request, work))
 
     async def _complete(
         self, ident: str, reply: Reply, pieces: AsyncIterator[Piece]
@@ -211,6 +215,28 @@ class _Server:
         else:
             fields["reasoning"] = text
         return fields
+
+
+async def _unless_gone(request: Request, work: asyncio.Future[T]) -> T:
+    """``work``'s result; ``work`` cancelled (and the engine's generation with it) when the
+    client disconnects first."""
+    watch: asyncio.Future[Any] = asyncio.ensure_future(_disconnect(request))
+    both: set[asyncio.Future[Any]] = {work, watch}
+    try:
+        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+    if not work.done() or work.cancelled():
+        raise APIError(499, "the client went away")
+    return work.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has gone (the body was read: what comes next is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _first(pieces: AsyncIterator[Piece]) -> Piece | None:
