@@ -321,6 +321,10 @@ def test_malformed_and_hostile_bodies_are_400s(standin: tuple[StandIn, str]) -> 
         response = post(root, huge)
         assert response.status_code == 200 or error_of(response, 413)
         error_of(post(root, [1, 2, 3]), 400)
+        lone = json.dumps({**good, "messages": [{"role": "user", "content": "\ud800"}]})
+        assert error_of(post(root, lone), 400)["param"] == "messages"
+        lone = json.dumps({**good, "stop": ["\ud800"]})
+        assert error_of(post(root, lone), 400)["param"] == "stop"
 
 
 def test_request_errors(standin: tuple[StandIn, str]) -> None:

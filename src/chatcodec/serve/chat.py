@@ -50,6 +50,11 @@ def prepare(codec: Codec, request: ChatRequest, engine: Engine) -> tuple[Turn, G
     if request.reasoning_effort is not None:
         kwargs["reasoning_effort"] = request.reasoning_effort
     turn = _turn(codec, request, tools, kwargs)
+    for text, where in ((turn.prompt, "messages"), ("".join(request.stops()), "stop")):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800"), which no engine can read
+            raise APIError(400, f"{where} holds text that is not Unicode", where) from None
     grammar = _grammar(turn, request, engine)
     max_tokens = request.max_completion_tokens or request.max_tokens
     generation = Generation(
