@@ -32,8 +32,9 @@ from __future__ import annotations
 import ctypes
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ from chatcodec.grammar.constraint import Grammar
 from ._gbnf import LazySteering, Steering, ThoughtSteering
 from ._grammar_replies import ReasoningBudget, Thinking
 
-__all__ = ["Engine", "write_model", "VOCAB_SIZE", "EOS"]
+__all__ = ["Engine", "write_model", "write_chat_model", "VOCAB_SIZE", "EOS"]
 
 UNK, BOS, EOS = 0, 1, 2
 BYTE0 = 3  # the token of byte b is BYTE0 + b
@@ -54,6 +55,7 @@ PULL = 0.2  # the pull towards ending, per generated token and per character of 
 # the model alone picks this share of the time, so optional parts get written too
 CHOICE, UNSTEERED = 8, 0.3
 MAX_TOKENS = 400
+FAVOUR_CONSTANT = 200.0  # dimension 0 of every embedding, when tokens are favoured
 
 
 def write_model(path: Path, seed: int = 0) -> Path:
@@ -82,15 +84,39 @@ def write_model(path: Path, seed: int = 0) -> Path:
     writer.add_eos_token_id(EOS)
     writer.add_add_bos_token(False)
 
+    _write_weights(writer, rng, VOCAB_SIZE)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _write_weights(
+    writer: Any,
+    rng: np.random.Generator,
+    vocab_size: int,
+    favoured: Mapping[int, float] | None = None,
+) -> None:
+    """The llama hyperparameters' tensors, seeded random. ``favoured`` (token -> logit): every
+    embedding carries a large constant in dimension 0, which the final norm leaves near
+    ``sqrt(N_EMBD)`` at every position, and the output row of each favoured token reads it:
+    a constant bias of about that many logits (the other rows ignore dimension 0)."""
+
     def weight(name: str, *shape: int) -> None:
         # numpy's (rows, columns) is ggml's (columns, rows)
         writer.add_tensor(name, rng.normal(0.0, 0.5, shape).astype(np.float32))
 
-    writer.add_tensor(
-        "token_embd.weight", rng.normal(0.0, 1.0, (VOCAB_SIZE, N_EMBD)).astype(np.float32)
-    )
+    embeddings = rng.normal(0.0, 1.0, (vocab_size, N_EMBD)).astype(np.float32)
+    output = rng.normal(0.0, 0.5, (vocab_size, N_EMBD)).astype(np.float32)
+    if favoured:
+        embeddings[:, 0] = FAVOUR_CONSTANT
+        output[:, 0] = 0.0
+        for token, logit in favoured.items():
+            output[token, 0] = logit / math.sqrt(N_EMBD)
+    writer.add_tensor("token_embd.weight", embeddings)
     writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    weight("output.weight", VOCAB_SIZE, N_EMBD)
+    writer.add_tensor("output.weight", output)
     for i in range(N_LAYER):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
@@ -99,11 +125,76 @@ def write_model(path: Path, seed: int = 0) -> Path:
         weight(f"blk.{i}.ffn_gate.weight", N_FF, N_EMBD)
         weight(f"blk.{i}.ffn_up.weight", N_FF, N_EMBD)
         weight(f"blk.{i}.ffn_down.weight", N_EMBD, N_FF)
+
+
+def _byte_symbols() -> list[str]:
+    """The 256 characters byte-level BPE (GPT-2's) writes the bytes 0..255 as."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    kept += range(ord("®"), ord("ÿ") + 1)
+    symbols, extra = {b: chr(b) for b in kept}, 0
+    for b in range(256):
+        if b not in symbols:
+            symbols[b] = chr(256 + extra)
+            extra += 1
+    return [symbols[b] for b in range(256)]
+
+
+def write_chat_model(
+    path: Path,
+    template: str,
+    special_tokens: Sequence[str],
+    bos: str,
+    eos: str,
+    seed: int = 0,
+    favoured: Mapping[str, float] | None = None,
+) -> Path:
+    """A tiny llama GGUF whose tokenizer is byte-level BPE (the 256 byte symbols, one merge:
+    two spaces) plus ``special_tokens`` as control tokens (``bos`` and ``eos`` among them),
+    with ``template`` as its chat template: what ``chatcodec serve MODEL.gguf`` reads.
+    ``favoured`` (a special token or a one-byte text -> logit) biases the random model towards those tokens (see
+    ``_write_weights``): a grammar that lets free text run until a call marker then ends
+    soon, yet which text is valid is still the grammar's decision alone."""
+    import gguf
+
+    specials = list(dict.fromkeys([bos, eos, *special_tokens]))
+    tokens = [*_byte_symbols(), "\u0120\u0120", *specials]
+    vocab_size = len(tokens)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(N_CTX)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(vocab_size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL] * len(specials))
+    writer.add_token_merges(["\u0120 \u0120"])  # llama.cpp's BPE wants at least one
+    writer.add_bos_token_id(tokens.index(bos))
+    writer.add_eos_token_id(tokens.index(eos))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(template)
+    bias = {_token_id(tokens, text): logit for text, logit in (favoured or {}).items()}
+    _write_weights(writer, np.random.default_rng(seed), vocab_size, bias)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def _token_id(tokens: list[str], text: str) -> int:
+    """The id of a special token, or of the byte token of a one-byte text."""
+    if text in tokens[257:]:
+        return tokens.index(text, 257)
+    data = text.encode("utf-8")
+    if len(data) != 1:
+        raise ValueError(f"{text!r} is neither a special token nor one byte")
+    return data[0]
 
 
 def tokens_of(text: str | bytes) -> list[int]:

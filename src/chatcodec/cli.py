@@ -1,4 +1,4 @@
-"""The ``chatcodec`` command: render | parse | grammar | inspect | batch.
+"""The ``chatcodec`` command: render | parse | grammar | inspect | batch | serve.
 
 Every subcommand is a thin driver around the library: it reads files or stdin, calls the
 public API, and writes the result to stdout. The subcommands share their spellings, built
@@ -604,6 +604,67 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     return 1 if unusable["InternalError"] else 2
 
 
+# --- serve ---------------------------------------------------------------------------------
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .serve.main import serve  # the server extra, imported only by this command
+
+    if args.backend is None and not args.checkpoint.endswith(".gguf"):
+        raise UsageError(
+            "serve needs a MODEL.gguf for the in-process engine, or --backend URL for a remote one"
+        )
+    return serve(args, _load)
+
+
+def _add_serve(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    checkpoint: argparse.ArgumentParser,
+) -> None:
+    serve = commands.add_parser(
+        "serve",
+        parents=[checkpoint],
+        help="an OpenAI-compatible chat server over a raw completion engine",
+        description="Serve POST /v1/chat/completions, GET /v1/models and GET /health for one "
+        "model: chatcodec renders each request's prompt and reads the engine's text back. "
+        "The engine is llama.cpp in this process (CHECKPOINT a .gguf file, extra [llama]) or "
+        "a server speaking OpenAI's /v1/completions (--backend).",
+    )
+    serve.add_argument(
+        "--backend", metavar="URL", help="the engine's OpenAI root, e.g. http://127.0.0.1:8080/v1"
+    )
+    serve.add_argument(
+        "--backend-kind",
+        choices=("llama", "vllm", "sglang", "none"),
+        default="none",
+        help="how a grammar is sent to the backend (none: requests that need one are refused)",
+    )
+    serve.add_argument("--backend-model", help="the model name sent to the backend")
+    serve.add_argument(
+        "--backend-no-stream",
+        action="store_true",
+        help="ask the backend for whole completions instead of a stream",
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=_positive_int, default=8000)
+    serve.add_argument("--model-name", help="the model id clients name (default: CHECKPOINT)")
+    serve.add_argument("--api-key", help="the bearer token clients must send")
+    serve.add_argument(
+        "--max-body", type=_positive_int, default=8 * 1024 * 1024, help="largest body, bytes"
+    )
+    serve.add_argument("--timeout", type=float, default=600.0, help="backend timeout, seconds")
+    serve.add_argument(
+        "--reasoning-field",
+        choices=("reasoning_content", "reasoning", "both"),
+        default="reasoning_content",
+    )
+    serve.add_argument("--n-ctx", type=_positive_int, default=4096, help="in-process context")
+    serve.add_argument(
+        "--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info"
+    )
+    serve.set_defaults(func=_cmd_serve)
+
+
 # --- the parser ----------------------------------------------------------------------------
 
 _CHECKPOINT_HELP = (
@@ -855,6 +916,7 @@ def _parser() -> argparse.ArgumentParser:
         help="folder holding the templates the requests name (default: search)",
     )
     batch.set_defaults(func=_cmd_batch)
+    _add_serve(commands, checkpoint)
     return parser
 
 

@@ -1,0 +1,165 @@
+"""Serve benchmark: N concurrent streaming clients through ``chatcodec serve --backend`` and
+straight to the engine it fronts, in the same run.
+
+    python benchmarks/serve.py [--clients 200] [--rounds 1]
+
+The engine is the tests' stand-in (tests/_standin.py, a real uvicorn server speaking
+``/v1/completions``) replaying one Qwen2.5 reply (prose then a tool call, ~1 KB) in chunks of
+1-7 characters; ``chatcodec serve examples/chatml-tiny``-style front: the Qwen2.5 template
+from ../shared, or examples/chatml-tiny when ../shared is absent. Each process (stand-in,
+server) is its own, the clients share this one (httpx, asyncio).
+
+Columns:
+  req/s       finished streams per second, all clients together;
+  ms/delta    per stream, its time from request to [DONE] over its count of deltas (p50, p99);
+  added       ms/delta through chatcodec / ms/delta direct, at p50 (goal <= 1.10);
+  bad         streams whose deltas did not add up to the reply exactly (lost, duplicated or
+              interleaved deltas: must be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_TEMPLATE = ROOT.parent / "shared" / "chat_templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
+PROSE = "The forecast for Paris says sun, 18 degrees, a light wind from the west. " * 8
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+STANDIN = """
+import sys, uvicorn
+sys.path.insert(0, {root!r})
+from tests._standin import StandIn
+engine = StandIn(seed=1)
+engine.reply = {reply!r}
+uvicorn.run(engine.app, host="127.0.0.1", port={port}, log_level="error")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(command: list[str], port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    process = subprocess.Popen(command, env=env, cwd=ROOT)
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process
+        except OSError:
+            if process.poll() is not None:
+                raise SystemExit(f"{command[:3]} did not start") from None
+            time.sleep(0.05)
+
+
+async def direct(client: httpx.AsyncClient, url: str) -> tuple[float, int, bool]:
+    body = {"prompt": "x", "stream": True, "max_tokens": 4096}
+    start_time, deltas, text = time.perf_counter(), 0, []
+    async with client.stream("POST", url + "/v1/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                event = json.loads(line[6:])
+                for choice in event["choices"]:
+                    if choice["text"]:
+                        deltas += 1
+                        text.append(choice["text"])
+    return time.perf_counter() - start_time, deltas, "".join(text) == PROSE + CALL
+
+
+async def chat(client: httpx.AsyncClient, url: str) -> tuple[float, int, bool]:
+    body = {"model": "bench", "messages": [{"role": "user", "content": "Weather?"}]}
+    body |= {"tools": TOOLS, "stream": True}
+    start_time, deltas, text, calls = time.perf_counter(), 0, [], []
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                event = json.loads(line[6:])
+                for choice in event["choices"]:
+                    delta = choice["delta"]
+                    if delta.get("content") or delta.get("tool_calls"):
+                        deltas += 1
+                        text.append(delta.get("content") or "")
+                        calls += delta.get("tool_calls") or []
+    got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    ok = "".join(text) == PROSE and got == [("get_weather", {"city": "Paris"})]
+    return time.perf_counter() - start_time, deltas, ok
+
+
+async def run(kind: str, url: str, clients: int) -> dict[str, float]:
+    call = direct if kind == "direct" else chat
+    limits = httpx.Limits(max_connections=None)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        begin = time.perf_counter()
+        results = await asyncio.gather(*(call(client, url) for _ in range(clients)))
+        wall = time.perf_counter() - begin
+    per_delta = sorted(1000 * t / max(n, 1) for t, n, _ in results)
+    bad = sum(1 for _, _, ok in results if not ok)
+    return {
+        "req/s": clients / wall,
+        "p50": statistics.median(per_delta),
+        "p99": per_delta[min(len(per_delta) - 1, int(0.99 * len(per_delta)))],
+        "bad": bad,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    reply = PROSE + CALL
+    engine_port, serve_port = free_port(), free_port()
+    code = STANDIN.format(root=str(ROOT), reply=reply, port=engine_port)
+    engine = start([sys.executable, "-c", code], engine_port)
+    template = str(SHARED_TEMPLATE if SHARED_TEMPLATE.exists() else ROOT / "examples/chatml-tiny")
+    serve = [sys.executable, "-m", "chatcodec", "serve", template, "--model-name", "bench"]
+    serve += ["--backend", f"http://127.0.0.1:{engine_port}/v1", "--port", str(serve_port)]
+    server = start([*serve, "--log-level", "error"], serve_port)
+    try:
+        rows = []
+        for _ in range(args.rounds):
+            engine_url = f"http://127.0.0.1:{engine_port}"
+            rows.append(("direct", asyncio.run(run("direct", engine_url, args.clients))))
+            serve_url = f"http://127.0.0.1:{serve_port}"
+            rows.append(("chatcodec", asyncio.run(run("chat", serve_url, args.clients))))
+        print(f"{args.clients} concurrent streaming clients, reply {len(reply)} characters")
+        print(f"{'':10} {'req/s':>8} {'ms/delta p50':>13} {'p99':>8} {'bad':>4}")
+        for name, row in rows:
+            print(
+                f"{name:10} {row['req/s']:8.1f} {row['p50']:13.3f} {row['p99']:8.3f} "
+                f"{int(row['bad']):4}"
+            )
+        direct_p50 = statistics.median(r["p50"] for n, r in rows if n == "direct")
+        chat_p50 = statistics.median(r["p50"] for n, r in rows if n == "chatcodec")
+        print(f"added time per delta (p50): {chat_p50 / direct_p50:.2f}x direct (goal <= 1.10)")
+    finally:
+        server.terminate()
+        engine.terminate()
+        server.wait()
+        engine.wait()
+
+
+if __name__ == "__main__":
+    main()

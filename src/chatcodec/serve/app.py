@@ -1,0 +1,318 @@
+"""The ASGI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import ReplyError
+from ..reply.message import Delta
+from .chat import Reply, prepare
+from .engine import Engine, EngineError, EngineTimeout, Piece
+from .errors import APIError, error_body
+from .schema import ChatRequest
+
+if TYPE_CHECKING:
+    from ..codec import Codec
+
+__all__ = ["ServeConfig", "create_app"]
+
+log = logging.getLogger("chatcodec.serve")
+
+T = TypeVar("T")
+ReasoningField = Literal["reasoning_content", "reasoning", "both"]
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """``model_name``: the id ``/v1/models`` reports and requests name. ``api_key``: the
+    bearer token every ``/v1`` request must carry (none: open). ``max_body``: the largest
+    request body, in bytes. ``reasoning_field``: the name the reasoning goes out under."""
+
+    model_name: str
+    api_key: str | None = None
+    max_body: int = 8 * 1024 * 1024
+    reasoning_field: ReasoningField = "reasoning_content"
+
+
+def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
+    """The server's app for one model: ``codec`` renders and reads, ``engine`` generates."""
+    server = _Server(codec, engine, config)
+    routes = [
+        Route("/health", server.health, methods=["GET"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+        Route("/v1/chat/completions", server.chat, methods=["POST"]),
+    ]
+    handlers: Mapping[Any, Any] = {
+        APIError: _api_error,
+        HTTPException: _http_error,
+        Exception: _internal_error,
+    }
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await engine.aclose()
+
+    return Starlette(routes=routes, exception_handlers=dict(handlers), lifespan=lifespan)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse(error_body(exc.status_code, exc.detail), status_code=exc.status_code)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("internal error")
+    message = f"internal error (a bug in chatcodec: please report it): {type(exc).__name__}"
+    return JSONResponse(error_body(500, message), status_code=500)
+
+
+class _Server:
+    def __init__(self, codec: Codec, engine: Engine, config: ServeConfig) -> None:
+        self.codec = codec
+        self.engine = engine
+        self.config = config
+        self.created = int(time.time())
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def models(self, request: Request) -> Response:
+        self._authorize(request)
+        model = {
+            "id": self.config.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "chatcodec",
+        }
+        return JSONResponse({"object": "list", "data": [model]})
+
+    def _authorize(self, request: Request) -> None:
+        key = self.config.api_key
+        if key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), key):
+            raise APIError(401, "missing or wrong API key", code="invalid_api_key")
+
+    async def _body(self, request: Request) -> ChatRequest:
+        limit = self.config.max_body
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            raise APIError(413, f"the request body is larger than {limit} bytes")
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > limit:
+                raise APIError(413, f"the request body is larger than {limit} bytes")
+        try:
+            payload = json.loads(data)
+        except RecursionError:
+            raise APIError(400, "the request body nests too deeply") from None
+        except ValueError as exc:  # malformed JSON, invalid UTF-8, an integer too long
+            raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+        try:
+            return ChatRequest.model_validate(payload)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or None
+            message = f"{where}: {first['msg']}" if where else first["msg"]
+            raise APIError(400, message, where.split(".")[0] if where else None) from None
+        except RecursionError:
+            raise APIError(400, "the request body nests too deeply") from None
+
+    async def chat(self, request: Request) -> Response:
+        self._authorize(request)
+        body = await self._body(request)
+        if body.model != self.config.model_name:
+            raise APIError(
+                404,
+                f"the model {body.model!r} does not exist; this server serves "
+                f"{self.config.model_name!r}",
+                "model",
+                "model_not_found",
+            )
+        turn, generation = prepare(self.codec, body, self.engine)
+        reply = Reply(turn, generation.stop)
+        pieces = self.engine.generate(generation)
+        # an engine that fails at once is a status, not a stream
+        first = await _unless_gone(request, asyncio.ensure_future(_first(pieces)))
+        ident = f"chatcmpl-{secrets.token_hex(12)}"
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            events = _Events(self, ident, reply, include_usage)
+            return StreamingResponse(
+                events.run(_chain(first, pieces)),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        work = asyncio.ensure_future(self._complete(ident, reply, _chain(first, pieces)))
+        return JSONResponse(await _unless_gone(request, work))
+
+    async def _complete(
+        self, ident: str, reply: Reply, pieces: AsyncIterator[Piece]
+    ) -> dict[str, Any]:
+        try:
+            async for _ in reply.deltas(pieces):
+                pass
+        except ReplyError as exc:
+            raise APIError(502, str(exc), code="unparseable_reply") from None
+        except EngineTimeout as exc:
+            raise APIError(504, str(exc)) from None
+        except EngineError as exc:
+            raise APIError(502, str(exc)) from None
+        assert reply.message is not None
+        message = self.reasoning(reply.message.to_openai())
+        out: dict[str, Any] = {
+            "id": ident,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.config.model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": reply.finish_reason,
+                    "logprobs": None,
+                }
+            ],
+        }
+        if reply.usage is not None:
+            out["usage"] = reply.usage.to_openai()
+        return out
+
+    def reasoning(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` with the reasoning under the configured name(s)."""
+        name = self.config.reasoning_field
+        if name == "reasoning_content" or "reasoning_content" not in fields:
+            return fields
+        text = fields["reasoning_content"]
+        if name == "reasoning":
+            fields = {
+                ("reasoning" if k == "reasoning_content" else k): v for k, v in fields.items()
+            }
+        else:
+            fields["reasoning"] = text
+        return fields
+
+
+async def _unless_gone(request: Request, work: asyncio.Future[T]) -> T:
+    """``work``'s result; ``work`` cancelled (and the engine's generation with it) when the
+    client disconnects first."""
+    watch: asyncio.Future[Any] = asyncio.ensure_future(_disconnect(request))
+    both: set[asyncio.Future[Any]] = {work, watch}
+    try:
+        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+    if not work.done() or work.cancelled():
+        raise APIError(499, "the client went away")
+    return work.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has gone (the body was read: what comes next is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _first(pieces: AsyncIterator[Piece]) -> Piece | None:
+    try:
+        return await pieces.__anext__()
+    except StopAsyncIteration:
+        return None
+    except EngineTimeout as exc:
+        raise APIError(504, str(exc)) from None
+    except EngineError as exc:
+        raise APIError(502, str(exc)) from None
+
+
+async def _chain(first: Piece | None, pieces: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
+    try:
+        if first is None:
+            return
+        yield first
+        async for piece in pieces:
+            yield piece
+    finally:
+        close = getattr(pieces, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class _Events:
+    """The SSE events of one streamed completion."""
+
+    def __init__(self, server: _Server, ident: str, reply: Reply, include_usage: bool) -> None:
+        self.server = server
+        self.reply = reply
+        self.include_usage = include_usage
+        self.head = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": server.config.model_name,
+        }
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return _event({**self.head, "choices": [choice]})
+
+    def deltas(self, deltas: list[Delta]) -> list[bytes]:
+        out = []
+        for delta in deltas:
+            fields = delta.to_openai()
+            fields.pop("role", None)
+            if fields:
+                out.append(self.chunk(self.server.reasoning(fields)))
+        return out
+
+    async def run(self, pieces: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
+        yield self.chunk({"role": "assistant", "content": None})
+        reply = self.reply
+        try:
+            async for deltas in reply.deltas(pieces):
+                for event in self.deltas(deltas):
+                    yield event
+        except ReplyError as exc:
+            yield _event(error_body(502, str(exc), code="unparseable_reply"))
+            return
+        except EngineTimeout as exc:
+            yield _event(error_body(504, str(exc)))
+            return
+        except EngineError as exc:
+            yield _event(error_body(502, str(exc)))
+            return
+        finish = "tool_calls" if reply.calls else reply.finish_reason
+        yield self.chunk({}, finish)
+        if self.include_usage:
+            usage = reply.usage.to_openai() if reply.usage is not None else None
+            yield _event({**self.head, "choices": [], "usage": usage})
+        yield b"data: [DONE]\n\n"
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"

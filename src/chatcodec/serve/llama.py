@@ -1,0 +1,253 @@
+"""LlamaEngine: llama.cpp in this process (llama-cpp-python's low-level API, extra ``llama``).
+
+One sequence is decoded at a time: requests wait their turn in arrival order (an asyncio lock
+is first come, first served), and a request cancelled while it waits never reaches the model.
+Every call into llama.cpp runs on one worker thread, so a step still running when its request
+is cancelled finishes before the next request's first.
+
+A request's grammar is sampled as llama-server samples it: a whole grammar's sampler is first
+fed the generation prompt's tokens (its root starts with them); a lazy one waits for its
+triggers (word triggers escaped into patterns, ``pattern_full`` anchored, a ``token`` trigger
+as its token) and constrains the text from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import ctypes
+import random
+import re
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import MissingExtraError
+from .engine import EngineError, Generation, Piece, Usage
+
+__all__ = ["LlamaEngine", "trigger_patterns"]
+
+T = TypeVar("T")
+PENALTY_WINDOW = 64  # the tokens a presence/frequency penalty looks back over
+
+
+def trigger_patterns(triggers: Any) -> list[str]:
+    """The regexes llama.cpp's lazy grammar sampler waits for, as ``common_sampler_init``
+    builds them from a request's word, pattern and full-pattern triggers."""
+    patterns = []
+    for trigger in triggers:
+        if trigger.type == "word":
+            patterns.append(re.sub(r"[.^$|()*+?\[\]{}\\]", r"\\\g<0>", trigger.value))
+        elif trigger.type == "pattern":
+            patterns.append(trigger.value)
+        elif trigger.type == "pattern_full":
+            value = trigger.value
+            patterns.append(
+                ("" if value.startswith("^") else "^")
+                + value
+                + ("" if value.endswith("$") else "$")
+            )
+    return patterns
+
+
+@dataclass
+class _Job:
+    """One generation in progress: its sampler, its text decoder and its counts."""
+
+    sampler: Any
+    prompt_tokens: int
+    max_tokens: int
+    pending: int | None = None  # the last sampled token, not yet decoded
+    count: int = 0
+    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+
+    def usage(self) -> Usage:
+        return Usage(self.prompt_tokens, self.count)
+
+
+class LlamaEngine:
+    """A GGUF model in llama.cpp: ``n_ctx`` tokens of context, ``n_threads`` for decoding."""
+
+    takes_grammar = True
+
+    def __init__(self, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None) -> None:
+        try:
+            import llama_cpp
+        except ImportError as exc:
+            raise MissingExtraError("llama-cpp-python", "llama", "the in-process engine") from exc
+        self.lib = llama_cpp
+        self.n_ctx = n_ctx
+        self.generations = 0  # how many generations reached the model
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        self._lock: asyncio.Lock | None = None
+        self._quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
+        llama_cpp.llama_log_set(self._quiet, ctypes.c_void_p())
+        llama_cpp.llama_backend_init()
+        self.model = llama_cpp.llama_model_load_from_file(
+            str(path).encode(), llama_cpp.llama_model_default_params()
+        )
+        if not self.model:
+            raise EngineError(f"llama.cpp could not load {path}")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = min(n_ctx, 2048)
+        if n_threads is not None:
+            params.n_threads = params.n_threads_batch = n_threads
+        self.n_batch = params.n_batch
+        self.context = llama_cpp.llama_init_from_model(self.model, params)
+        if not self.context:
+            raise EngineError(f"llama.cpp could not make a context for {path}")
+
+    async def aclose(self) -> None:
+        """Free the model (once; a closed engine stays closed)."""
+        if self.model is None:
+            return
+        await self._run(self._free_model)
+        self._executor.shutdown()
+
+    def _free_model(self) -> None:
+        if self.context:
+            self.lib.llama_free(self.context)
+            self.context = None
+        if self.model:
+            self.lib.llama_model_free(self.model)
+            self.model = None
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def generate(self, request: Generation) -> AsyncIterator[Piece]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # first come, first served; a cancelled waiter leaves the queue
+            job = await self._run(self._start, request)
+            try:
+                while True:
+                    piece = await self._run(self._step, job)
+                    yield piece
+                    if piece.finish_reason is not None:
+                        return
+            finally:  # after any step still running: the executor keeps the order
+                self._executor.submit(self.lib.llama_sampler_free, job.sampler)
+
+    # ------------------------------------------------------------------ on the worker thread
+
+    def tokenize(self, text: str) -> list[int]:
+        """``text``'s tokens, special tokens written in it read as such, no BOS added."""
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        array = (self.lib.llama_token * size)()
+        n = self.lib.llama_tokenize(self.vocab, data, len(data), array, size, False, True)
+        if n < 0:
+            array = (self.lib.llama_token * -n)()
+            n = self.lib.llama_tokenize(self.vocab, data, len(data), array, -n, False, True)
+        return list(array[:n])
+
+    def piece(self, token: int) -> bytes:
+        buffer = ctypes.create_string_buffer(64)
+        n = self.lib.llama_token_to_piece(self.vocab, token, buffer, 64, 0, True)
+        if n < 0:
+            buffer = ctypes.create_string_buffer(-n)
+            n = self.lib.llama_token_to_piece(self.vocab, token, buffer, -n, 0, True)
+        return buffer.raw[:n]
+
+    def _decode(self, tokens: list[int]) -> None:
+        lib = self.lib
+        for start in range(0, len(tokens), self.n_batch):
+            part = tokens[start : start + self.n_batch]
+            array = (lib.llama_token * len(part))(*part)
+            if lib.llama_decode(self.context, lib.llama_batch_get_one(array, len(part))) != 0:
+                raise EngineError("llama_decode failed")
+
+    def _start(self, request: Generation) -> _Job:
+        tokens = self.tokenize(request.prompt)
+        if not tokens:
+            raise EngineError("the prompt is empty")
+        if len(tokens) >= self.n_ctx:
+            raise EngineError(f"the prompt is {len(tokens)} tokens, the context holds {self.n_ctx}")
+        self.generations += 1
+        self.lib.llama_memory_clear(self.lib.llama_get_memory(self.context), True)
+        sampler = self._sampler(request)
+        try:
+            self._decode(tokens)
+        except EngineError:
+            self.lib.llama_sampler_free(sampler)
+            raise
+        room = self.n_ctx - len(tokens)
+        limit = room if request.max_tokens is None else min(room, request.max_tokens)
+        return _Job(sampler, len(tokens), limit)
+
+    def _step(self, job: _Job) -> Piece:
+        lib = self.lib
+        if job.pending is not None:
+            self._decode([job.pending])
+            job.pending = None
+        if job.count >= job.max_tokens:
+            return Piece(job.decoder.decode(b"", True), "length", job.usage())
+        token = lib.llama_sampler_sample(job.sampler, self.context, -1)
+        if lib.llama_vocab_is_eog(self.vocab, token):
+            return Piece(job.decoder.decode(b"", True), "stop", job.usage())
+        job.count += 1
+        job.pending = token
+        return Piece(job.decoder.decode(self.piece(token)))
+
+    def _sampler(self, request: Generation) -> Any:
+        """The sampler chain: the grammar first, then penalties, top-p, temperature and the
+        draw (greedy at temperature 0)."""
+        lib = self.lib
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        if request.grammar is not None:
+            lib.llama_sampler_chain_add(chain, self._grammar_sampler(request.grammar))
+        presence = request.presence_penalty or 0.0
+        frequency = request.frequency_penalty or 0.0
+        if presence or frequency:
+            # the binding declares a leading vocabulary size the C function no longer takes;
+            # the window in both integer slots is right under either signature
+            lib.llama_sampler_chain_add(
+                chain,
+                lib.llama_sampler_init_penalties(
+                    PENALTY_WINDOW, PENALTY_WINDOW, 1.0, frequency, presence
+                ),
+            )
+        temperature = 1.0 if request.temperature is None else request.temperature
+        if temperature <= 0.0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
+            return chain
+        if request.top_p is not None and request.top_p < 1.0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(request.top_p, 1))
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(temperature))
+        seed = request.seed if request.seed is not None else random.getrandbits(32)
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+
+    def _grammar_sampler(self, grammar: Any) -> Any:
+        lib = self.lib
+        gbnf = grammar.gbnf.encode("utf-8")
+        if not grammar.lazy:
+            sampler = lib.llama_sampler_init_grammar(self.vocab, gbnf, b"root")
+            if not sampler:
+                raise EngineError("llama.cpp's grammar parser rejects the request's grammar")
+            for token in self.tokenize(grammar.generation_prompt):
+                lib.llama_sampler_accept(sampler, token)
+            return sampler
+        patterns = trigger_patterns(grammar.triggers)
+        tokens = []
+        for trigger in grammar.triggers:
+            if trigger.type == "token":
+                ids = self.tokenize(trigger.value)
+                if len(ids) == 1:
+                    tokens.append(ids[0])
+                else:  # not one token in this vocabulary: waited for as its text
+                    patterns.append(re.escape(trigger.value))
+        words = (ctypes.c_char_p * len(patterns))(*(p.encode("utf-8") for p in patterns))
+        ids = (lib.llama_token * len(tokens))(*tokens)
+        sampler = lib.llama_sampler_init_grammar_lazy_patterns(
+            self.vocab, gbnf, b"root", words, len(patterns), ids, len(tokens)
+        )
+        if not sampler:
+            raise EngineError("llama.cpp's grammar parser rejects the request's grammar")
+        return sampler

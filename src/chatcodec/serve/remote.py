@@ -1,0 +1,195 @@
+"""RemoteEngine: an engine behind OpenAI's ``/v1/completions`` (a ``prompt`` string in, text
+out), as vLLM, SGLang, llama.cpp's server, LM Studio and Ollama serve it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpx
+
+from ..errors import GrammarError
+from .engine import EngineError, EngineTimeout, Generation, Piece, Usage
+
+if TYPE_CHECKING:
+    from ..grammar.constraint import Grammar
+
+__all__ = ["RemoteEngine", "BACKEND_KINDS"]
+
+BackendKind = Literal["llama", "vllm", "sglang", "none"]
+BACKEND_KINDS: tuple[BackendKind, ...] = ("llama", "vllm", "sglang", "none")
+
+
+class RemoteEngine:
+    """``base_url`` is the engine's OpenAI root (``http://HOST:PORT/v1``); ``kind`` says how
+    a grammar is sent (llama.cpp's server, vLLM's or SGLang's request fields; ``none``: the
+    engine takes no grammar). ``stream=False`` asks for whole completions instead of SSE."""
+
+    def __init__(
+        self,
+        base_url: str,
+        kind: BackendKind = "none",
+        model: str | None = None,
+        timeout: float = 600.0,
+        stream: bool = True,
+        api_key: str | None = None,
+    ) -> None:
+        if kind not in BACKEND_KINDS:
+            raise ValueError(f"backend kind must be one of {BACKEND_KINDS}, not {kind!r}")
+        self.url = base_url.rstrip("/") + "/completions"
+        self.kind = kind
+        self.model = model
+        self.stream = stream
+        self.takes_grammar = kind != "none"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout), limits=limits, headers=headers
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def body(self, request: Generation) -> dict[str, Any]:
+        """The ``/v1/completions`` request body; ``GrammarError`` when the grammar cannot be
+        written in this engine's fields."""
+        body: dict[str, Any] = {"prompt": request.prompt, "stream": self.stream}
+        if self.model is not None:
+            body["model"] = self.model
+        for name in ("max_tokens", "temperature", "top_p", "seed"):
+            value = getattr(request, name)
+            if value is not None:
+                body[name] = value
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(request, name)
+            if value:
+                body[name] = value
+        stop = list(request.stop)
+        if request.grammar is not None and self.kind != "none":
+            fields = _grammar_fields(request, self.kind)
+            stop += [s for s in fields.pop("stop", ()) if s not in stop]
+            body.update(fields)
+        if stop:
+            body["stop"] = stop
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def check_grammar(self, grammar: Grammar) -> None:
+        """``GrammarError`` when ``grammar`` cannot be written in this engine's fields (a lazy
+        grammar woken by a regular expression, for vLLM and SGLang)."""
+        if self.kind != "none":
+            _grammar_fields(Generation("", grammar=grammar), self.kind)
+
+    async def generate(self, request: Generation) -> AsyncIterator[Piece]:
+        try:
+            body = self.body(request)
+        except GrammarError as exc:
+            raise EngineError(f"the engine cannot take this grammar: {exc}") from exc
+        try:
+            async with self.client.stream("POST", self.url, json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise EngineError(_failure(response))
+                if self.stream:
+                    async for piece in _sse_pieces(response):
+                        yield piece
+                else:
+                    await response.aread()
+                    yield _whole_piece(_json(response.content))
+        except httpx.TimeoutException as exc:
+            raise EngineTimeout(f"the engine at {self.url} did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise EngineError(f"the engine at {self.url} failed: {exc!r}") from exc
+
+
+def _grammar_fields(request: Generation, kind: str) -> dict[str, Any]:
+    grammar = request.grammar
+    assert grammar is not None
+    if kind == "llama":
+        return grammar.llama_server_fields()
+    if kind == "vllm":
+        return grammar.vllm_fields()
+    if kind == "sglang":
+        return grammar.sglang_fields()
+    raise GrammarError(f"a {kind!r} engine takes no grammar")
+
+
+def _failure(response: httpx.Response) -> str:
+    text = response.text[:500]
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = text
+    return f"the engine answered {response.status_code}: {message}"
+
+
+def _json(data: bytes | str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise EngineError(f"the engine sent something that is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise EngineError("the engine sent JSON that is not an object")
+    if "error" in value:
+        error = value["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        raise EngineError(f"the engine reported an error: {message}")
+    return value
+
+
+def _usage(value: Any) -> Usage | None:
+    if not isinstance(value, dict):
+        return None
+    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return Usage(prompt, completion)
+    return None
+
+
+def _choice(event: dict[str, Any]) -> tuple[str, str | None]:
+    choices = event.get("choices") or []
+    if not choices:
+        return "", None
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise EngineError("the engine sent a choice that is not an object")
+    text = choice.get("text") or ""
+    reason = choice.get("finish_reason")
+    if not isinstance(text, str):
+        raise EngineError("the engine sent a choice whose text is not a string")
+    return text, _reason(reason)
+
+
+def _reason(reason: Any) -> str | None:
+    if reason is None:
+        return None
+    return "length" if reason == "length" else "stop"
+
+
+def _whole_piece(event: dict[str, Any]) -> Piece:
+    text, reason = _choice(event)
+    return Piece(text, reason or "stop", _usage(event.get("usage")))
+
+
+async def _sse_pieces(response: httpx.Response) -> AsyncIterator[Piece]:
+    """The pieces of an SSE completion stream; the finish reason and usage (which engines send
+    in the last choice chunk or in a chunk of their own) go on one last piece."""
+    reason: str | None = None
+    usage: Usage | None = None
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        event = _json(data)
+        text, finished = _choice(event)
+        usage = _usage(event.get("usage")) or usage
+        reason = finished or reason
+        if text:
+            yield Piece(text)
+    if reason is None:
+        raise EngineError("the engine's stream ended without a finish reason")
+    yield Piece("", reason, usage)

@@ -1,0 +1,110 @@
+"""The ``/v1/chat/completions`` request as the server validates it (pydantic).
+
+Every field OpenAI defines that the server cannot honour is refused by name: ``n`` other than
+1, ``logprobs``, ``logit_bias``, ... and any field OpenAI does not define (``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ChatRequest", "ToolChoiceNamed"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Message(_Open):
+    """A message: its ``role`` and whatever the template may read (content parts, tool calls,
+    reasoning, names, ...)."""
+
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class Function(_Open):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: Function
+
+
+class _ChosenFunction(_Strict):
+    name: str
+
+
+class ToolChoiceNamed(_Strict):
+    type: Literal["function"]
+    function: _ChosenFunction
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+    include_obfuscation: bool | None = None  # what OpenAI's client may send; nothing to do
+
+
+class ResponseFormat(_Open):
+    type: Literal["text", "json_object", "json_schema"]
+
+
+class ChatRequest(_Strict):
+    """The fields of a chat completion request the server honours (or names when it cannot)."""
+
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceNamed | None = None
+    parallel_tool_calls: bool | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    response_format: ResponseFormat | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    continue_final_message: bool | None = None
+    # accepted because they change nothing a server of one model could honour differently
+    user: str | None = None
+    # refused unless they ask for nothing (checked by `unsupported`)
+    n: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    logit_bias: dict[str, float] | None = None
+
+    def unsupported(self) -> str | None:
+        """The first field asking for something the server cannot do, else None."""
+        if self.n not in (None, 1):
+            return "n"
+        if self.logprobs:
+            return "logprobs"
+        if self.top_logprobs:
+            return "top_logprobs"
+        if self.logit_bias:
+            return "logit_bias"
+        return None
+
+    def stops(self) -> tuple[str, ...]:
+        """The request's own stop strings (OpenAI allows up to 4; empty ones mean nothing)."""
+        if self.stop is None:
+            return ()
+        stops = [self.stop] if isinstance(self.stop, str) else self.stop
+        return tuple(s for s in stops if s)

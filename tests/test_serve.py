@@ -1,0 +1,429 @@
+"""chatcodec serve end to end: the official ``openai`` client against the app on loopback,
+in front of a real engine stand-in (tests/_standin.py) or llama.cpp in process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+from chatcodec import Codec  # noqa: E402
+from chatcodec.serve import RemoteEngine, ServeConfig, create_app  # noqa: E402
+
+from ._reply_oracle import PARSE_CASES, corpus_cases, load_compare, per_case  # noqa: E402
+from ._standin import ServerThread, StandIn  # noqa: E402
+from .conftest import template_source  # noqa: E402
+
+MODEL = "tiny"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+USER = [{"role": "user", "content": "What's the weather in Paris?"}]
+QWEN = "Qwen-Qwen2.5-7B-Instruct.jinja"
+QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[tuple[StandIn, str]]:
+    engine = StandIn(seed=7)
+    with ServerThread(engine.app) as thread:
+        yield engine, thread.url + "/v1"
+
+
+@contextmanager
+def served(codec: Codec, engine: Any, **config: Any) -> Iterator[str]:
+    """The app for ``codec`` over ``engine`` on loopback; its ``/v1`` root."""
+    app = create_app(codec, engine, ServeConfig(MODEL, **config))
+    with ServerThread(app) as thread:
+        yield thread.url + "/v1"
+
+
+def qwen() -> Codec:
+    return Codec(template_source(QWEN), eos_token="<|im_end|>")
+
+
+def reset(engine: StandIn, reply: str) -> None:
+    engine.reply = reply
+    engine.status, engine.echo_stops, engine.delay = 200, False, 0.0
+    engine.endless = engine.stall = False
+    engine.closed.clear()
+
+
+# ------------------------------------------------------------------ every family's tool call
+
+
+def family_cases() -> list[dict[str, Any]]:
+    """One case per template of the parse corpus whose reply llama.cpp reads as tool calls:
+    a single call under ``tool_choice: auto`` where there is one, else any call."""
+    chosen: dict[str, dict[str, Any]] = {}
+    fallback: dict[str, dict[str, Any]] = {}
+    for case in corpus_cases():
+        output = case["outputs"][0]
+        if case["llama_cpp"] is None or case["reasoning_format"] != "deepseek":
+            continue
+        if not output.get("expected", {}).get("tool_calls"):
+            continue
+        fallback.setdefault(case["template"], case)
+        if case["tool_choice"] == "auto" and "tool_single" in case["tags"]:
+            chosen.setdefault(case["template"], case)
+    return [chosen.get(name, case) for name, case in sorted(fallback.items())]
+
+
+def request_of(case: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {**case["chat_template_kwargs"], "enable_thinking": case["enable_thinking"]}
+    return {
+        "model": MODEL,
+        "messages": case["messages"],
+        "tools": case["tools"],
+        "tool_choice": case["tool_choice"],
+        "parallel_tool_calls": case["parallel_tool_calls"],
+        "extra_body": {"chat_template_kwargs": kwargs},
+    }
+
+
+def message_of(content: str | None, reasoning: str | None, calls: Any) -> dict[str, Any]:
+    return {
+        "content": content or "",
+        "reasoning_content": reasoning or "",
+        "tool_calls": [{"name": c.function.name, "arguments": c.function.arguments} for c in calls],
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    per_case(PARSE_CASES.exists(), family_cases, lambda c: c["template"].removesuffix(".jinja")),
+)
+def test_every_family_calls_a_tool_through_the_server(
+    case: dict[str, Any], standin: tuple[StandIn, str]
+) -> None:
+    engine, url = standin
+    codec = Codec(
+        template_source(case["template"]),
+        bos_token=case["bos_token"],
+        eos_token=case["eos_token"],
+    )
+    output = case["outputs"][0]
+    reset(engine, output["text"])
+    compare = load_compare().compare
+    with served(codec, RemoteEngine(url, kind="llama")) as root:
+        client = openai.OpenAI(base_url=root, api_key="unused", max_retries=0)
+        whole = client.chat.completions.create(**request_of(case))
+        choice = whole.choices[0]
+        reasoning = getattr(choice.message, "reasoning_content", None)
+        got = message_of(choice.message.content, reasoning, choice.message.tool_calls)
+        assert compare(output["expected"], got) is None, (got, output["expected"])
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.content is None or choice.message.content
+        # the same reply streamed, in the stand-in's chunks of 1 to 7 characters
+        streamed = stream_message(client.chat.completions.create(stream=True, **request_of(case)))
+        assert streamed["finish_reason"] == "tool_calls"
+        assert streamed["message"] == got
+
+
+def stream_message(chunks: Any) -> dict[str, Any]:
+    """The message and finish reason a stream of chunks adds up to, checking its shape: the
+    role first, one finish reason at the end."""
+    content, reasoning, calls, finish, first = "", "", {}, None, True
+    for chunk in chunks:
+        assert chunk.object == "chat.completion.chunk"
+        assert finish is None, "nothing may follow the final chunk"
+        choice = chunk.choices[0]
+        if first:
+            assert choice.delta.role == "assistant"
+            first = False
+        else:
+            assert choice.delta.role is None
+        content += choice.delta.content or ""
+        reasoning += getattr(choice.delta, "reasoning_content", None) or ""
+        for call in choice.delta.tool_calls or ():
+            if call.index not in calls:
+                assert call.id and call.function.name
+                calls[call.index] = {"name": call.function.name, "arguments": ""}
+            calls[call.index]["arguments"] += call.function.arguments or ""
+        finish = choice.finish_reason
+    message = {
+        "content": content,
+        "reasoning_content": reasoning,
+        "tool_calls": [calls[i] for i in sorted(calls)],
+    }
+    return {"message": message, "finish_reason": finish}
+
+
+# ------------------------------------------------------------------ shapes and options
+
+
+def test_content_streams_as_the_whole_reply_with_usage(standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    reset(engine, "It is 18 °C and sunny in Paris right now.<|im_end|>never seen")
+    with served(qwen(), RemoteEngine(url)) as root:
+        client = openai.OpenAI(base_url=root, api_key="unused", max_retries=0)
+        whole = client.chat.completions.create(model=MODEL, messages=USER)
+        assert whole.object == "chat.completion"
+        assert whole.choices[0].message.content == "It is 18 °C and sunny in Paris right now."
+        assert whole.choices[0].finish_reason == "stop"
+        assert whole.usage is not None and whole.usage.completion_tokens > 0
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL, messages=USER, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        usage = chunks.pop()
+        assert usage.choices == [] and usage.usage == whole.usage
+        streamed = stream_message(chunks)
+        assert streamed["message"]["content"] == whole.choices[0].message.content
+        assert streamed["finish_reason"] == "stop"
+    # the request the engine got: the turn's prompt, stopped at the template's end of turn
+    sent = engine.requests[-1]
+    assert sent["prompt"].endswith("<|im_start|>assistant\n") and sent["stop"] == ["<|im_end|>"]
+
+
+def test_a_stop_string_the_engine_echoes_never_reaches_the_content(
+    standin: tuple[StandIn, str],
+) -> None:
+    engine, url = standin
+    reset(engine, "Sunny.<|im_end|>")
+    engine.echo_stops = True
+    with served(qwen(), RemoteEngine(url)) as root:
+        client = openai.OpenAI(base_url=root, api_key="unused", max_retries=0)
+        whole = client.chat.completions.create(model=MODEL, messages=USER, stop=["ny."])
+        assert whole.choices[0].message.content == "Sun"
+        streamed = stream_message(
+            client.chat.completions.create(model=MODEL, messages=USER, stream=True)
+        )
+        assert streamed["message"]["content"] == "Sunny."
+
+
+def test_async_client_and_a_backend_that_does_not_stream(standin: tuple[StandIn, str]) -> None:
+    import asyncio
+
+    engine, url = standin
+    reset(engine, QWEN_CALL)
+
+    async def ask(root: str) -> Any:
+        client = openai.AsyncOpenAI(base_url=root, api_key="unused", max_retries=0)
+        async with client:
+            calls = [
+                client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER])
+                for _ in range(8)
+            ]
+            return await asyncio.gather(*calls)
+
+    with served(qwen(), RemoteEngine(url, stream=False)) as root:
+        for reply in asyncio.run(ask(root)):
+            call = reply.choices[0].message.tool_calls[0]
+            assert (call.function.name, json.loads(call.function.arguments)) == (
+                "get_weather",
+                {"city": "Paris"},
+            )
+    assert engine.requests[-1]["stream"] is False
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning", "both"])
+def test_reasoning_field(field: str, standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    reset(engine, "<think>Let me think.</think>\n\nSunny.")
+    codec = Codec(template_source("Qwen-Qwen3-0.6B.jinja"), eos_token="<|im_end|>")
+    names = ["reasoning_content", "reasoning"] if field == "both" else [field]
+    with served(codec, RemoteEngine(url), reasoning_field=field) as root:
+        body = {"model": MODEL, "messages": USER}
+        whole = httpx.post(root + "/chat/completions", json=body).json()
+        message = whole["choices"][0]["message"]
+        assert {k: message.get(k) for k in names} == dict.fromkeys(names, "Let me think.")
+        assert sorted(k for k in message if k.startswith("reasoning")) == sorted(names)
+        events = sse(httpx.post(root + "/chat/completions", json={**body, "stream": True}))
+        for name in names:
+            text = "".join(e["choices"][0]["delta"].get(name, "") for e in events if e["choices"])
+            assert text == "Let me think."
+
+
+def sse(response: Any) -> list[dict[str, Any]]:
+    """The JSON events of an SSE response, checking it ends with ``data: [DONE]``."""
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    lines = [line for line in response.text.split("\n\n") if line]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+def test_the_grammar_goes_to_the_engine_in_its_own_fields(standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    reset(engine, QWEN_CALL)
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for kind, field in (("llama", "grammar"), ("vllm", "structured_outputs"), ("sglang", "ebnf")):
+        with served(qwen(), RemoteEngine(url, kind=kind)) as root:
+            client = openai.OpenAI(base_url=root, api_key="unused", max_retries=0)
+            reply = client.chat.completions.create(
+                model=MODEL, messages=USER, tools=[WEATHER], tool_choice=named
+            )
+            assert reply.choices[0].finish_reason == "tool_calls"
+            assert field in engine.requests[-1], (kind, sorted(engine.requests[-1]))
+
+
+def test_models_and_health(standin: tuple[StandIn, str]) -> None:
+    _, url = standin
+    with served(qwen(), RemoteEngine(url), api_key="sesame") as root:
+        client = openai.OpenAI(base_url=root, api_key="sesame", max_retries=0)
+        assert [m.id for m in client.models.list()] == [MODEL]
+        assert httpx.get(root.removesuffix("/v1") + "/health").json() == {"status": "ok"}
+
+
+# ------------------------------------------------------------------ errors
+
+
+def error_of(response: Any, status: int) -> dict[str, Any]:
+    """The OpenAI error of ``response``, checking its status and shape."""
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    return error
+
+
+def post(root: str, body: Any, **kwargs: Any) -> Any:
+    if isinstance(body, (bytes, str)):
+        return httpx.post(root + "/chat/completions", content=body, **kwargs)
+    return httpx.post(root + "/chat/completions", json=body, **kwargs)
+
+
+def test_malformed_and_hostile_bodies_are_400s(standin: tuple[StandIn, str]) -> None:
+    _, url = standin
+    good = {"model": MODEL, "messages": USER}
+    with served(qwen(), RemoteEngine(url)) as root:
+        error_of(post(root, b'{"model": "tiny", "messages": ['), 400)
+        error_of(post(root, b'{"model": "tiny\xff\xfe", "messages": []}'), 400)
+        error_of(post(root, "[" * 100_000 + "]" * 100_000), 400)
+        for depth in (900, 5000):  # within Python's JSON reader's reach, and beyond it
+            deep = '{"a": ' * depth + '"x"' + "}" * depth
+            nested = json.dumps(good)[:-1] + ', "chat_template_kwargs": ' + deep + "}"
+            response = post(root, nested)
+            assert response.status_code == 200 or error_of(response, 400)
+        assert error_of(post(root, {**good, "messages": "hi"}), 400)["param"] == "messages"
+        assert error_of(post(root, {**good, "temperature": "hot"}), 400)["param"] == "temperature"
+        assert error_of(post(root, {**good, "n": 2}), 400)["param"] == "n"
+        assert error_of(post(root, {**good, "logprobs": True}), 400)["param"] == "logprobs"
+        assert error_of(post(root, {**good, "best_of": 3}), 400)["param"] == "best_of"
+        huge = {**good, "messages": [{"role": "user", "content": "é" * 3_000_000}]}
+        response = post(root, huge)
+        assert response.status_code == 200 or error_of(response, 413)
+        error_of(post(root, [1, 2, 3]), 400)
+        lone = json.dumps({**good, "messages": [{"role": "user", "content": "\ud800"}]})
+        assert error_of(post(root, lone), 400)["param"] == "messages"
+        lone = json.dumps({**good, "stop": ["\ud800"]})
+        assert error_of(post(root, lone), 400)["param"] == "stop"
+
+
+def test_request_errors(standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    reset(engine, "Sunny.")
+    good = {"model": MODEL, "messages": USER}
+    named = {"type": "function", "function": {"name": "get_time"}}
+    with served(qwen(), RemoteEngine(url), api_key="sesame", max_body=4096) as root:
+        auth = {"Authorization": "Bearer sesame"}
+        assert error_of(post(root, good), 401)["code"] == "invalid_api_key"
+        error_of(post(root, good, headers={"Authorization": "Bearer open"}), 401)
+        assert post(root, good, headers=auth).status_code == 200
+        error = error_of(post(root, {**good, "model": "gpt-4"}, headers=auth), 404)
+        assert error["code"] == "model_not_found"
+        big = {**good, "messages": [{"role": "user", "content": "x" * 5000}]}
+        error_of(post(root, big, headers=auth), 413)
+        body = {**good, "tools": [WEATHER], "tool_choice": named}
+        assert error_of(post(root, body, headers=auth), 400)["param"] == "tool_choice"
+        # a constraint only a grammar enforces, on an engine that takes none
+        body = {**good, "tools": [WEATHER], "tool_choice": "required"}
+        assert error_of(post(root, body, headers=auth), 400)["param"] == "tool_choice"
+        body = {**good, "response_format": {"type": "json_object"}}
+        assert error_of(post(root, body, headers=auth), 400)["param"] == "response_format"
+        body = {**good, "reasoning_effort": "high"}
+        assert error_of(post(root, body, headers=auth), 400)["param"] == "reasoning_effort"
+        error_of(httpx.get(root + "/nowhere"), 404)
+        error_of(httpx.get(root + "/chat/completions"), 405)
+
+
+def test_a_template_exception_is_a_400_naming_messages(standin: tuple[StandIn, str]) -> None:
+    _, url = standin
+    source = "{% if messages[0].role != 'user' %}{{ raise_exception('users first!') }}{% endif %}x"
+    with served(Codec(source), RemoteEngine(url)) as root:
+        body = {"model": MODEL, "messages": [{"role": "system", "content": "hi"}, *USER]}
+        error = error_of(post(root, body), 400)
+        assert error["param"] == "messages" and "users first!" in error["message"]
+
+
+def test_engine_failures_are_502_and_504(standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    good = {"model": MODEL, "messages": USER}
+    reset(engine, "Sunny.")
+    engine.status = 500
+    with served(qwen(), RemoteEngine(url)) as root:
+        assert "fails on purpose" in error_of(post(root, good), 502)["message"]
+        error_of(post(root, {**good, "stream": True}), 502)
+    reset(engine, "Sunny.")
+    engine.delay = 2.0
+    with served(qwen(), RemoteEngine(url, timeout=0.2)) as root:
+        error_of(post(root, good), 504)
+        error_of(post(root, {**good, "stream": True}), 504)
+    reset(engine, "Sunny.")
+    with served(qwen(), RemoteEngine("http://127.0.0.1:9/v1")) as root:
+        error_of(post(root, good), 502)
+
+
+def test_an_unparseable_reply_ends_the_stream_with_an_error_event(
+    standin: tuple[StandIn, str],
+) -> None:
+    engine, url = standin
+    reset(engine, "Let me see. " + QWEN_CALL.replace('"Paris"', ""))
+    body = {
+        "model": MODEL,
+        "messages": USER,
+        "tools": [WEATHER],
+        "stream": True,
+    }
+    with served(qwen(), RemoteEngine(url)) as root:
+        response = post(root, body)
+        assert response.status_code == 200
+        events = [json.loads(e.removeprefix("data: ")) for e in response.text.split("\n\n") if e]
+        # the content before the call went out; then the error, and nothing after it
+        assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+        assert set(events[-1]) == {"error"} and events[-1]["error"]["code"] == "unparseable_reply"
+        error_of(post(root, {**body, "stream": False}), 502)
+
+
+def test_a_client_that_goes_away_cancels_the_generation(standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    reset(engine, "")
+    engine.endless = True
+    with served(qwen(), RemoteEngine(url)) as root:
+        body = {"model": MODEL, "messages": USER, "stream": True}
+        with httpx.stream("POST", root + "/chat/completions", json=body) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")
+        # the server closed its request to the engine: the stand-in's stream was ended
+        assert engine.closed.wait(30)
+    engine.endless = False
+
+
+def test_a_client_that_goes_away_cancels_a_whole_completion(standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    reset(engine, "Sunny.")
+    engine.stall = True  # the engine keeps its stream open and writes nothing
+    with served(qwen(), RemoteEngine(url)) as root:
+        body = {"model": MODEL, "messages": USER}
+        with pytest.raises(httpx.ReadTimeout):
+            post(root, body, timeout=httpx.Timeout(30.0, read=0.5))
+        # the server closed its request to the engine: the stand-in's stream was ended
+        assert engine.closed.wait(30)
+    engine.stall = False

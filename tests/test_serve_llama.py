@@ -1,0 +1,258 @@
+"""chatcodec serve over llama.cpp in process: a tiny random-weight GGUF (byte-level BPE
+vocabulary with the template's special tokens, the template in its metadata). The model's text
+is noise, so the shapes come from the request's constraint: every call must be a call of a
+declared tool whose arguments validate against its schema."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("starlette")
+openai = pytest.importorskip("openai")
+jsonschema = pytest.importorskip("jsonschema")
+
+import chatcodec  # noqa: E402
+from chatcodec.serve import Generation, ServeConfig, create_app  # noqa: E402
+from chatcodec.serve.llama import LlamaEngine  # noqa: E402
+
+from ._llama import write_chat_model  # noqa: E402
+from ._standin import ServerThread  # noqa: E402
+from .conftest import template_source  # noqa: E402
+
+MODEL = "tiny"
+SPECIALS = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+UNIT = {"type": "string", "enum": ["celsius", "fahrenheit"]}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"unit": UNIT, "days": {"type": "integer", "enum": [1, 2, 3]}},
+                "required": ["unit", "days"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        },
+    },
+]
+USER = [{"role": "user", "content": "What's the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("serve") / "qwen-tiny.gguf"
+    template = template_source("Qwen-Qwen2.5-7B-Instruct.jinja")
+    # the random model leans towards opening a call, closing it and ending the turn, so a reply
+    # whose grammar lets free text run until a call gets there soon; what is valid text is
+    # the grammar's decision alone
+    favoured = {"<tool_call>": 8.0, "\n": 8.0, "</tool_call>": 9.0, "<|im_end|>": 10.0}
+    return write_chat_model(
+        path, template, SPECIALS, bos="<|endoftext|>", eos="<|im_end|>", favoured=favoured
+    )
+
+
+@pytest.fixture(scope="module")
+def engine(gguf: Path) -> Iterator[LlamaEngine]:
+    engine = LlamaEngine(gguf, n_ctx=2048, n_threads=1)
+    yield engine
+    asyncio.run(engine.aclose())
+
+
+@pytest.fixture(scope="module")
+def client(gguf: Path, engine: LlamaEngine) -> Iterator[Any]:
+    codec = chatcodec.load(str(gguf))  # the template and tokens from the GGUF's metadata
+    app = create_app(codec, engine, ServeConfig(MODEL))
+    with ServerThread(app) as thread:
+        yield openai.OpenAI(base_url=thread.url + "/v1", api_key="unused", max_retries=0)
+
+
+def check_calls(calls: list[Any], names: set[str]) -> None:
+    """Every call names a declared tool and its arguments validate against its schema."""
+    assert calls
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for call in calls:
+        assert call.function.name in names
+        jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+
+
+def test_the_gguf_carries_the_template_and_its_tokens(gguf: Path, engine: LlamaEngine) -> None:
+    codec = chatcodec.load(str(gguf))
+    assert codec.special_tokens["eos_token"] == "<|im_end|>"
+    prompt = "<|im_start|>user\nhé llo<|im_end|>\n"
+    tokens = engine.tokenize(prompt)
+    # the two special tokens are one token each, every other byte one token
+    assert len(tokens) == len("user\nhé llo\n".encode()) + 2
+    assert b"".join(engine.piece(t) for t in tokens).decode() == prompt
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_required_tool_choice_gives_valid_calls(client: Any, seed: int) -> None:
+    reply = client.chat.completions.create(
+        model=MODEL, messages=USER, tools=TOOLS, tool_choice="required", seed=seed
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    check_calls(choice.message.tool_calls, {"get_weather", "get_time"})
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_named_tool_streams_one_valid_call(client: Any, seed: int) -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=USER,
+            tools=TOOLS,
+            tool_choice=named,
+            parallel_tool_calls=False,
+            seed=seed,
+            stream=True,
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    calls: dict[int, Any] = {}
+    for chunk in chunks:
+        for delta in chunk.choices[0].delta.tool_calls or ():
+            if delta.index in calls:
+                calls[delta.index].function.arguments += delta.function.arguments or ""
+            else:
+                calls[delta.index] = delta
+    assert list(calls) == [0]
+    check_calls(list(calls.values()), {"get_weather"})
+
+
+def test_a_json_schema_response_format_validates(client: Any) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"unit": UNIT},
+        "required": ["unit"],
+        "additionalProperties": False,
+    }
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=USER,
+        seed=3,
+        response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}},
+    )
+    jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
+
+
+def test_max_tokens_ends_with_length(client: Any) -> None:
+    reply = client.chat.completions.create(
+        model=MODEL, messages=USER, max_tokens=1, temperature=0.0
+    )
+    usage = reply.usage
+    assert usage is not None and usage.completion_tokens <= 1
+    assert reply.choices[0].finish_reason in ("length", "stop")
+    assert (reply.choices[0].finish_reason == "length") == (usage.completion_tokens == 1)
+
+
+def test_concurrent_requests_are_served_in_turn(client: Any) -> None:
+    async def ask() -> list[Any]:
+        aclient = openai.AsyncOpenAI(base_url=str(client.base_url), api_key="unused")
+        async with aclient:
+            return await asyncio.gather(
+                *(
+                    aclient.chat.completions.create(
+                        model=MODEL, messages=USER, tools=TOOLS, tool_choice="required", seed=s
+                    )
+                    for s in range(6)
+                )
+            )
+
+    for reply in asyncio.run(ask()):
+        check_calls(reply.choices[0].message.tool_calls, {"get_weather", "get_time"})
+
+
+def test_a_cancelled_queued_request_never_reaches_the_model(engine: LlamaEngine) -> None:
+    async def run() -> tuple[int, int]:
+        before = engine.generations
+        first = engine.generate(Generation("<|im_start|>user\nhi", max_tokens=3, seed=1))
+        piece = await first.__anext__()  # the first request holds the model
+
+        async def second() -> None:
+            async for _ in engine.generate(Generation("hello", max_tokens=3)):
+                pass
+
+        waiting = asyncio.ensure_future(second())
+        await asyncio.sleep(0)  # it is queued behind the first
+        waiting.cancel()
+        async for piece in first:  # noqa: B007 (the last piece is read below)
+            pass
+        await asyncio.gather(waiting, return_exceptions=True)
+        # a third request still runs: the queue is not stuck
+        async for piece in engine.generate(Generation("hello", max_tokens=2)):  # noqa: B007
+            pass
+        assert piece.finish_reason is not None
+        return before, engine.generations
+
+    before, after = asyncio.run(run())
+    assert after - before == 2
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_command_serves_a_gguf(gguf: Path) -> None:
+    """``chatcodec serve MODEL.gguf`` as a user runs it, called with the openai client."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    port = free_port()
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    command = [sys.executable, "-m", "chatcodec", "serve", str(gguf), "--port", str(port)]
+    command += ["--model-name", MODEL, "--api-key", "sesame", "--log-level", "warning"]
+    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        root = f"http://127.0.0.1:{port}"
+        while True:  # until it listens (or dies)
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            try:
+                httpx.get(root + "/health")
+                break
+            except httpx.TransportError:
+                server_wait(server)
+        client = openai.OpenAI(base_url=root + "/v1", api_key="sesame", max_retries=0)
+        assert [m.id for m in client.models.list()] == [MODEL]
+        reply = client.chat.completions.create(
+            model=MODEL, messages=USER, tools=TOOLS, tool_choice="required", seed=5
+        )
+        check_calls(reply.choices[0].message.tool_calls, {"get_weather", "get_time"})
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def server_wait(server: Any) -> None:
+    import subprocess
+
+    try:
+        server.wait(0.1)
+    except subprocess.TimeoutExpired:
+        pass
