@@ -48,6 +48,7 @@ __all__ = [
     "CheckpointError",
     "TemplateNotFoundError",
     "ReplyError",
+    "StreamedCallError",
     "GrammarError",
     "MissingExtraError",
     "UnusedVariableWarning",
@@ -195,6 +196,13 @@ class TemplateNotFoundError(CheckpointError, LookupError):
 
 class ReplyError(ChatCodecError):
     """A model reply cannot be turned into an assistant message."""
+
+
+class StreamedCallError(ReplyError):
+    """A stream announced a tool call while the model wrote it (or sent part of its
+    arguments), and the call did not parse in the end, or parsed into other arguments: the
+    deltas cannot be taken back, so the stream fails (llama.cpp's server ends such a stream
+    with an error event). The whole reply parsed at once reads without this error."""
 
 
 class GrammarError(ChatCodecError, ValueError):

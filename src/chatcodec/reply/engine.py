@@ -19,6 +19,7 @@ from .cursor import (
     FAILED,
     JUMP,
     NEXT,
+    PREVIEW_WINDOW,
     STOP,
     WAIT,
     BalanceWatch,
@@ -587,8 +588,10 @@ class ReplyEngine:
         assert grammar is not None
         result = grammar.parse(cur.buf, cur.pos)
         if result.status == SUCCESS and section.settle and result.end >= len(cur.buf):
-            if not cur.eof:
-                return self._wait_for_call()  # a call that ends with the text may go on
+            if not cur.eof:  # a call that ends with the text may go on
+                if not self._thought_call:
+                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names)
+                return self._wait_for_call()
         if result.status == SUCCESS:
             self._thought_call = False
             self.out.commit_calls(result.nodes, cur.buf, cur.base)
@@ -598,10 +601,13 @@ class ReplyEngine:
             return None
         if result.status == NEED_MORE:
             if not cur.eof:
+                if not self._thought_call:  # (a call in a thought may prove to be thought)
+                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names)
                 return self._wait_for_call()
             if self.out.close_calls(result.nodes, cur.buf, cur.base):
                 cur.pos = len(cur.buf)
             return STOP
+        self.out.provisional.clear()
         if self._thought_call:
             # not calls after all: the stop is thought text, the thought ends at its closer
             self._thought_call = False
@@ -629,7 +635,8 @@ class ReplyEngine:
     def _call_ready(self) -> bool:
         """Whether the call in progress may have changed its outcome since it was last tried."""
         assert self._watch is not None
-        return self._watch.hit or self.cursor.unread() >= 2 * self._tried_len
+        unread = self.cursor.unread()
+        return self._watch.hit or unread >= 2 * self._tried_len or unread <= PREVIEW_WINDOW
 
     # ------------------------------------------------------------------ dropped text
 

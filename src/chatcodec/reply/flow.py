@@ -14,6 +14,7 @@ from enum import Enum
 
 from .cursor import (
     NEXT,
+    PREVIEW_WINDOW,
     STOP,
     WAIT,
     CallMarkers,
@@ -115,7 +116,8 @@ class FlowRunner:
 
     def _call_ready(self) -> bool:
         """Whether the call in progress may have changed its outcome since it was last tried."""
-        return self.watch.hit or self.cursor.unread() >= 2 * self.tried_len
+        unread = self.cursor.unread()
+        return self.watch.hit or unread >= 2 * self.tried_len or unread <= PREVIEW_WINDOW
 
     def _boundary(self) -> Outcome | None:
         cur = self.cursor
@@ -148,6 +150,7 @@ class FlowRunner:
         buf, at = cur.buf, cur.pos
         result = option.call.parse(buf, at)
         if result.status == FAIL:
+            self.out.provisional.clear()
             self.reach = max(self.reach, cur.base + result.end)
             self.call_failed = True
             self.tried_len = -1
@@ -158,6 +161,7 @@ class FlowRunner:
                 if self.out.close_calls(result.nodes, buf, cur.base):
                     cur.pos = len(buf)
                 return STOP
+            self.out.preview_calls(result.nodes, buf, self.flow.tool_names)
             self.tried_len = len(buf) - at
             self.watch = CommitWatch(option.commit)
             self.watch.restart(buf, at)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
-from ..errors import ReplyError, RequestError
+from ..errors import ReplyError, RequestError, StreamedCallError
 from .description import ReplyFormat
 from .engine import FED_CONTENT, FED_NOTHING, FED_REASONING, ReplyEngine
 from .mapper import MappedCall
@@ -87,7 +87,9 @@ class ReplyStream:
         self._reasoning_held: list[str] = []
         self._reasoning_started = False
         self._content_taken = 0
-        self._calls_sent = 0
+        # per call announced: (name, arguments sent so far)
+        self._sent: list[tuple[str, str]] = []
+        self._contradicted = ""  # why an announced call's final form does not extend it
         self._ids: dict[int, str] = {}
         self._role_sent = False
         self._closed = False
@@ -116,7 +118,10 @@ class ReplyStream:
                 engine.reasoning_pieces
             ):
                 return []
-        return self._deltas(engine.committed_calls)
+        out = engine.out
+        if out.provisional:
+            return self._deltas([*out.committed, *out.provisional])
+        return self._deltas(out.committed)
 
     def finish(self, partial: bool = False) -> StreamEnd:
         """End the reply: the last deltas and the finished message, together, so that no
@@ -142,15 +147,27 @@ class ReplyStream:
                 f"{self.format.handler} format: {failure.reason} "
                 f"(at reply offset {failure.position - engine.prompt_length})"
             )
-        deltas = self._deltas(engine.calls(), final=True)
+        calls = engine.calls()
+        deltas = self._deltas(calls, final=True)
+        if len(calls) < len(self._sent) and not self._contradicted:
+            self._contradicted = f"tool call {len(calls)} was announced but did not parse"
+        if self._contradicted:
+            raise StreamedCallError(
+                f"The model produced output that does not match the expected "
+                f"{self.format.handler} format after its tool call was streamed: "
+                f"{self._contradicted}"
+            )
         return StreamEnd(self._with_role(deltas), self._build())
 
     # ------------------------------------------------------------------ internals
 
     def _call_id(self, index: int, call: MappedCall) -> str:
-        if call.id:  # the model wrote its own id: kept
-            return call.id
         made = self._ids.get(index)
+        if made is not None:  # the id the call was announced with stays (llama.cpp's too)
+            return made
+        if call.id:  # the model wrote its own id: kept
+            self._ids[index] = call.id
+            return call.id
         if made is None:  # asked once per call: the delta and the message share the id
             made = self._ids[index] = self.call_id(index)
             if not isinstance(made, str) or not made:
@@ -188,9 +205,41 @@ class ReplyStream:
             self._content_taken = len(pieces)
             if text:
                 out.append(Delta(content=text))
-        while self._calls_sent < len(calls):
-            i = self._calls_sent
-            call = calls[i]
+        if calls or self._sent:
+            self._call_deltas(calls, final, out)
+        if out and not self._role_sent:
+            return self._with_role(out)
+        return out
+
+    def _call_deltas(self, calls: list[MappedCall], final: bool, out: list[Delta]) -> None:
+        """Announce the calls not announced yet and send what each call's arguments grew by.
+
+        ``calls`` are the committed calls then (unless ``final``) those a partial parse shows
+        in progress. A call is announced with its arguments so far; later its arguments are
+        sent only as they extend what was sent. Where a partial parse shows them otherwise
+        (llama.cpp's diff would throw), nothing more is sent for the call until a later parse
+        extends what was sent again; a call that is final and does not, fails the stream.
+        """
+        sent = self._sent
+        for i, call in enumerate(calls):
+            if i < len(sent):
+                name, args = sent[i]
+                if call.name == name and call.arguments.startswith(args):
+                    if len(call.arguments) > len(args):
+                        out.append(
+                            Delta(
+                                tool_call=ToolCallDelta(
+                                    index=i, arguments=call.arguments[len(args) :]
+                                )
+                            )
+                        )
+                        sent[i] = (name, call.arguments)
+                elif (final or i < len(self._engine.out.committed)) and not self._contradicted:
+                    self._contradicted = (
+                        f"tool call {i} ({name}) became {call.name} with arguments "
+                        f"{call.arguments!r}, not an extension of the {args!r} sent"
+                    )
+                continue
             out.append(
                 Delta(
                     tool_call=ToolCallDelta(
@@ -198,10 +247,7 @@ class ReplyStream:
                     )
                 )
             )
-            self._calls_sent += 1
-        if out and not self._role_sent:
-            return self._with_role(out)
-        return out
+            sent.append((call.name, call.arguments))
 
     def _build(self) -> AssistantMessage:
         engine = self._engine
