@@ -208,6 +208,10 @@ def check_sent_before_the_end(turn: Turn, pieces: Sequence[str], got: Streamed) 
         sent += step
         ended_here = parse(turn, text)
         if isinstance(ended_here, AssistantMessage):
+            if got.streamed_call and contradicts(sent, ended_here):
+                # a call announced while it was written proved malformed here: the stream
+                # must fail (StreamedCallError), having sent nothing that contradicts more
+                return
             check_deltas_are_final(sent, ended_here, text, ended=False)
 
 

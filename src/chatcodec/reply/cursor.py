@@ -339,11 +339,16 @@ class Output:
             else:
                 stack.extend(reversed(node.children))
 
-    def preview_calls(self, nodes: list[Node], text: str, names: frozenset[str]) -> None:
+    def preview_calls(
+        self, nodes: list[Node], text: str, names: frozenset[str], ids: bool = False
+    ) -> None:
         """A partial parse of the call in progress: what llama.cpp's partial parse of the text
         so far shows after the committed calls, mapped on a copy of the mapper (the mapper
         itself only ever maps whole calls). A call is shown once its name is complete: one of
-        ``names`` when the format knows them."""
+        ``names`` when the format knows them; and, where the format's calls may carry the
+        model's own id (``ids``), once that id has come (a call id is announced once and
+        never changes: Mistral Nemo writes it after the arguments, and such a call is shown
+        whole)."""
         mapper = copy.deepcopy(self.mapper)
         mapper.skipped.clear()
         mapper.visit(nodes, text)
@@ -351,6 +356,8 @@ class Output:
         shown = mapper.calls[len(self.committed) :]
         kept = 0
         while kept < len(shown) and (not names or shown[kept].name in names):
+            if ids and not shown[kept].id:
+                break
             kept += 1
         self.provisional[:] = shown[:kept]
 

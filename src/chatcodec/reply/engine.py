@@ -50,8 +50,8 @@ from .description import (
     Whitespace,
 )
 from .flow import FlowRunner
-from .mapper import CallMapper, MappedCall
-from .peg import FAIL, NEED_MORE, SUCCESS, Until
+from .mapper import TOOL_ID, CallMapper, MappedCall
+from .peg import FAIL, NEED_MORE, SUCCESS, Until, tags_in
 
 __all__ = ["ReplyEngine", "Fed", "FED_SOME", "FED_CONTENT", "FED_REASONING", "FED_NOTHING"]
 
@@ -160,6 +160,10 @@ class ReplyEngine:
             self._markers = CallMarkers(
                 calls.openers, calls.name_marker, calls.name_marker_end, calls.tool_names
             )
+        # whether the calls may carry the model's own id (a call is then shown with it)
+        self._ids = calls is not None and any(
+            TOOL_ID in tags_in(p) for p in (calls.first, calls.next) if p is not None
+        )
         self._limit_reached = False
         self._call_failed = False
         self._flow = FlowRunner(flow, self.cursor, self.out, self.waiting) if flow else None
@@ -590,7 +594,7 @@ class ReplyEngine:
         if result.status == SUCCESS and section.settle and result.end >= len(cur.buf):
             if not cur.eof:  # a call that ends with the text may go on
                 if not self._thought_call:
-                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names)
+                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names, self._ids)
                 return self._wait_for_call()
         if result.status == SUCCESS:
             self._thought_call = False
@@ -602,7 +606,7 @@ class ReplyEngine:
         if result.status == NEED_MORE:
             if not cur.eof:
                 if not self._thought_call:  # (a call in a thought may prove to be thought)
-                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names)
+                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names, self._ids)
                 return self._wait_for_call()
             if self.out.close_calls(result.nodes, cur.buf, cur.base):
                 cur.pos = len(cur.buf)

@@ -25,7 +25,8 @@ from .cursor import (
     Waiting,
 )
 from .description import CallMessage, Flow, FlowState, TextMessage
-from .peg import FAIL, NEED_MORE, Until
+from .mapper import TOOL_ID
+from .peg import FAIL, NEED_MORE, Until, tags_in
 
 __all__ = ["FlowRunner"]
 
@@ -62,6 +63,7 @@ class FlowRunner:
         # the call option in progress
         self.tried_len = -1
         self.watch = CommitWatch("")
+        self._ids: dict[int, bool] = {}
         # what the end of the flow says about the text it leaves
         self.after_call = False
         self.call_failed = False
@@ -161,7 +163,10 @@ class FlowRunner:
                 if self.out.close_calls(result.nodes, buf, cur.base):
                     cur.pos = len(buf)
                 return STOP
-            self.out.preview_calls(result.nodes, buf, self.flow.tool_names)
+            ids = self._ids.get(id(option))
+            if ids is None:  # whether the option's calls may carry the model's own id
+                ids = self._ids[id(option)] = TOOL_ID in tags_in(option.call)
+            self.out.preview_calls(result.nodes, buf, self.flow.tool_names, ids)
             self.tried_len = len(buf) - at
             self.watch = CommitWatch(option.commit)
             self.watch.restart(buf, at)
