@@ -9,7 +9,6 @@ other, so neither reaches into the other's state.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -343,17 +342,16 @@ class Output:
         self, nodes: list[Node], text: str, names: frozenset[str], ids: bool = False
     ) -> None:
         """A partial parse of the call in progress: what llama.cpp's partial parse of the text
-        so far shows after the committed calls, mapped on a copy of the mapper (the mapper
+        so far shows after the committed calls, mapped on a fork of the mapper (the mapper
         itself only ever maps whole calls). A call is shown once its name is complete: one of
         ``names`` when the format knows them; and, where the format's calls may carry the
         model's own id (``ids``), once that id has come (a call id is announced once and
         never changes: Mistral Nemo writes it after the arguments, and such a call is shown
         whole)."""
-        mapper = copy.deepcopy(self.mapper)
-        mapper.skipped.clear()
+        mapper = self.mapper.fork()
         mapper.visit(nodes, text)
         mapper.flush()
-        shown = mapper.calls[len(self.committed) :]
+        shown = mapper.calls
         kept = 0
         while kept < len(shown) and (not names or shown[kept].name in names):
             if ids and not shown[kept].id:
