@@ -19,6 +19,7 @@ Each failure has its own type, so the type is what a caller catches (docs/errors
     ├── CheckpointError                a checkpoint has no usable chat template
     │   └── TemplateNotFoundError (LookupError)  no template of the requested name
     ├── ReplyError                     a model reply cannot become an assistant message
+    │   └── StreamedCallError          a streamed call proved malformed after it was announced
     ├── GrammarError (ValueError)      a JSON schema has no grammar (llama.cpp refuses it)
     └── MissingExtraError (ImportError) an optional feature needs a package from an extra
 

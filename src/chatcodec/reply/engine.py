@@ -3,8 +3,10 @@
 The format is turned into a program: a list of steps (the prefix, the thought, the content, the
 calls, the frame's markers, the end), each run over the ``Cursor`` until it returns an
 ``Outcome``. Text is consumed left to right and never re-read, except the text of the one tool
-call in progress, which is parsed (by the small PEG engine) only when it may have completed:
-when its closing marker arrives, when its text has doubled since the last try, or at the end.
+call in progress, which is parsed (by the small PEG engine) on every chunk while it is within
+PREVIEW_WINDOW characters (its partial parse is the stream's preview of the call), then only
+when it may have completed: when its closing marker arrives, when its text has doubled since
+the last try, or at the end.
 Every result equals llama.cpp's parse of the same whole text (lenient: a cut-short structure is
 NEED_MORE, never a failure).
 """
