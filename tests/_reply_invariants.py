@@ -10,7 +10,10 @@ checks what docs/decoding.md promises of every reply, well formed or not:
   the message; what was sent after any piece is a prefix of the message the text so far
   gives if the reply ends there, also when the whole reply fails later. The documented
   retractions: a reply that fails after deltas were sent (the deltas stand and the stream
-  fails), and a ``partial`` finish of a failed reply, whose message is empty (llama.cpp's
+  fails), a call announced while the model wrote it that did not parse in the end, or into
+  arguments that do not extend those sent (the stream fails with ``StreamedCallError``,
+  the parse reads the reply; only where the parse's message really contradicts what was
+  sent), and a ``partial`` finish of a failed reply, whose message is empty (llama.cpp's
   is_partial rule);
 - every ``dropped`` entry names the reply's own text at its offset, and no text is lost that
   ``dropped`` does not name: each sentinel word of the reply (``zq<n>x``, written into the
@@ -26,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chatcodec import ReplyError
+from chatcodec import ReplyError, StreamedCallError
 from chatcodec.reply import AssistantMessage, Delta, Turn, fold
 from chatcodec.reply.description import Calls, Content, Thought
 
@@ -95,6 +98,7 @@ class Streamed:
     steps: list[list[Delta]] = field(default_factory=list)
     message: AssistantMessage | None = None
     error: str = ""
+    streamed_call: bool = False  # the error is StreamedCallError
 
     @property
     def deltas(self) -> list[Delta]:
@@ -110,6 +114,7 @@ def stream(turn: Turn, pieces: Sequence[str], partial: bool = False) -> Streamed
         end = s.finish(partial=partial)
     except ReplyError as exc:
         out.error = f"ReplyError: {exc}"
+        out.streamed_call = isinstance(exc, StreamedCallError)
         return out
     out.steps.append(end.deltas)
     out.message = end.message
@@ -203,7 +208,34 @@ def check_sent_before_the_end(turn: Turn, pieces: Sequence[str], got: Streamed) 
         sent += step
         ended_here = parse(turn, text)
         if isinstance(ended_here, AssistantMessage):
+            if got.streamed_call and contradicts(sent, ended_here):
+                # a call announced while it was written proved malformed here: the stream
+                # must fail (StreamedCallError), having sent nothing that contradicts more
+                return
             check_deltas_are_final(sent, ended_here, text, ended=False)
+
+
+def contradicts(deltas: list[Delta], message: AssistantMessage) -> bool:
+    """Whether the calls ``deltas`` announced are not all in ``message`` as sent (a call that
+    vanished, or arguments that do not extend those sent): a stream must then fail."""
+    sent = fold(deltas).tool_calls
+    if len(sent) > len(message.tool_calls):
+        return True
+    return any(
+        final.name != call.name or not final.arguments.startswith(call.arguments)
+        for call, final in zip(sent, message.tool_calls, strict=False)
+    )
+
+
+def check_streamed_call_failure(got: Streamed, expected: AssistantMessage | str) -> bool:
+    """Whether ``got`` failed with the documented StreamedCallError; it must fail so only
+    where the reply parses and its message contradicts a call the deltas announced."""
+    if not got.streamed_call:
+        return False
+    assert isinstance(expected, AssistantMessage), (got.error, expected)
+    assert contradicts(got.deltas, expected), (got.error, expected)
+    check_deltas_are_final(got.deltas, None, "")
+    return True
 
 
 def check_reply(turn: Turn, text: str, chunkings: Sequence[Sequence[str]]) -> None:
@@ -212,6 +244,10 @@ def check_reply(turn: Turn, text: str, chunkings: Sequence[Sequence[str]]) -> No
     for pieces in chunkings:
         assert "".join(pieces) == text
         got = stream(turn, pieces)
+        if check_streamed_call_failure(got, expected):
+            if 1 < len(pieces) <= 16:
+                check_sent_before_the_end(turn, pieces, got)
+            continue
         assert (got.message or got.error) == expected, (len(pieces), text)
         check_deltas_are_final(got.deltas, got.message, text)
         if 1 < len(pieces) <= 16:  # a few cuts: each prefix costs a parse
@@ -221,6 +257,8 @@ def check_reply(turn: Turn, text: str, chunkings: Sequence[Sequence[str]]) -> No
     # partial: the same parse, or (a failure past the start) the documented empty message
     pieces = chunkings[0] if chunkings else [text]
     got = stream(turn, pieces, partial=True)
+    if check_streamed_call_failure(got, parse(turn, text, partial=True)):
+        return
     assert (got.message or got.error) == parse(turn, text, partial=True), text
     if isinstance(expected, AssistantMessage):
         assert got.message == expected, text

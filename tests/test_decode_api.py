@@ -96,13 +96,13 @@ def _readme_loop(turn: Turn, chunks: list[str]) -> tuple[list[Delta], AssistantM
 # ------------------------------------------------------------------ 1. nothing can be lost
 
 
-def test_a_call_known_only_at_the_end_comes_with_finish() -> None:
+def test_a_bare_json_call_streams_and_finish_ends_the_stream() -> None:
     turn = _json_turn()
     stream = turn.stream()
     fed = [d for ch in JSON_CALL for d in stream.feed(ch)]
-    assert fed == []  # a bare JSON call could still go on until the reply ends
+    # announced at its name, its arguments then stream as they come (issue 10)
+    assert [d.tool_call.name for d in fed if d.tool_call] == ["get_weather"] + [""] * 15
     end = stream.finish()
-    assert [d.tool_call.name for d in end.deltas if d.tool_call] == ["get_weather"]
     assert end.message.tool_calls[0].arguments == '{"city": "Paris"}'
     assert fold(fed + end.deltas).tool_calls == end.message.tool_calls
     # the only way to end a stream returns both: there is no separate flush to forget
@@ -184,8 +184,11 @@ def test_json_call_families_lose_no_call_through_the_readme_loop(template: str, 
     stream = turn.stream()
     for ch in reply:
         fed_only.extend(stream.feed(ch))
-    # these families release the call only when the reply ends: finish hands it over
-    assert not any(d.tool_call for d in fed_only)
+    # a call these families may only be sure of when the reply ends is announced at its
+    # name all the same (its arguments stream); the loop, finish's deltas included, keeps it
+    assert [d.tool_call.name for d in fed_only if d.tool_call and d.tool_call.name] == [
+        "get_weather"
+    ]
     sent, message = _readme_loop(turn, list(reply))
     assert [c.name for c in message.tool_calls] == ["get_weather"]
     assert json.loads(message.tool_calls[0].arguments) == {"city": "Paris"}
@@ -348,7 +351,9 @@ def test_ids_the_model_wrote_are_kept() -> None:
     reply = TAGGED_CALL.replace('{"name": ', '{"id": "abc123", "name": ')
     assert [c.id for c in turn.parse(reply).tool_calls] == ["abc123"]
     sent, _ = _readme_loop(turn, list(reply))
-    assert [d.tool_call.id for d in sent if d.tool_call] == ["abc123"]
+    # the id comes with the call's first delta only (later ones carry argument text)
+    ids = [d.tool_call.id for d in sent if d.tool_call]
+    assert ids[0] == "abc123" and set(ids[1:]) == {""}
 
 
 def test_ids_a_real_model_wrote_are_kept() -> None:
@@ -443,10 +448,14 @@ def test_cli_parse_stream_prints_the_deltas_finish_returns(tmp_path: Path) -> No
     )
     assert result.returncode == 0, result.stderr
     *deltas, final = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(deltas) == 1 and deltas[0]["role"] == "assistant"
-    assert deltas[0]["tool_calls"][0]["function"] == {
+    assert deltas[0]["role"] == "assistant"
+    assert deltas[0]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": "{"}
+    # then the arguments, in the 4-character chunks they came in (as text, held back while
+    # it is trailing whitespace)
+    pieces = [d["tool_calls"][0]["function"]["arguments"] for d in deltas]
+    assert "".join(pieces) == '{"city": "Paris"}' and len(pieces) > 3
+    assert final["content"] is None
+    assert final["tool_calls"][0]["function"] == {
         "name": "get_weather",
         "arguments": '{"city": "Paris"}',
     }
-    assert final["content"] is None
-    assert final["tool_calls"][0]["function"] == deltas[0]["tool_calls"][0]["function"]

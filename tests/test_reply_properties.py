@@ -3,7 +3,10 @@
 For each template: draw one of its corpus requests and finished replies, cut the reply at
 random, and feed the pieces through ``turn.stream()``. The deltas fold to the finished parse,
 content and reasoning only ever extend, each tool call's id and name are announced once and
-never change, and a reply that fails to parse fails the same way when streamed.
+never change (its arguments then only extend), and a reply that fails to parse fails the
+same way when streamed. The one documented exception: a call announced while the model wrote
+it that the parse then drops or reads otherwise fails the stream with StreamedCallError
+(llama.cpp's server ends such a stream with an error); checked to happen only then.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatcodec.errors import ChatCodecError
+from chatcodec.errors import ChatCodecError, StreamedCallError
 from chatcodec.reply import AssistantMessage, Delta, Turn, fold
 
+from ._reply_invariants import contradicts
 from ._reply_oracle import (
     PARSE_CASES,
     cases_by_template,
@@ -60,24 +64,12 @@ def _parse(turn: Turn, text: str) -> AssistantMessage | ChatCodecError:
         return exc
 
 
-# handlers that announce a call whole: one delta, its name and all of its arguments
-WHOLE_CALLS = {
-    "Kimi K2 Thinking",
-    "Kimi K3",
-    "Ling 3.0 (Bailing V3)",
-    "MiniMax-M3",
-    "DeepSeek V3.2/V4",
-    "MiniCPM5",
-    "Ministral/Magistral Large 3",
-    "LFM2",
-    "LFM2.5",
-    "Cohere2 MoE",
-}
-
-
-def _stream(turn: Turn, pieces: list[str]) -> tuple[list[Delta], AssistantMessage]:
-    """The deltas (the finish's included) and the finished message, checking every delta."""
-    whole = turn.handler in WHOLE_CALLS
+def _stream(
+    turn: Turn, pieces: list[str]
+) -> tuple[list[Delta], AssistantMessage | StreamedCallError]:
+    """The deltas (the finish's included) and the finished message, checking every delta;
+    or the deltas sent and the StreamedCallError of a call announced while it was written
+    that did not parse as sent."""
     stream = turn.stream()
     deltas: list[Delta] = []
     announced: dict[int, tuple[str, str]] = {}
@@ -91,7 +83,6 @@ def _stream(turn: Turn, pieces: list[str]) -> tuple[list[Delta], AssistantMessag
             if call is None:
                 continue
             if call.index in announced:
-                assert not whole, f"{turn.handler} sent call {call.index} in more than one delta"
                 # announced once: later deltas of the call carry argument text only
                 assert (call.id, call.name) == ("", ""), f"call {call.index} announced again"
             else:
@@ -100,21 +91,23 @@ def _stream(turn: Turn, pieces: list[str]) -> tuple[list[Delta], AssistantMessag
 
     for piece in pieces:
         check(stream.feed(piece))
-    last, message = stream.finish()
+    try:
+        last, message = stream.finish()
+    except StreamedCallError as exc:
+        return deltas, exc
     check(last)
     assert deltas and deltas[0].role == "assistant"
     return deltas, message
 
 
-def _announced_as_finished(deltas: list[Delta], expected: AssistantMessage, whole: bool) -> None:
-    """The id and name a call is announced with (and, when whole, its arguments) are the
-    finished call's."""
+def _announced_as_finished(deltas: list[Delta], expected: AssistantMessage) -> None:
+    """The id and name a call is announced with are the finished call's, and its arguments
+    so far a prefix of the finished call's."""
     for delta in deltas:
         if delta.tool_call is not None and delta.tool_call.name:
             call = expected.tool_calls[delta.tool_call.index]
             assert (delta.tool_call.id, delta.tool_call.name) == (call.id, call.name)
-            if whole:
-                assert delta.tool_call.arguments == call.arguments
+            assert call.arguments.startswith(delta.tool_call.arguments)
 
 
 @pytest.mark.parametrize(
@@ -142,6 +135,9 @@ def test_any_chunking_folds_to_the_finished_parse(template: str) -> None:
             assert str(failed.value) == str(expected)
             return
         deltas, message = _stream(turn, pieces)
+        if isinstance(message, StreamedCallError):  # only where the parse contradicts a call
+            assert contradicts(deltas, expected), (pieces, expected)
+            return
         assert message == expected
         # content and reasoning only extend: what was sent is a prefix of the finished field
         content = reasoning = ""
@@ -152,7 +148,7 @@ def test_any_chunking_folds_to_the_finished_parse(template: str) -> None:
             assert expected.reasoning_content.startswith(reasoning)
         folded = fold(deltas)
         assert same_message(folded, expected), (folded, expected)
-        _announced_as_finished(deltas, expected, turn.handler in WHOLE_CALLS)
+        _announced_as_finished(deltas, expected)
 
     check()
 
@@ -199,8 +195,11 @@ def test_every_finished_reply_streams_to_its_parse(handler: str, size: int) -> N
                     _stream(turn, chunks(text, size))
                 continue
             deltas, message = _stream(turn, chunks(text, size))
+            if isinstance(message, StreamedCallError):  # (see above)
+                assert contradicts(deltas, expected), (case["id"], text)
+                continue
             assert message == expected, (case["id"], text)
             assert same_message(fold(deltas), expected), (case["id"], text)
-            _announced_as_finished(deltas, expected, handler in WHOLE_CALLS)
+            _announced_as_finished(deltas, expected)
             streamed += 1
     assert streamed > 0

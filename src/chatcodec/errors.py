@@ -19,6 +19,7 @@ Each failure has its own type, so the type is what a caller catches (docs/errors
     ├── CheckpointError                a checkpoint has no usable chat template
     │   └── TemplateNotFoundError (LookupError)  no template of the requested name
     ├── ReplyError                     a model reply cannot become an assistant message
+    │   └── StreamedCallError          a streamed call proved malformed after it was announced
     ├── GrammarError (ValueError)      a JSON schema has no grammar (llama.cpp refuses it)
     └── MissingExtraError (ImportError) an optional feature needs a package from an extra
 
@@ -48,6 +49,7 @@ __all__ = [
     "CheckpointError",
     "TemplateNotFoundError",
     "ReplyError",
+    "StreamedCallError",
     "GrammarError",
     "MissingExtraError",
     "UnusedVariableWarning",
@@ -195,6 +197,13 @@ class TemplateNotFoundError(CheckpointError, LookupError):
 
 class ReplyError(ChatCodecError):
     """A model reply cannot be turned into an assistant message."""
+
+
+class StreamedCallError(ReplyError):
+    """A stream announced a tool call while the model wrote it (or sent part of its
+    arguments), and the call did not parse in the end, or parsed into other arguments: the
+    deltas cannot be taken back, so the stream fails (llama.cpp's server ends such a stream
+    with an error event). The whole reply parsed at once reads without this error."""
 
 
 class GrammarError(ChatCodecError, ValueError):

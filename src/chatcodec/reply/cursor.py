@@ -156,6 +156,13 @@ class Cursor:
         return NEXT
 
 
+# a call in progress is re-tried on every chunk while its text is at most this long (so the
+# stream shows its arguments as they grow, as llama.cpp's per-token re-parse does); past it,
+# only when its text has doubled since the last try or its closing marker may have come: a
+# bounded cost per chunk, and linear in all
+PREVIEW_WINDOW = 1024
+
+
 class CommitWatch:
     """Whether a call's closing marker arrived since the call was last tried."""
 
@@ -283,6 +290,9 @@ class Output:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     committed: list[MappedCall] = field(default_factory=list)
+    # the calls a partial parse of the call in progress shows after the committed ones
+    # (a preview for the stream: they may still grow, or fail and vanish)
+    provisional: list[MappedCall] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
     failure: Failure | None = None
 
@@ -328,15 +338,38 @@ class Output:
             else:
                 stack.extend(reversed(node.children))
 
+    def preview_calls(
+        self, nodes: list[Node], text: str, names: frozenset[str], ids: bool = False
+    ) -> None:
+        """A partial parse of the call in progress: what llama.cpp's partial parse of the text
+        so far shows after the committed calls, mapped on a fork of the mapper (the mapper
+        itself only ever maps whole calls). A call is shown once its name is complete: one of
+        ``names`` when the format knows them; and, where the format's calls may carry the
+        model's own id (``ids``), once that id has come (a call id is announced once and
+        never changes: Mistral Nemo writes it after the arguments, and such a call is shown
+        whole)."""
+        mapper = self.mapper.fork()
+        mapper.visit(nodes, text)
+        mapper.flush()
+        shown = mapper.calls
+        kept = 0
+        while kept < len(shown) and (not names or shown[kept].name in names):
+            if ids and not shown[kept].id:
+                break
+            kept += 1
+        self.provisional[:] = shown[:kept]
+
     def commit_calls(self, nodes: list[Node], text: str, base: int) -> None:
         """A call (or calls) parsed whole from ``text`` (``text[0]`` at absolute offset
         ``base``): map and keep them."""
+        self.provisional.clear()
         self.mapper.visit(nodes, text)
         self.committed.extend(self.mapper.calls[len(self.committed) :])  # only the new ones
         self._report_unread(text, base, True)
 
     def close_calls(self, nodes: list[Node], text: str, base: int) -> bool:
         """The reply ended inside a call: map what it reached; whether that made a new call."""
+        self.provisional.clear()
         self.mapper.visit(nodes, text)
         self.mapper.flush()
         made = len(self.mapper.calls) != len(self.committed)

@@ -3,8 +3,10 @@
 The format is turned into a program: a list of steps (the prefix, the thought, the content, the
 calls, the frame's markers, the end), each run over the ``Cursor`` until it returns an
 ``Outcome``. Text is consumed left to right and never re-read, except the text of the one tool
-call in progress, which is parsed (by the small PEG engine) only when it may have completed:
-when its closing marker arrives, when its text has doubled since the last try, or at the end.
+call in progress, which is parsed (by the small PEG engine) on every chunk while it is within
+PREVIEW_WINDOW characters (its partial parse is the stream's preview of the call), then only
+when it may have completed: when its closing marker arrives, when its text has doubled since
+the last try, or at the end.
 Every result equals llama.cpp's parse of the same whole text (lenient: a cut-short structure is
 NEED_MORE, never a failure).
 """
@@ -19,6 +21,7 @@ from .cursor import (
     FAILED,
     JUMP,
     NEXT,
+    PREVIEW_WINDOW,
     STOP,
     WAIT,
     BalanceWatch,
@@ -49,8 +52,8 @@ from .description import (
     Whitespace,
 )
 from .flow import FlowRunner
-from .mapper import CallMapper, MappedCall
-from .peg import FAIL, NEED_MORE, SUCCESS, Until
+from .mapper import TOOL_ID, CallMapper, MappedCall
+from .peg import FAIL, NEED_MORE, SUCCESS, Until, tags_in
 
 __all__ = ["ReplyEngine", "Fed", "FED_SOME", "FED_CONTENT", "FED_REASONING", "FED_NOTHING"]
 
@@ -159,6 +162,10 @@ class ReplyEngine:
             self._markers = CallMarkers(
                 calls.openers, calls.name_marker, calls.name_marker_end, calls.tool_names
             )
+        # whether the calls may carry the model's own id (a call is then shown with it)
+        self._ids = calls is not None and any(
+            TOOL_ID in tags_in(p) for p in (calls.first, calls.next) if p is not None
+        )
         self._limit_reached = False
         self._call_failed = False
         self._flow = FlowRunner(flow, self.cursor, self.out, self.waiting) if flow else None
@@ -597,8 +604,10 @@ class ReplyEngine:
         assert grammar is not None
         result = grammar.parse(cur.buf, cur.pos)
         if result.status == SUCCESS and section.settle and result.end >= len(cur.buf):
-            if not cur.eof:
-                return self._wait_for_call()  # a call that ends with the text may go on
+            if not cur.eof:  # a call that ends with the text may go on
+                if not self._thought_call:
+                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names, self._ids)
+                return self._wait_for_call()
         if result.status == SUCCESS:
             self._thought_call = False
             self.out.commit_calls(result.nodes, cur.buf, cur.base)
@@ -608,10 +617,13 @@ class ReplyEngine:
             return None
         if result.status == NEED_MORE:
             if not cur.eof:
+                if not self._thought_call:  # (a call in a thought may prove to be thought)
+                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names, self._ids)
                 return self._wait_for_call()
             if self.out.close_calls(result.nodes, cur.buf, cur.base):
                 cur.pos = len(cur.buf)
             return STOP
+        self.out.provisional.clear()
         if self._thought_call:
             # not calls after all: the stop is thought text, the thought ends at its closer
             self._thought_call = False
@@ -639,7 +651,8 @@ class ReplyEngine:
     def _call_ready(self) -> bool:
         """Whether the call in progress may have changed its outcome since it was last tried."""
         assert self._watch is not None
-        return self._watch.hit or self.cursor.unread() >= 2 * self._tried_len
+        unread = self.cursor.unread()
+        return self._watch.hit or unread >= 2 * self._tried_len or unread <= PREVIEW_WINDOW
 
     # ------------------------------------------------------------------ dropped text
 

@@ -14,6 +14,7 @@ from enum import Enum
 
 from .cursor import (
     NEXT,
+    PREVIEW_WINDOW,
     STOP,
     WAIT,
     CallMarkers,
@@ -24,7 +25,8 @@ from .cursor import (
     Waiting,
 )
 from .description import CallMessage, Flow, FlowState, TextMessage
-from .peg import FAIL, NEED_MORE, Until
+from .mapper import TOOL_ID
+from .peg import FAIL, NEED_MORE, Until, tags_in
 
 __all__ = ["FlowRunner"]
 
@@ -61,6 +63,7 @@ class FlowRunner:
         # the call option in progress
         self.tried_len = -1
         self.watch = CommitWatch("")
+        self._ids: dict[int, bool] = {}
         # what the end of the flow says about the text it leaves
         self.after_call = False
         self.call_failed = False
@@ -115,7 +118,8 @@ class FlowRunner:
 
     def _call_ready(self) -> bool:
         """Whether the call in progress may have changed its outcome since it was last tried."""
-        return self.watch.hit or self.cursor.unread() >= 2 * self.tried_len
+        unread = self.cursor.unread()
+        return self.watch.hit or unread >= 2 * self.tried_len or unread <= PREVIEW_WINDOW
 
     def _boundary(self) -> Outcome | None:
         cur = self.cursor
@@ -148,6 +152,7 @@ class FlowRunner:
         buf, at = cur.buf, cur.pos
         result = option.call.parse(buf, at)
         if result.status == FAIL:
+            self.out.provisional.clear()
             self.reach = max(self.reach, cur.base + result.end)
             self.call_failed = True
             self.tried_len = -1
@@ -158,6 +163,10 @@ class FlowRunner:
                 if self.out.close_calls(result.nodes, buf, cur.base):
                     cur.pos = len(buf)
                 return STOP
+            ids = self._ids.get(id(option))
+            if ids is None:  # whether the option's calls may carry the model's own id
+                ids = self._ids[id(option)] = TOOL_ID in tags_in(option.call)
+            self.out.preview_calls(result.nodes, buf, self.flow.tool_names, ids)
             self.tried_len = len(buf) - at
             self.watch = CommitWatch(option.commit)
             self.watch.restart(buf, at)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .peg import Node, is_c_space
 
@@ -187,6 +188,20 @@ class CallMapper:
         self.quote_pending = False
         # text read and kept in no call, in order: (start, end, Dropped reason)
         self.skipped: list[tuple[int, int, str]] = []
+
+    def fork(self) -> CallMapper:
+        """A copy that maps on from this state without touching it, its ``calls`` only the
+        ones it maps (a preview of the call in progress costs nothing per call before it)."""
+        forked = copy.copy(self)
+        forked.calls = []
+        forked.skipped = []
+        pending, current = self.pending, self.current
+        forked.pending = replace(pending) if pending is not None else None
+        if current is pending:
+            forked.current = forked.pending
+        else:
+            forked.current = replace(current) if current is not None else None
+        return forked
 
     def _target_get(self) -> str:
         cur = self.current

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
+    "tags_in",
     "SUCCESS",
     "FAIL",
     "NEED_MORE",
@@ -327,6 +328,27 @@ def atomic_tag(tag: str, parser: Parser) -> Parser:
     """A node for what ``parser`` matched, only once complete (llama.cpp's atomic tags:
     ``tool_open``, ``tool_name``, ``tool_arg_close``, ...)."""
     return Atomic(Tag(tag, parser))
+
+
+def tags_in(parser: Parser) -> frozenset[str]:
+    """Every tag a parser's nodes may carry (its tree walked once; recursion through a
+    ``Ref`` is followed once)."""
+    found: set[str] = set()
+    seen: set[int] = set()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if isinstance(p, Tag):
+            found.add(p.tag)
+        for name in ("child", "target", "scalar", "key"):
+            inner = getattr(p, name, None)
+            if isinstance(inner, Parser):
+                stack.append(inner)
+        stack.extend(c for c in getattr(p, "children", ()) if isinstance(c, Parser))
+    return frozenset(found)
 
 
 class Ref(Parser):

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
-from ..errors import ReplyError, RequestError
+from ..errors import ReplyError, RequestError, StreamedCallError
 from .description import ReplyFormat
 from .engine import FED_CONTENT, FED_NOTHING, FED_REASONING, ReplyEngine
 from .mapper import MappedCall
@@ -65,8 +65,11 @@ class StreamEnd(NamedTuple):
 class ReplyStream:
     """Feed a reply in any chunks; every delta is final (nothing is ever taken back).
 
-    A tool call is announced once it is known to be kept: when its closing marker arrives, or
-    when the reply ends inside it. Text is held back only while it may still start a marker
+    A tool call is announced (index, id, name, its arguments so far) once its name is
+    complete and it is kept (an offered tool, within the parallel limit, not in a thought),
+    then its arguments follow in fragments as llama.cpp's partial parses grow them; a call
+    that then does not parse as sent fails the stream at ``finish`` (``StreamedCallError``).
+    Text is held back only while it may still start a marker
     (and a thought while it is only whitespace, which llama.cpp would clear). The first delta
     carries ``role="assistant"``.
 
@@ -87,7 +90,11 @@ class ReplyStream:
         self._reasoning_held: list[str] = []
         self._reasoning_started = False
         self._content_taken = 0
-        self._calls_sent = 0
+        # per call announced: (name, arguments sent so far); the calls before _done are
+        # final and wholly sent (never looked at again)
+        self._sent: list[tuple[str, str]] = []
+        self._done = 0
+        self._contradicted = ""  # why an announced call's final form does not extend it
         self._ids: dict[int, str] = {}
         self._role_sent = False
         self._closed = False
@@ -116,7 +123,8 @@ class ReplyStream:
                 engine.reasoning_pieces
             ):
                 return []
-        return self._deltas(engine.committed_calls)
+        out = engine.out
+        return self._deltas(out.committed, provisional=out.provisional)
 
     def finish(self, partial: bool = False) -> StreamEnd:
         """End the reply: the last deltas and the finished message, together, so that no
@@ -142,15 +150,27 @@ class ReplyStream:
                 f"{self.format.handler} format: {failure.reason} "
                 f"(at reply offset {failure.position - engine.prompt_length})"
             )
-        deltas = self._deltas(engine.calls(), final=True)
+        calls = engine.calls()
+        deltas = self._deltas(calls, final=True)
+        if len(calls) < len(self._sent) and not self._contradicted:
+            self._contradicted = f"tool call {len(calls)} was announced but did not parse"
+        if self._contradicted:
+            raise StreamedCallError(
+                f"The model produced output that does not match the expected "
+                f"{self.format.handler} format after its tool call was streamed: "
+                f"{self._contradicted}"
+            )
         return StreamEnd(self._with_role(deltas), self._build())
 
     # ------------------------------------------------------------------ internals
 
     def _call_id(self, index: int, call: MappedCall) -> str:
-        if call.id:  # the model wrote its own id: kept
-            return call.id
         made = self._ids.get(index)
+        if made is not None:  # the id the call was announced with stays (llama.cpp's too)
+            return made
+        if call.id:  # the model wrote its own id: kept
+            self._ids[index] = call.id
+            return call.id
         if made is None:  # asked once per call: the delta and the message share the id
             made = self._ids[index] = self.call_id(index)
             if not isinstance(made, str) or not made:
@@ -167,7 +187,12 @@ class ReplyStream:
             return [Delta(role=_ROLE)]
         return [replace(deltas[0], role=_ROLE), *deltas[1:]]
 
-    def _deltas(self, calls: list[MappedCall], final: bool = False) -> list[Delta]:
+    def _deltas(
+        self,
+        calls: list[MappedCall],
+        final: bool = False,
+        provisional: list[MappedCall] | None = None,
+    ) -> list[Delta]:
         engine = self._engine
         out: list[Delta] = []
         pieces = engine.reasoning_pieces
@@ -188,20 +213,57 @@ class ReplyStream:
             self._content_taken = len(pieces)
             if text:
                 out.append(Delta(content=text))
-        while self._calls_sent < len(calls):
-            i = self._calls_sent
-            call = calls[i]
-            out.append(
-                Delta(
-                    tool_call=ToolCallDelta(
-                        index=i, id=self._call_id(i, call), name=call.name, arguments=call.arguments
-                    )
-                )
-            )
-            self._calls_sent += 1
+        if len(calls) > self._done or provisional:
+            self._call_deltas(calls, provisional or [], out)
         if out and not self._role_sent:
             return self._with_role(out)
         return out
+
+    def _call_deltas(
+        self, calls: list[MappedCall], provisional: list[MappedCall], out: list[Delta]
+    ) -> None:
+        """Announce the calls not announced yet and send what each call's arguments grew by.
+
+        ``calls`` are final (committed, or all of them at the end), ``provisional`` those a
+        partial parse shows in progress after them. A call is announced with its arguments
+        so far; later its arguments are sent only as they extend what was sent. Where a
+        partial parse shows them otherwise (llama.cpp's diff would throw), nothing more is
+        sent for the call until a later parse extends what was sent again; a final call that
+        does not, fails the stream at the end.
+        """
+        sent = self._sent
+        n = len(calls)
+        for i in range(self._done, n + len(provisional)):
+            call = calls[i] if i < n else provisional[i - n]
+            if i >= len(sent):
+                out.append(
+                    Delta(
+                        tool_call=ToolCallDelta(
+                            index=i,
+                            id=self._call_id(i, call),
+                            name=call.name,
+                            arguments=call.arguments,
+                        )
+                    )
+                )
+                sent.append((call.name, call.arguments))
+            else:
+                name, args = sent[i]
+                grown = call.arguments
+                if grown is args:
+                    pass  # (the same parse: nothing new)
+                elif call.name == name and grown.startswith(args):
+                    if len(grown) > len(args):
+                        piece = ToolCallDelta(index=i, arguments=grown[len(args) :])
+                        out.append(Delta(tool_call=piece))
+                    sent[i] = (name, grown)
+                elif i < n and not self._contradicted:
+                    self._contradicted = (
+                        f"tool call {i} ({name}) became {call.name} with arguments "
+                        f"{grown!r}, not an extension of the {args!r} sent"
+                    )
+            if i < n and i == self._done:
+                self._done += 1
 
     def _build(self) -> AssistantMessage:
         engine = self._engine

@@ -1,0 +1,300 @@
+"""Tool-call arguments stream as the model writes them (issue 10; DESIGN.md invariant 7).
+
+A call is announced (index, id, name, its arguments so far) once its name is complete and it
+is kept (a tool the request offers, within the parallel limit, not in a thought); then its
+arguments arrive in fragments whose concatenation is the final arguments string, never
+retracted. The reference is llama.cpp's server, which diffs consecutive partial parses
+(../shared/docs/llamacpp-reply-parsing.md §7): for every corpus reply, fed cut at llama.cpp's
+partial parses and byte by byte, what the deltas add up to after each piece equals what a
+client of llama.cpp's server has then. The hand-written tests below need no ../shared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatcodec import Codec, StreamedCallError
+from chatcodec.errors import ChatCodecError
+from chatcodec.reply import Delta, Turn, fold
+from chatcodec.reply.cursor import PREVIEW_WINDOW
+from chatcodec.reply.mapper import TOOL_ID
+from chatcodec.reply.peg import tags_in
+
+from ._reply_invariants import check_reply
+from ._reply_oracle import PARSE_CASES, corpus_cases, per_case, prepare_request
+from ._stream_reference import extends, reference_steps
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a file",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "content": {"type": "string"},
+                    "mode": {"type": "integer"},
+                },
+                "required": ["path", "content"],
+            },
+        },
+    }
+]
+MESSAGES = [{"role": "user", "content": "Save it"}]
+
+# the example checkpoint's ChatML template: JSON calls in <tool_call>\n...\n</tool_call>
+# (Hermes / Qwen style, read by the auto parser)
+CHATML = (ROOT / "examples" / "chatml-tiny" / "chat_template.jinja").read_text("utf-8")
+# the least a template needs to get llama.cpp's Qwen3-Coder handler (XML parameters)
+QWEN3_CODER = (
+    "{%- for m in messages -%}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}{%- if tools -%}{{- '<|im_start|>system\\nCall as <tool_call>\\n"
+    "<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>"
+    "<|im_end|>\\n' -}}{%- endif -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+# ... and gpt-oss's handler (harmony channels)
+GPT_OSS = (
+    "{%- for m in messages -%}{{- '<|start|>' + m.role + '<|message|>' + m.content + '<|end|>' -}}"
+    "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}"
+    "{#- <|channel|> -#}"
+)
+
+JSON_CALL = (
+    '<tool_call>\n{"name": "write_file", "arguments": {"path": "a.txt", '
+    '"content": "line one\\nline two", "mode": 420}}\n</tool_call>'
+)
+XML_CALL = (
+    "<tool_call>\n<function=write_file>\n<parameter=path>\na.txt\n</parameter>\n"
+    "<parameter=content>\nline one\nline two\n</parameter>\n<parameter=mode>\n420\n"
+    "</parameter>\n</function>\n</tool_call>"
+)
+OSS_CALL = (
+    "<|channel|>analysis<|message|>Save the file.<|end|><|start|>assistant<|channel|>commentary"
+    ' to=functions.write_file <|constrain|>json<|message|>{"path": "a.txt", '
+    '"content": "line one\\nline two", "mode": 420}'
+)
+FAMILIES = [
+    pytest.param(CHATML, JSON_CALL, "Hermes-style JSON", id="json"),
+    pytest.param(QWEN3_CODER, XML_CALL, "Qwen3-Coder", id="xml"),
+    pytest.param(GPT_OSS, OSS_CALL, "GPT-OSS", id="gpt-oss"),
+]
+
+
+def _turn(source: str, **options: Any) -> Turn:
+    return Codec(source).prepare(MESSAGES, tools=TOOLS, **options)
+
+
+def _byte_by_byte(turn: Turn, text: str) -> tuple[list[tuple[int, Delta]], Any]:
+    """Every delta of ``text`` fed one character at a time, with the length fed when it came
+    (``len(text) + 1`` for finish's), and the finished message."""
+    stream = turn.stream()
+    out = [(n + 1, d) for n, ch in enumerate(text) for d in stream.feed(ch)]
+    end = stream.finish()
+    return out + [(len(text) + 1, d) for d in end.deltas], end.message
+
+
+@pytest.mark.parametrize(("source", "text", "handler"), FAMILIES)
+def test_a_call_is_announced_at_its_name_and_its_arguments_stream(
+    source: str, text: str, handler: str
+) -> None:
+    turn = _turn(source)
+    assert turn.format.handler.startswith(handler) or handler == "Hermes-style JSON"
+    deltas, message = _byte_by_byte(turn, text)
+    assert message == turn.parse(text)
+    (call,) = message.tool_calls
+    assert call.name == "write_file"
+    pieces = [(at, d.tool_call) for at, d in deltas if d.tool_call is not None]
+    (at, first), rest = pieces[0], pieces[1:]
+    # announced once, when the name is complete, before the arguments begin (JSON: after
+    # the name's closing quote; Qwen3-Coder: after '<function=NAME>\n'; gpt-oss: when the
+    # header ends at <|message|>)
+    assert (first.index, first.id, first.name) == (0, call.id, "write_file")
+    named = text.index("write_file") + len("write_file")
+    assert named < at <= min(text.find(m) for m in ('{"path"', "<parameter=path>") if m in text)
+    assert first.arguments == "{"
+    # then only arguments, in many pieces, all but the last before the reply ends
+    assert all((p.index, p.id, p.name) == (0, "", "") and p.arguments for _, p in rest)
+    assert len(rest) > 20
+    assert all(at <= len(text) for at, _ in pieces)
+    assert "".join(p.arguments for _, p in pieces) == call.arguments
+    assert fold([d for _, d in deltas]).tool_calls == message.tool_calls
+
+
+def test_xml_parameters_stream_as_llama_cpp_maps_them() -> None:
+    """Qwen3-Coder: the key when its tag completes, the value as it comes (a newline held
+    back while it may begin the closing tag), the quote at the closing tag, the brace at the
+    function's (../shared/docs/llamacpp-reply-parsing.md §7.4)."""
+    turn = _turn(QWEN3_CODER)
+    text = "<tool_call>\n<function=write_file>\n<parameter=path>\na\nb\n</parameter>\n"
+    text += "<parameter=content>\n4\n</parameter>\n</function>\n</tool_call>"
+    deltas, _ = _byte_by_byte(turn, text)
+    got = [(text[:at], d.tool_call.arguments) for at, d in deltas if d.tool_call]
+    assert [(fed[-12:], arguments) for fed, arguments in got] == [
+        ("write_file>\n", "{"),
+        ("meter=path>\n", '"path":"'),
+        ("eter=path>\na", "a"),
+        ("er=path>\na\nb", "\\nb"),  # the newline waited for the next character
+        ("/parameter>\n", '"'),  # the tag and the newline after it
+        ("er=content>\n", ',"content":"'),
+        ("r=content>\n4", "4"),
+        ("/parameter>\n", '"'),
+        ("</function>\n", "}"),
+    ]
+    assert "".join(a for _, a in got) == '{"path":"a\\nb","content":"4"}'
+
+
+@pytest.mark.parametrize(("source", "text", "handler"), FAMILIES)
+def test_every_chunking_folds_to_the_parse(source: str, text: str, handler: str) -> None:
+    """Byte by byte, every two-way split and a few three-way ones: each call announced once
+    and only extended, the fold is the parse, what was sent is never contradicted."""
+    turn = _turn(source)
+    chunkings = [list(text), [text]]
+    chunkings += [[text[:cut], text[cut:]] for cut in range(1, len(text))]
+    chunkings += [[text[:a], text[a : a + 7], text[a + 7 :]] for a in range(0, len(text), 9)]
+    check_reply(turn, text, chunkings)
+
+
+def test_a_long_argument_streams_past_the_window() -> None:
+    """Past PREVIEW_WINDOW characters of call text, the call is re-read each time its text
+    has doubled (linear in all): the arguments still arrive in pieces before it closes."""
+    turn = _turn(QWEN3_CODER)
+    body = "word " * (8 * PREVIEW_WINDOW // 5)
+    text = "<tool_call>\n<function=write_file>\n<parameter=path>\na\n</parameter>\n"
+    text += f"<parameter=content>\n{body}\n</parameter>\n</function>\n</tool_call>"
+    stream = turn.stream()
+    sent: list[int] = []
+    for start in range(0, len(text), 4):
+        for d in stream.feed(text[start : start + 4]):
+            if d.tool_call is not None:
+                sent.append(len(d.tool_call.arguments))
+    message = stream.finish().message
+    assert sum(sent) == len(message.tool_calls[0].arguments)
+    assert len(sent) > PREVIEW_WINDOW // 5  # per 4-character chunk inside the window
+    assert len([n for n in sent if n > 100]) >= 2  # doubling steps past it
+
+
+def test_an_announced_call_that_does_not_parse_fails_the_stream() -> None:
+    """A call is announced once its name is complete; if it then proves malformed, the
+    deltas stand and the stream fails with StreamedCallError (llama.cpp's server: its diff
+    throws and the stream ends with an error event). The whole reply parsed at once reads
+    the call as invalid and drops it, as llama.cpp's parse does."""
+    turn = _turn(QWEN3_CODER)
+    text = "<tool_call>\n<function=write_file>\n<tool_call>\n"
+    parsed = turn.parse(text)
+    assert parsed.tool_calls == () and parsed.dropped[0].reason == "invalid_call"
+    stream = turn.stream()
+    sent = [d for ch in text for d in stream.feed(ch)]
+    assert [d.tool_call.name for d in sent if d.tool_call] == ["write_file"]
+    with pytest.raises(StreamedCallError):
+        stream.finish()
+    # fed whole, the call is never announced: the stream reads what the parse reads
+    stream = turn.stream()
+    assert [d for d in stream.feed(text) if d.tool_call] == []
+    assert stream.finish().message == parsed
+
+
+def test_a_call_to_a_tool_not_offered_is_never_announced() -> None:
+    turn = _turn(QWEN3_CODER)
+    text = "<tool_call>\n<function=delete_all>\n<parameter=path>\n/\n</parameter>\n"
+    text += "<parameter=content>\nx\n</parameter>\n"
+    deltas, message = _byte_by_byte(turn, text + "</function>\n</tool_call>")
+    assert [d for _, d in deltas if d.tool_call] == []
+    assert message.tool_calls == ()
+
+
+def test_a_second_call_beyond_the_parallel_limit_is_never_announced() -> None:
+    turn = _turn(QWEN3_CODER, parallel_tool_calls=False)
+    one = "<tool_call>\n<function=write_file>\n<parameter=path>\na\n</parameter>\n"
+    one += "<parameter=content>\nx\n</parameter>\n</function>\n</tool_call>"
+    deltas, message = _byte_by_byte(turn, one + "\n" + one)
+    assert {d.tool_call.index for _, d in deltas if d.tool_call} == {0}
+    assert len(message.tool_calls) == 1
+
+
+# ------------------------------------------------------------------ the corpus
+
+
+def _accumulated(deltas: list[Delta]) -> tuple[Any, ...]:
+    m = fold(deltas)
+    return m.content, m.reasoning_content, tuple((c.name, c.arguments) for c in m.tool_calls)
+
+
+def _streamed_cases() -> list[dict[str, Any]]:
+    return [
+        c
+        for c in corpus_cases()
+        if c["llama_cpp"] is not None and any(o["kind"] == "partial" for o in c["outputs"])
+    ]
+
+
+def _agrees(ours: tuple[Any, ...], reference: tuple[Any, ...], used: bool, ids: bool) -> bool:
+    """What the stream has sent agrees with what llama.cpp's server has sent: the same; or,
+    where llama.cpp's partial parse there failed and was skipped (its client's view is
+    older than the text), more that extends it; or the same calls with text that llama.cpp
+    shows and the stream holds back (markup llama.cpp takes back later, as Gemma 4's
+    ``<|channel>thought`` before its thought opens); or, where the calls carry the model's
+    own id (``ids``), the same less the call that waits for it: Mistral Nemo writes it after
+    the arguments, llama.cpp announces the call with an id of its own and keeps it, the
+    stream waits and keeps the model's (docs/differences.md)."""
+    if ours == reference:
+        return True
+    if not used and extends(ours, reference):
+        return True
+    if ours[2] == reference[2]:
+        return extends(reference, ours)
+    return ids and ours[:2] == reference[:2] and reference[2][: len(ours[2])] == ours[2]
+
+
+def _final_calls(case: dict[str, Any]) -> list[tuple[str, str]]:
+    final = next(o for o in case["outputs"] if o["kind"] == "final")
+    return [(c["name"], c["arguments"]) for c in (final["expected"] or {}).get("tool_calls", [])]
+
+
+def _carries_ids(turn: Turn) -> bool:
+    """Whether the turn's calls may carry the model's own id (the stream then shows a call
+    once its id has come)."""
+    calls = turn.format.calls
+    return calls is not None and TOOL_ID in tags_in(calls.first)
+
+
+@pytest.mark.parametrize(
+    "case", per_case(PARSE_CASES.exists(), _streamed_cases, lambda c: str(c["id"]))
+)
+def test_streamed_calls_match_llama_cpp_server_after_every_partial_parse(
+    case: dict[str, Any],
+) -> None:
+    try:
+        turn = prepare_request(case)
+    except ChatCodecError:
+        pytest.skip("a request the template cannot render")
+    text, steps, _ = reference_steps(case)
+    ids = _carries_ids(turn)
+    for mode in ("at llama.cpp's partial parses", "byte by byte"):
+        stream = turn.stream()
+        deltas: list[Delta] = []
+        fed = 0
+        for cut, reference, used in steps:
+            pieces = [text[fed:cut]] if mode.startswith("at") else list(text[fed:cut])
+            for piece in pieces:
+                deltas += stream.feed(piece)
+            fed = cut
+            ours = _accumulated(deltas)
+            agrees = _agrees(ours, reference, used, ids)
+            assert agrees, (mode, cut, text[:cut], reference, ours)
+        deltas += stream.feed(text[fed:])
+        try:
+            deltas += stream.finish().deltas
+        except StreamedCallError:
+            # llama.cpp's final parse loses a call its partial parses showed: its server's
+            # last diff throws too ("now finding less tool calls")
+            announced = _accumulated(deltas)[2]
+            assert len(_final_calls(case)) < len(announced), (mode, text)
+        except ChatCodecError:
+            continue  # the reply fails as a whole (the parse corpus checks that error)
