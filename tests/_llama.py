@@ -58,11 +58,10 @@ MAX_TOKENS = 400
 FAVOUR_CONSTANT = 200.0  # dimension 0 of every embedding, when tokens are favoured
 
 
-def write_model(path: Path, seed: int = 0) -> Path:
-    """A tiny llama GGUF at ``path`` with seeded random weights and the byte vocabulary."""
+def _llama_writer(path: Path, vocab_size: int) -> Any:
+    """A GGUF writer at ``path`` with the tiny llama architecture's header."""
     import gguf
 
-    rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_context_length(N_CTX)
     writer.add_embedding_length(N_EMBD)
@@ -72,7 +71,16 @@ def write_model(path: Path, seed: int = 0) -> Path:
     writer.add_head_count_kv(N_HEAD)
     writer.add_rope_dimension_count(N_EMBD // N_HEAD)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(VOCAB_SIZE)
+    writer.add_vocab_size(vocab_size)
+    return writer
+
+
+def write_model(path: Path, seed: int = 0) -> Path:
+    """A tiny llama GGUF at ``path`` with seeded random weights and the byte vocabulary."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    writer = _llama_writer(path, VOCAB_SIZE)
     writer.add_tokenizer_model("llama")
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     kinds = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
@@ -159,16 +167,7 @@ def write_chat_model(
     specials = list(dict.fromkeys([bos, eos, *special_tokens]))
     tokens = [*_byte_symbols(), "\u0120\u0120", *specials]
     vocab_size = len(tokens)
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD)
-    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(vocab_size)
+    writer = _llama_writer(path, vocab_size)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
