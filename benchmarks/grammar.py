@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from chatcodec import Codec
+from chatcodec.batch import prepare_with
 from chatcodec.reply.select import clear_grammar_cache
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,21 +110,6 @@ def load_requests(shared: Path, only: str | None) -> list[dict[str, Any]]:
     return out
 
 
-def prepare(codec: Codec, request: dict[str, Any]) -> Any:
-    """``Codec.prepare`` with a corpus request's options (llama-server's rules)."""
-    kwargs = dict(request.get("chat_template_kwargs") or {})
-    thinking = kwargs.pop("enable_thinking", request.get("enable_thinking", True))
-    return codec.prepare(
-        request["messages"],
-        tools=request.get("tools"),
-        tool_choice=request.get("tool_choice") or "auto",
-        parallel_tool_calls=request.get("parallel_tool_calls"),
-        enable_thinking=thinking,
-        reasoning_format=request.get("reasoning_format") or "deepseek",
-        **kwargs,
-    )
-
-
 def best(fn: Callable[[], object], rounds: int, inner: int) -> float:
     """The fastest of ``rounds`` batches of ``inner`` calls, per call, in CPU time, GC off."""
     times = []
@@ -152,7 +138,7 @@ def measure_ours(
             source = (shared / "chat_templates" / key[0]).read_text("utf-8")
             codecs[key] = Codec(source, bos_token=key[1], eos_token=key[2])
         codec = codecs[key]
-        constraint = prepare(codec, request).format.constraint
+        constraint = prepare_with(codec, request).format.constraint
         if constraint.build_gbnf is None:
             skipped[request["handler"]] += 1
             continue
@@ -164,7 +150,7 @@ def measure_ours(
 
         def whole(request: dict[str, Any] = request, codec: Codec = codec) -> str:
             clear_grammar_cache()
-            gbnf = prepare(codec, request).format.constraint.build_gbnf
+            gbnf = prepare_with(codec, request).format.constraint.build_gbnf
             assert gbnf is not None
             return gbnf()
 

@@ -38,7 +38,7 @@ from .template import ChatTemplate
 if TYPE_CHECKING:
     from .reply.turn import Turn
 
-__all__ = ["TemplateFiles", "batch_result", "is_parse_request", "prepare_request"]
+__all__ = ["TemplateFiles", "batch_result", "is_parse_request", "prepare_request", "prepare_with"]
 
 
 class TemplateFiles:
@@ -243,6 +243,11 @@ def _prepare_cached(key: str) -> Turn:
     if not isinstance(source, str):
         source = _files(None).source(str(request["template"]))
     codec = _codec(source, request.get("bos_token") or "", request.get("eos_token") or "")
+    return prepare_with(codec, request)
+
+
+def prepare_with(codec: Codec, request: Mapping[str, Any]) -> Turn:
+    """``codec.prepare`` with a parse request's options, as llama-server reads them (no cache)."""
     kwargs = dict(request.get("chat_template_kwargs") or {})
     # llama-server's rule: chat_template_kwargs' enable_thinking is the request's
     thinking = kwargs.pop("enable_thinking", request.get("enable_thinking", True))

@@ -52,8 +52,8 @@ from .description import (
     Whitespace,
 )
 from .flow import FlowRunner
-from .mapper import TOOL_ID, CallMapper, MappedCall
-from .peg import FAIL, NEED_MORE, SUCCESS, Until, tags_in
+from .mapper import CallMapper, MappedCall, carries_call_ids
+from .peg import FAIL, NEED_MORE, SUCCESS, Until
 
 __all__ = ["ReplyEngine", "Fed", "FED_SOME", "FED_CONTENT", "FED_REASONING", "FED_NOTHING"]
 
@@ -164,7 +164,7 @@ class ReplyEngine:
             )
         # whether the calls may carry the model's own id (a call is then shown with it)
         self._ids = calls is not None and any(
-            TOOL_ID in tags_in(p) for p in (calls.first, calls.next) if p is not None
+            carries_call_ids(p) for p in (calls.first, calls.next) if p is not None
         )
         self._limit_reached = False
         self._call_failed = False

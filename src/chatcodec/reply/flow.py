@@ -25,8 +25,8 @@ from .cursor import (
     Waiting,
 )
 from .description import CallMessage, Flow, FlowState, TextMessage
-from .mapper import TOOL_ID
-from .peg import FAIL, NEED_MORE, Until, tags_in
+from .mapper import carries_call_ids
+from .peg import FAIL, NEED_MORE, Until
 
 __all__ = ["FlowRunner"]
 
@@ -63,7 +63,6 @@ class FlowRunner:
         # the call option in progress
         self.tried_len = -1
         self.watch = CommitWatch("")
-        self._ids: dict[int, bool] = {}
         # what the end of the flow says about the text it leaves
         self.after_call = False
         self.call_failed = False
@@ -163,9 +162,7 @@ class FlowRunner:
                 if self.out.close_calls(result.nodes, buf, cur.base):
                     cur.pos = len(buf)
                 return STOP
-            ids = self._ids.get(id(option))
-            if ids is None:  # whether the option's calls may carry the model's own id
-                ids = self._ids[id(option)] = TOOL_ID in tags_in(option.call)
+            ids = carries_call_ids(option.call)
             self.out.preview_calls(result.nodes, buf, self.flow.tool_names, ids)
             self.tried_len = len(buf) - at
             self.watch = CommitWatch(option.commit)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 import json
 import re
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .peg import Node, is_c_space
+from .peg import Node, Parser, is_c_space, tags_in
 
 __all__ = [
     "TOOL",
@@ -25,6 +26,7 @@ __all__ = [
     "TOOL_ARG_STRING_VALUE",
     "MARKUP",
     "markup_tag",
+    "carries_call_ids",
     "CallMapper",
     "MappedCall",
     "json_escape_inner",
@@ -54,6 +56,18 @@ def markup_tag(pattern: str) -> str:
     ``pattern`` (a regular expression: what the format writes there), else reported in
     ``dropped`` as skipped text (the model's own words, lost by llama.cpp)."""
     return MARKUP + pattern
+
+
+_CARRIES_IDS: weakref.WeakKeyDictionary[Parser, bool] = weakref.WeakKeyDictionary()
+
+
+def carries_call_ids(parser: Parser) -> bool:
+    """Whether the calls ``parser`` reads may carry the model's own id (a ``TOOL_ID`` node);
+    remembered per parser while it lives."""
+    known = _CARRIES_IDS.get(parser)
+    if known is None:
+        known = _CARRIES_IDS[parser] = TOOL_ID in tags_in(parser)
+    return known
 
 
 def json_escape_inner(s: str) -> str:
