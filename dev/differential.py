@@ -395,7 +395,7 @@ def run_chatcodec(case: Case) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     setup = {
         "handler": turn.handler,
         "generation_prompt": turn.generation_prompt,
-        # the sampler setup (the grammar's text is not built yet: only whether there is one)
+        # the sampler setup (the grammar's text is compared by dev/grammar_text.py)
         "grammar": c.grammar,
         "grammar_lazy": c.lazy,
         "grammar_triggers": [{"type": t.type, "value": t.value} for t in c.triggers],
