@@ -627,11 +627,8 @@ class _Automaton:
             pattern[node] = True
         n = len(self.children)
         self.fail = [0] * n
-        order: list[int] = []
-        queue = [0]
-        while queue:
-            u = queue.pop(0)
-            order.append(u)
+        order = [0]  # breadth first: each state is appended when it is reached
+        for u in order:
             for ch, v in sorted(self.children[u].items()):
                 if u != 0:
                     f = self.fail[u]
@@ -639,7 +636,7 @@ class _Automaton:
                         f = self.fail[f]
                     target = self.children[f].get(ch)
                     self.fail[v] = target if target is not None and target != v else 0
-                queue.append(v)
+                order.append(v)
         self.terminal = [False] * n
         for u in order:
             self.terminal[u] = pattern[u] or (u != 0 and self.terminal[self.fail[u]])
