@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Trigger", "Grammar"]
+__all__ = ["Trigger", "Grammar", "constrained_field"]
 
 TriggerType = Literal["word", "pattern", "pattern_full", "token"]
 
@@ -86,3 +86,22 @@ class Grammar:
         from .export import sglang_fields
 
         return sglang_fields(self)
+
+
+def constrained_field(
+    tools: object,
+    tool_choice: object,
+    parallel_tool_calls: bool | None,
+    response_format_type: str | None,
+) -> str | None:
+    """The request field whose meaning only a grammar enforces, if any: ``response_format``
+    (a type other than ``text``), ``tool_choice`` (``required`` or a named function) or
+    ``parallel_tool_calls`` (false, with tools a call may be made to). What a server that
+    hands the turn's grammar to its engine only when it must checks."""
+    if response_format_type is not None and response_format_type != "text":
+        return "response_format"
+    if tools and tool_choice not in (None, "auto", "none"):
+        return "tool_choice"
+    if tools and parallel_tool_calls is False and tool_choice != "none":
+        return "parallel_tool_calls"
+    return None

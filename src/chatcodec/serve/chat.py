@@ -15,6 +15,7 @@ from ..errors import (
     TemplateError,
     UnusedVariableWarning,
 )
+from ..grammar.constraint import constrained_field
 from ..reply.message import AssistantMessage, Delta
 from .engine import Engine, Generation, Piece, Usage
 from .errors import APIError
@@ -117,13 +118,13 @@ def _param_of(message: str) -> str | None:
 
 def _constrained_field(request: ChatRequest) -> str | None:
     """The field whose meaning only a grammar enforces, if any."""
-    if request.response_format is not None and request.response_format.type != "text":
-        return "response_format"
-    if request.tools and request.tool_choice not in (None, "auto", "none"):
-        return "tool_choice"
-    if request.tools and request.parallel_tool_calls is False and request.tool_choice != "none":
-        return "parallel_tool_calls"
-    return None
+    response_format = request.response_format
+    return constrained_field(
+        request.tools,
+        request.tool_choice,
+        request.parallel_tool_calls,
+        response_format.type if response_format is not None else None,
+    )
 
 
 def _grammar(turn: Turn, request: ChatRequest, engine: Engine) -> Grammar | None:

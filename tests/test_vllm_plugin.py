@@ -1,0 +1,268 @@
+"""chatcodec as vLLM's tool-call and reasoning parser, driven through vLLM itself.
+
+Needs vLLM (``pip install -e '.[vllm,dev]'``; skipped without it). vLLM's ``ParserManager``
+composes the parsers as its server does for ``--enable-auto-tool-choice --tool-call-parser
+chatcodec --reasoning-parser chatcodec``; every finished output of the parse corpus goes
+through vLLM's non-streaming path and, cut at random places (seeded per case), through its
+streaming path: both give exactly chatcodec's own parse of the reply.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from vllm.tool_parsers import ToolParserManager  # noqa: E402
+
+from chatcodec import ChatCodecError, Codec  # noqa: E402
+from chatcodec.integrations import vllm_parsers  # noqa: E402
+from chatcodec.integrations.vllm import (  # noqa: E402
+    SUPPORTED_VLLM,
+    UnsupportedVLLMError,
+    check_vllm_version,
+    register,
+)
+
+from ._reply_oracle import (  # noqa: E402
+    PARSE_CASES,
+    cases_by_template,
+    end_stream,
+    per_case,
+    prepare_request,
+)
+from ._requests import CHATML, QWEN3_CODER, WEATHER_TIME  # noqa: E402
+from ._vllm import (  # noqa: E402
+    Tokenizer,
+    every_final_output,
+    finished,
+    parser_class,
+    random_cuts,
+    streamed,
+    vllm_request,
+)
+from .conftest import template_source  # noqa: E402
+
+NAME = "chatcodec"
+
+
+def _tokenizer(case: dict[str, Any]) -> Tokenizer:
+    return Tokenizer(template_source(case["template"]), case["bos_token"], case["eos_token"])
+
+
+Read = tuple[str, str, list[tuple[str, str]]]
+
+
+def _own(case: dict[str, Any], text: str, pieces: list[str] | None) -> Read | None:
+    """chatcodec's own reading of the reply ``text`` (finished, or arriving in ``pieces``),
+    None when it refuses the reply; then what vLLM's chat endpoint does on top of any parser
+    (docs/vllm.md, "What vLLM adds"): an empty output is an empty message (a stream never
+    reaches the parser); a finished reply's blank content beside calls is dropped, and a blank
+    reply under a required tool choice is an empty message; with
+    ``parallel_tool_calls`` false only the first call is kept."""
+    try:
+        _, message = _end_of(prepare_request(case), pieces or [text])
+    except ChatCodecError:
+        return None
+    content, reasoning = message.content, message.reasoning_content
+    calls = [(c.name, c.arguments) for c in message.tool_calls]
+    forced = bool(case.get("tools")) and case["tool_choice"] == "required"
+    if pieces is not None and not text:
+        return "", "", []
+    if pieces is None and calls and not content.strip():
+        content = ""
+    if pieces is None and forced and not calls and not text.strip():
+        content = ""
+    if case.get("tools") and case["parallel_tool_calls"] is False:
+        calls = calls[:1]
+    return content, reasoning, calls
+
+
+def _end_of(turn: Any, pieces: list[str]) -> Any:
+    stream = turn.stream()
+    for piece in pieces:
+        stream.feed(piece)
+    return end_stream(stream)
+
+
+def _templates() -> list[str]:
+    return sorted(cases_by_template())
+
+
+def _through_vllm(case: dict[str, Any], text: str, pieces: list[str] | None) -> Read:
+    """The reply as vLLM's chat endpoint gives it with the chatcodec parsers (the reasoning
+    parser too unless the case keeps a thought in the content): finished, or streamed."""
+    tokenizer = _tokenizer(case)
+    thinks = case["reasoning_format"] != "none"
+    cls = parser_class(NAME, NAME if thinks else None, tokenizer)
+    request = vllm_request(case)
+    if pieces is None:
+        got = finished(cls, tokenizer, request, text)
+    else:
+        got, _ = streamed(cls, tokenizer, request, pieces)
+    return got.content, got.reasoning, got.calls
+
+
+@pytest.mark.parametrize("template", per_case(PARSE_CASES.exists(), _templates, str))
+def test_corpus_replies_read_through_vllm_as_chatcodec_reads_them(template: str) -> None:
+    failures = []
+    checked = 0
+    for case, i, output in every_final_output(cases_by_template()[template]):
+        text = output["text"]
+        cuts = random_cuts(text, random.Random(f"{case['id']}/{i}"))
+        for pieces in (None, cuts):
+            expected = _own(case, text, pieces)
+            if expected is None:
+                with pytest.raises(ChatCodecError):
+                    _through_vllm(case, text, pieces)
+                continue
+            got = _through_vllm(case, text, pieces)
+            if got != expected:
+                how = "finished" if pieces is None else "streamed"
+                failures.append(f"{case['id']}[{i}] {how}: {got} != {expected}")
+        checked += 1
+    assert checked
+    assert not failures, f"{len(failures)} of {checked} outputs differ:\n" + "\n".join(
+        failures[:10]
+    )
+
+
+# ------------------------------------------------------------------ the request's constraint
+
+
+def _request(**body: Any) -> Any:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    return ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "Hi"}], **body}
+    )
+
+
+def _adjusted(template: str, request: Any) -> Any:
+    """The request after vLLM's renderer lets the request's parser adjust it."""
+    tokenizer = Tokenizer(template)
+    cls = parser_class(NAME, NAME, tokenizer)
+    kwargs = request.build_chat_params(None, "auto").chat_template_kwargs
+    parser = cls(tokenizer, request.tools, model_config=None, chat_template_kwargs=kwargs)
+    return parser.adjust_request(request)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tool_choice": "required"},
+        {"tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+        {"tool_choice": "auto", "parallel_tool_calls": False},
+    ],
+    ids=["required", "named", "parallel-off"],
+)
+def test_a_request_only_a_grammar_enforces_gets_chatcodecs_grammar(options: dict) -> None:
+    request = _adjusted(QWEN3_CODER, _request(tools=WEATHER_TIME, **options))
+    turn = Codec(QWEN3_CODER).prepare(
+        [{"role": "user", "content": "Hi"}],
+        WEATHER_TIME,
+        tool_choice=options["tool_choice"],
+        parallel_tool_calls=options.get("parallel_tool_calls"),
+    )
+    assert turn.grammar is not None
+    fields = turn.grammar.vllm_fields()["structured_outputs"]
+    so = request.structured_outputs
+    assert (so.grammar, so.structural_tag) == (fields.get("grammar"), fields.get("structural_tag"))
+    # constrained from the first token: chatcodec's grammar covers a thought too
+    assert request.resolve_reasoning_ended(None, []) is True
+
+
+def test_auto_tool_choice_and_a_requests_own_structured_outputs_are_left_alone() -> None:
+    auto = _adjusted(QWEN3_CODER, _request(tools=WEATHER_TIME, tool_choice="auto"))
+    assert auto.structured_outputs is None
+    own = _request(
+        tools=WEATHER_TIME, tool_choice="required", structured_outputs={"regex": "[a-z]+"}
+    )
+    assert _adjusted(QWEN3_CODER, own).structured_outputs.regex == "[a-z]+"
+
+
+def test_a_named_call_streams_in_the_models_own_format() -> None:
+    tokenizer = Tokenizer(QWEN3_CODER)
+    request = _request(
+        tools=WEATHER_TIME, tool_choice={"type": "function", "function": {"name": "get_weather"}}
+    )
+    reply = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "</function>\n</tool_call>"
+    )
+    got, sent = streamed(parser_class(NAME, NAME, tokenizer), tokenizer, request, list(reply))
+    assert got.calls == [("get_weather", '{"city":"Paris"}')]
+    assert (got.content, got.reasoning) == ("", "")
+    assert sent >= 2  # the name, then the arguments as they come
+
+
+# ------------------------------------------------------------------ registration and versions
+
+
+def test_register_names_both_parsers_chatcodec() -> None:
+    from vllm.reasoning import ReasoningParserManager
+
+    register()
+    assert ToolParserManager.get_tool_parser(NAME) is vllm_parsers.ChatcodecToolParser
+    assert (
+        ReasoningParserManager.get_reasoning_parser(NAME) is vllm_parsers.ChatcodecReasoningParser
+    )
+
+
+def test_the_installed_vllm_is_a_supported_one() -> None:
+    import vllm
+
+    check_vllm_version(vllm.__version__)
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.33.7", "0.33.1+cu130", "0.33.2.dev12+g0a1b"])
+def test_versions_in_range_pass(version: str) -> None:
+    check_vllm_version(version)
+
+
+@pytest.mark.parametrize("version", ["0.32.9", "0.34.0", "1.0.0", "0.9.2", "dev", ""])
+def test_versions_out_of_range_are_refused_by_name(version: str) -> None:
+    (lo, hi) = SUPPORTED_VLLM
+    with pytest.raises(UnsupportedVLLMError, match=rf">={lo[0]}\.{lo[1]},<{hi[0]}\.{hi[1]}"):
+        check_vllm_version(version)
+
+
+_STARTUP_UNDER_OLD_VLLM = """
+import vllm
+from chatcodec.integrations.vllm import register
+register()
+vllm.__version__ = "0.31.0"
+from vllm.parser import ParserManager
+try:
+    ParserManager.get_parser(tool_parser_name="chatcodec", reasoning_parser_name="chatcodec",
+                             enable_auto_tools=True)
+except Exception as exc:
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_an_unsupported_vllm_stops_at_start_up_saying_why() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _STARTUP_UNDER_OLD_VLLM],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "UnsupportedVLLMError" in run.stdout
+    assert "this is vllm 0.31.0" in run.stdout
+
+
+def test_the_reasoning_parser_alone_says_it_needs_the_tool_parser() -> None:
+    tokenizer = Tokenizer(CHATML)
+    cls = parser_class(None, NAME, tokenizer)
+    request = _request()
+    with pytest.raises(ChatCodecError, match="--tool-call-parser chatcodec"):
+        finished(cls, tokenizer, request, "Hello")
