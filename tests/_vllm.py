@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,12 +46,48 @@ class Tokenizer:
     bos_token: str = ""
     eos_token: str = ""
     vocab: dict[str, int] = field(default_factory=dict)
+    # the text tokens tokenize() made up, apart from the vocabulary (whose entries are markers)
+    text_ids: dict[str, int] = field(default_factory=dict)
 
     def get_vocab(self) -> dict[str, int]:
         return self.vocab
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return [self.vocab[text]] if text in self.vocab else []
+        return self.tokenize(text)[1]
+
+    def convert_tokens_to_ids(self, token: str) -> int | None:
+        return self.vocab.get(token)
+
+    def decode(self, ids: Sequence[int], **_: Any) -> str:
+        names = {i: t for t, i in (*self.vocab.items(), *self.text_ids.items())}
+        return "".join(names.get(i, "") for i in ids)
+
+    def tokenize(self, text: str, width: int = 3) -> tuple[list[str], list[int]]:
+        """``text`` as an engine's tokens: each vocabulary entry (the markers) one token,
+        the text between them in tokens of ``width`` characters; the token texts and ids."""
+        markers = sorted((t for t in self.vocab if t), key=len, reverse=True)
+        pieces: list[str] = []
+        at = plain = 0
+        while at < len(text):
+            marker = next((m for m in markers if text.startswith(m, at)), None)
+            if marker is None and at - plain < width:
+                at += 1
+                continue
+            if at > plain:
+                pieces.append(text[plain:at])
+            if marker is not None:
+                pieces.append(marker)
+                at += len(marker)
+            plain = at
+        if plain < len(text):
+            pieces.append(text[plain:])
+        ids = [
+            self.vocab[piece]
+            if piece in self.vocab
+            else self.text_ids.setdefault(piece, 1_000_000 + len(self.text_ids))
+            for piece in pieces
+        ]
+        return pieces, ids
 
 
 def _wire(message: dict[str, Any]) -> dict[str, Any]:
@@ -132,11 +169,17 @@ def finished(cls: type[Parser], tokenizer: Any, request: ChatCompletionRequest, 
 
 
 def streamed(
-    cls: type[Parser], tokenizer: Any, request: ChatCompletionRequest, pieces: Sequence[str]
+    cls: type[Parser],
+    tokenizer: Any,
+    request: ChatCompletionRequest,
+    pieces: Sequence[str],
+    ids: Sequence[int] | None = None,
+    times: list[float] | None = None,
 ) -> tuple[Reply, int]:
     """The streaming response for the model output arriving in ``pieces`` (the last one
-    with the engine's finish reason), added up as a client adds the chunks; and how many
-    chunk deltas vLLM sent."""
+    with the engine's finish reason; ``ids``: each piece's token id), added up as a client
+    adds the chunks; and how many chunk deltas vLLM sent. ``times`` gets each step's
+    duration (``time.perf_counter`` seconds) appended."""
     parser = _make(cls, tokenizer, request)
     processor = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=cls)
     reply = Reply()
@@ -144,7 +187,11 @@ def streamed(
     sent = 0
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
-        step = processor.step(piece, [0] if piece else [], "stop" if last else None, [1])
+        token = ([ids[i]] if ids is not None else [0]) if piece else []
+        start = time.perf_counter()
+        step = processor.step(piece, token, "stop" if last else None, [1])
+        if times is not None:
+            times.append(time.perf_counter() - start)
         delta = step.delta
         if delta is None:
             continue

@@ -36,7 +36,7 @@ from ._reply_oracle import (  # noqa: E402
     per_case,
     prepare_request,
 )
-from ._requests import CHATML, QWEN3_CODER, WEATHER_TIME  # noqa: E402
+from ._requests import ANSWER, CHATML, QWEN3_CODER, QWEN35, WEATHER_TIME  # noqa: E402
 from ._vllm import (  # noqa: E402
     Tokenizer,
     every_final_output,
@@ -177,6 +177,19 @@ def test_a_request_only_a_grammar_enforces_gets_chatcodecs_grammar(options: dict
     assert request.resolve_reasoning_ended(None, []) is True
 
 
+def test_a_response_format_gets_chatcodecs_grammar_thought_included() -> None:
+    response_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}}
+    request = _adjusted(QWEN35, _request(response_format=response_format))
+    turn = Codec(QWEN35).prepare(
+        [{"role": "user", "content": "Hi"}], response_format=response_format
+    )
+    assert turn.grammar is not None
+    fields = turn.grammar.vllm_fields()["structured_outputs"]
+    so = request.structured_outputs
+    assert (so.grammar, so.structural_tag) == (fields.get("grammar"), fields.get("structural_tag"))
+    assert request.response_format is None
+
+
 def test_auto_tool_choice_and_a_requests_own_structured_outputs_are_left_alone() -> None:
     auto = _adjusted(QWEN3_CODER, _request(tools=WEATHER_TIME, tool_choice="auto"))
     assert auto.structured_outputs is None
@@ -266,3 +279,13 @@ def test_the_reasoning_parser_alone_says_it_needs_the_tool_parser() -> None:
     request = _request()
     with pytest.raises(ChatCodecError, match="--tool-call-parser chatcodec"):
         finished(cls, tokenizer, request, "Hello")
+
+
+def test_import_chatcodec_loads_neither_vllm_nor_the_plugin() -> None:
+    probe = (
+        "import sys, chatcodec; "
+        "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith('chatcodec.integ')))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"

@@ -95,7 +95,7 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
     for call in calls:
         function = call.get("function") if isinstance(call, dict) else None
         arguments = function.get("arguments") if isinstance(function, dict) else None
-        if isinstance(arguments, str):
+        if isinstance(function, dict) and isinstance(arguments, str):
             try:
                 call = {**call, "function": {**function, "arguments": json.loads(arguments)}}
             except ValueError:
@@ -122,7 +122,12 @@ def prepare_turn(
         choice = "auto" if tools else "none"
     fields_set = request.model_fields_set
     parallel = request.parallel_tool_calls if "parallel_tool_calls" in fields_set else None
-    response_format = data.get("response_format")
+    # by alias: vLLM names the JSON schema "json_schema" in Python and "schema" on the wire
+    response_format = (
+        request.response_format.model_dump(mode="json", exclude_none=True, by_alias=True)
+        if getattr(request, "response_format", None) is not None
+        else None
+    )
     if response_format is not None and response_format.get("type") == "text":
         response_format = None
     kwargs = {
