@@ -46,6 +46,8 @@ class Tokenizer:
     bos_token: str = ""
     eos_token: str = ""
     vocab: dict[str, int] = field(default_factory=dict)
+    # what vLLM's parsers read of a Hugging Face tokenizer's configuration (Hy3's token_suffix)
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
     # the text tokens tokenize() made up, apart from the vocabulary (whose entries are markers)
     text_ids: dict[str, int] = field(default_factory=dict)
 
