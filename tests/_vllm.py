@@ -34,6 +34,7 @@ __all__ = [
     "finished",
     "streamed",
     "random_cuts",
+    "every_final_output",
     "Reply",
 ]
 
