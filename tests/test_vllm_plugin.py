@@ -289,3 +289,39 @@ def test_import_chatcodec_loads_neither_vllm_nor_the_plugin() -> None:
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "[]"
+
+
+_LOAD_AS_A_FILE = """
+from vllm.reasoning import ReasoningParserManager
+from vllm.tool_parsers import ToolParserManager
+import chatcodec.integrations.vllm as entry
+path = entry.__file__.replace("vllm.py", "vllm_parsers.py")
+ToolParserManager.import_tool_parser(path)
+ReasoningParserManager.import_reasoning_parser(path)
+tool = ToolParserManager.get_tool_parser("chatcodec")
+reasoning = ReasoningParserManager.get_reasoning_parser("chatcodec")
+print(tool.__name__, reasoning.__name__, tool.__module__ == reasoning.__module__)
+"""
+
+
+def test_the_parsers_load_as_vllms_plugin_files() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _LOAD_AS_A_FILE], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["ChatcodecToolParser", "ChatcodecReasoningParser", "True"]
+
+
+def test_the_entry_point_vllm_loads_is_register() -> None:
+    import importlib
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    target = project["project"]["entry-points"]["vllm.general_plugins"][NAME]
+    module, _, attribute = target.partition(":")
+    assert getattr(importlib.import_module(module), attribute) is register
+    assert project["project"]["optional-dependencies"]["vllm"] == [
+        f"vllm>={SUPPORTED_VLLM[0][0]}.{SUPPORTED_VLLM[0][1]},"
+        f"<{SUPPORTED_VLLM[1][0]}.{SUPPORTED_VLLM[1][1]}"
+    ]
