@@ -190,6 +190,17 @@ def test_a_response_format_gets_chatcodecs_grammar_thought_included() -> None:
     assert request.response_format is None
 
 
+def test_a_grammar_vllm_cannot_take_is_a_validation_error_naming_the_field() -> None:
+    from vllm.exceptions import VLLMValidationError
+
+    # Functionary v3.2's lazy grammar wakes on a regex, which xgrammar has no form for
+    template = template_source("meetkai-functionary-medium-v3.2.jinja")
+    request = _request(tools=WEATHER_TIME, tool_choice="auto", parallel_tool_calls=False)
+    with pytest.raises(VLLMValidationError, match="regex") as caught:
+        _adjusted(template, request)
+    assert caught.value.parameter == "parallel_tool_calls"
+
+
 def test_auto_tool_choice_and_a_requests_own_structured_outputs_are_left_alone() -> None:
     auto = _adjusted(QWEN3_CODER, _request(tools=WEATHER_TIME, tool_choice="auto"))
     assert auto.structured_outputs is None

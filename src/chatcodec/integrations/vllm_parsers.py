@@ -40,6 +40,7 @@ from vllm.entrypoints.generate.base.protocol import (  # noqa: E402
     FunctionCall,
     ToolCall,
 )
+from vllm.exceptions import VLLMValidationError  # noqa: E402
 from vllm.parser.engine.adapters import ParserEngineToolAdapter  # noqa: E402
 from vllm.reasoning import ReasoningParser, ReasoningParserManager  # noqa: E402
 from vllm.sampling_params import StructuredOutputsParams  # noqa: E402
@@ -254,7 +255,8 @@ class ChatcodecToolParser(ParserEngineToolAdapter):
         """Hand vLLM chatcodec's grammar (llama.cpp's, from the first character the model
         writes) where only a grammar enforces the request: ``tool_choice`` required or named,
         ``parallel_tool_calls`` false, a ``response_format``. A request's own
-        ``structured_outputs`` is left as it is."""
+        ``structured_outputs`` is left as it is. A grammar that cannot be given (a lazy one
+        woken by a regex, a schema llama.cpp refuses) is vLLM's validation error (400)."""
         if getattr(request, "structured_outputs", None) is not None:
             return request
         response_format = getattr(request, "response_format", None)
@@ -266,10 +268,17 @@ class ChatcodecToolParser(ParserEngineToolAdapter):
         )
         if needed is None:
             return request
-        grammar = self.turn(request).grammar
-        if grammar is None:
-            return request
-        fields = grammar.vllm_fields()
+        try:
+            grammar = self.turn(request).grammar
+            if grammar is None:
+                return request
+            fields = grammar.vllm_fields()
+        except ChatCodecError as exc:  # a grammar llama.cpp refuses or vLLM cannot take
+            raise VLLMValidationError(
+                f"{needed} needs a grammar to be enforced, and this request's cannot be "
+                f"given to vLLM: {exc}",
+                parameter=needed,
+            ) from None
         request.structured_outputs = StructuredOutputsParams(**fields["structured_outputs"])
         request.response_format = None
         if fields.get("stop"):
