@@ -614,6 +614,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(
             "serve needs a MODEL.gguf for the in-process engine, or --backend URL for a remote one"
         )
+    if args.backend_kind == "sglang" and args.max_tokens_default is None:
+        raise UsageError(
+            "--backend-kind sglang needs --max-tokens-default N: SGLang's /v1/completions "
+            "gives 16 tokens to a request that names none and takes no null"
+        )
     return serve(args, _load)
 
 
@@ -635,11 +640,18 @@ def _add_serve(
     )
     serve.add_argument(
         "--backend-kind",
-        choices=("llama", "vllm", "sglang", "none"),
+        choices=("llama", "llama-cpp-python", "vllm", "sglang", "none"),
         default="none",
         help="how a grammar is sent to the backend (none: requests that need one are refused)",
     )
     serve.add_argument("--backend-model", help="the model name sent to the backend")
+    serve.add_argument(
+        "--max-tokens-default",
+        type=_positive_int,
+        metavar="N",
+        help="max_tokens sent to the backend for a request that gives none (default: null, "
+        "until the context is full; required with --backend-kind sglang)",
+    )
     serve.add_argument(
         "--backend-no-stream",
         action="store_true",
@@ -652,13 +664,29 @@ def _add_serve(
     serve.add_argument(
         "--max-body", type=_positive_int, default=8 * 1024 * 1024, help="largest body, bytes"
     )
-    serve.add_argument("--timeout", type=float, default=600.0, help="backend timeout, seconds")
+    serve.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=600.0,
+        help="the longest the engine may take to give its next piece of text (a queued "
+        "request's wait included), seconds; past it a request fails with 504",
+    )
+    serve.add_argument(
+        "--parse-failure",
+        choices=("error", "content"),
+        default="error",
+        help="what a reply that does not parse becomes when the request does not say (its "
+        "parse_failure field): an error (llama.cpp's behaviour), or plain content",
+    )
     serve.add_argument(
         "--reasoning-field",
         choices=("reasoning_content", "reasoning", "both"),
         default="reasoning_content",
     )
     serve.add_argument("--n-ctx", type=_positive_int, default=4096, help="in-process context")
+    serve.add_argument(
+        "--n-threads", type=_positive_int, help="in-process decoding threads (llama.cpp's default)"
+    )
     serve.add_argument(
         "--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info"
     )
@@ -715,6 +743,16 @@ def _positive_int(raw: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {raw}")
     return value
 
 

@@ -41,12 +41,15 @@ ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 class ServeConfig:
     """``model_name``: the id ``/v1/models`` reports and requests name. ``api_key``: the
     bearer token every ``/v1`` request must carry (none: open). ``max_body``: the largest
-    request body, in bytes. ``reasoning_field``: the name the reasoning goes out under."""
+    request body, in bytes. ``reasoning_field``: the name the reasoning goes out under.
+    ``parse_failure``: what a reply that does not parse becomes when the request does not
+    say (its ``parse_failure`` field): an error, or plain content (see `Reply`)."""
 
     model_name: str
     api_key: str | None = None
     max_body: int = 8 * 1024 * 1024
     reasoning_field: ReasoningField = "reasoning_content"
+    parse_failure: Literal["error", "content"] = "error"
 
 
 def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
@@ -153,8 +156,10 @@ class _Server:
                 "model",
                 "model_not_found",
             )
-        turn, generation = prepare(self.codec, body, self.engine)
-        reply = Reply(turn, generation.stop)
+        # rendering takes milliseconds (more for a long conversation): off the event loop
+        turn, generation = await asyncio.to_thread(prepare, self.codec, body, self.engine)
+        degrade = (body.parse_failure or self.config.parse_failure) == "content"
+        reply = Reply(turn, generation.stop, degrade=degrade, streamed=body.stream)
         pieces = self.engine.generate(generation)
         # an engine that fails at once is a status, not a stream
         first = await _unless_gone(request, asyncio.ensure_future(_first(pieces)))

@@ -17,14 +17,14 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteEngine", "BACKEND_KINDS"]
 
-BackendKind = Literal["llama", "vllm", "sglang", "none"]
-BACKEND_KINDS: tuple[BackendKind, ...] = ("llama", "vllm", "sglang", "none")
+BackendKind = Literal["llama", "llama-cpp-python", "vllm", "sglang", "none"]
+BACKEND_KINDS: tuple[BackendKind, ...] = ("llama", "llama-cpp-python", "vllm", "sglang", "none")
 
 
 class RemoteEngine:
     """``base_url`` is the engine's OpenAI root (``http://HOST:PORT/v1``); ``kind`` says how
-    a grammar is sent (llama.cpp's server, vLLM's or SGLang's request fields; ``none``: the
-    engine takes no grammar). ``stream=False`` asks for whole completions instead of SSE."""
+    a grammar is sent (llama.cpp's server, llama-cpp-python's, vLLM's or SGLang's request
+    fields; ``none``: the engine takes no grammar). ``stream=False`` asks for whole completions instead of SSE."""
 
     def __init__(
         self,
@@ -34,9 +34,16 @@ class RemoteEngine:
         timeout: float = 600.0,
         stream: bool = True,
         api_key: str | None = None,
+        max_tokens_default: int | None = None,
     ) -> None:
         if kind not in BACKEND_KINDS:
             raise ValueError(f"backend kind must be one of {BACKEND_KINDS}, not {kind!r}")
+        if kind == "sglang" and max_tokens_default is None:
+            raise ValueError(
+                "SGLang's /v1/completions gives 16 tokens unless told more and takes no null: "
+                "give a default max_tokens (--max-tokens-default)"
+            )
+        self.max_tokens_default = max_tokens_default
         self.url = base_url.rstrip("/") + "/completions"
         self.kind = kind
         self.model = model
@@ -57,7 +64,10 @@ class RemoteEngine:
         body: dict[str, Any] = {"prompt": request.prompt, "stream": self.stream}
         if self.model is not None:
             body["model"] = self.model
-        for name in ("max_tokens", "temperature", "top_p", "seed"):
+        body["max_tokens"] = (
+            self.max_tokens_default if request.max_tokens is None else request.max_tokens
+        )
+        for name in ("temperature", "top_p", "seed"):
             value = getattr(request, name)
             if value is not None:
                 body[name] = value
@@ -78,7 +88,8 @@ class RemoteEngine:
 
     def check_grammar(self, grammar: Grammar) -> None:
         """``GrammarError`` when ``grammar`` cannot be written in this engine's fields (a lazy
-        grammar woken by a regular expression, for vLLM and SGLang)."""
+        grammar woken by a regular expression, for vLLM and SGLang; any lazy grammar, for
+        llama-cpp-python)."""
         if self.kind != "none":
             _grammar_fields(Generation("", grammar=grammar), self.kind)
 
@@ -109,6 +120,8 @@ def _grammar_fields(request: Generation, kind: str) -> dict[str, Any]:
     assert grammar is not None
     if kind == "llama":
         return grammar.llama_server_fields()
+    if kind == "llama-cpp-python":
+        return grammar.llama_cpp_python_fields()
     if kind == "vllm":
         return grammar.vllm_fields()
     if kind == "sglang":
