@@ -29,6 +29,7 @@ from .errors import (
     TemplateSyntaxError,
     TemplateTypeError,
     TemplateUndefinedError,
+    TokenizerError,
     TypeHintParsingException,
     UnusedVariableWarning,
 )
@@ -38,6 +39,7 @@ from .template.render import ChatTemplate, RenderedChat, Span
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint, find_checkpoint, load
     from .codec import Codec
+    from .encoding import Encoding
     from .grammar.constraint import Grammar, Trigger
     from .reply import (
         AssistantMessage,
@@ -61,6 +63,7 @@ _LAZY = {
     "find_checkpoint": ".checkpoint",
     "load": ".checkpoint",
     "Codec": ".codec",
+    "Encoding": ".encoding",
     "Grammar": ".grammar.constraint",
     "Trigger": ".grammar.constraint",
     "AssistantMessage": ".reply",
@@ -97,6 +100,7 @@ __all__ = [
     "Delta",
     "DocstringParsingException",
     "Dropped",
+    "Encoding",
     "Grammar",
     "GrammarError",
     "GrammarWarning",
@@ -119,6 +123,7 @@ __all__ = [
     "TemplateSyntaxError",
     "TemplateTypeError",
     "TemplateUndefinedError",
+    "TokenizerError",
     "Trigger",
     "ToolCall",
     "ToolCallDelta",

@@ -26,6 +26,7 @@ CHAT_TEMPLATE_FILE = "chat_template.jinja"
 CHAT_TEMPLATE_DIR = "additional_chat_templates"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
+TOKENIZER_FILE = "tokenizer.json"
 # The processor's legacy file; the tokenizer ignores it, so it is only a fallback here.
 PROCESSOR_CHAT_TEMPLATE_FILE = "chat_template.json"
 
@@ -78,6 +79,8 @@ class Checkpoint:
     files_read: tuple[Path, ...] = ()
     repo_id: str | None = None
     revision: str | None = None
+    # what Codec.encode tokenizes with: the folder of a tokenizer.json, or the GGUF file
+    tokenizer_path: Path | None = None
 
     @property
     def template_names(self) -> tuple[str, ...]:
@@ -104,6 +107,7 @@ class Checkpoint:
             template_name=template_name,
             limits=limits,
             origin=self.origin,
+            tokenizer=self.tokenizer_path,
         )
 
 
@@ -202,6 +206,7 @@ def _from_folder(
         files_read=tuple(reads.read),
         repo_id=repo_id,
         revision=revision,
+        tokenizer_path=_tokenizer_folder(folder),
     )
 
 
@@ -254,6 +259,11 @@ def _folder_special_tokens(
     return _special_tokens(config, special_map)
 
 
+def _tokenizer_folder(folder: Path) -> Path | None:
+    """The folder, when it holds a ``tokenizer.json`` (what Codec.encode reads)."""
+    return folder if (folder / TOKENIZER_FILE).is_file() else None
+
+
 def _from_file(path: Path) -> Checkpoint:
     if path.suffix == ".gguf" or _has_gguf_magic(path):
         return _from_gguf(path, kind="gguf")
@@ -289,6 +299,7 @@ def _from_file(path: Path) -> Checkpoint:
         path=path,
         template_files=where,
         files_read=tuple(reads.read),
+        tokenizer_path=_tokenizer_folder(folder),
     )
 
 
@@ -426,6 +437,7 @@ def _from_gguf(
         files_read=(path,),
         repo_id=repo_id,
         revision=revision,
+        tokenizer_path=path,
     )
 
 
@@ -533,6 +545,7 @@ _HUB_PATTERNS = [
     CHAT_TEMPLATE_FILE,
     f"{CHAT_TEMPLATE_DIR}/*.jinja",
     TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
     SPECIAL_TOKENS_MAP_FILE,
     PROCESSOR_CHAT_TEMPLATE_FILE,
     "*.gguf",
