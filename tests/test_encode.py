@@ -13,6 +13,7 @@ import datetime as dt
 import functools
 import json
 import pickle
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -436,3 +437,41 @@ def test_every_corpus_template_is_covered() -> None:
     if not TEMPLATES.exists():
         pytest.skip("../shared is not present")
     assert len(_corpus()) == 70
+
+
+# ------------------------------------------------------------------ chatcodec encode
+
+
+def _command(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chatcodec", "encode", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_encode_command_prints_the_rows_a_trainer_reads(written: dict[str, Codec]) -> None:
+    folder = str(written["chatml"].tokenizer_source)
+    request = json.dumps({"messages": CONVERSATION})
+    result = _command(folder, stdin=request)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == written["chatml"].encode(CONVERSATION).to_dict()
+    options = ("--text", "--offsets", "--no-end-marker", "--no-reasoning", "-g")
+    result = _command(folder, *options, stdin=request)
+    assert result.returncode == 0, result.stderr
+    encoding = written["chatml"].encode(
+        CONVERSATION, add_generation_prompt=True, mask_end_marker=False, mask_reasoning=False
+    )
+    expected = {**encoding.to_dict(text=True), "offsets": [list(o) for o in encoding.offsets]}
+    assert json.loads(result.stdout) == expected
+
+
+def test_the_encode_command_without_a_tokenizer_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "t.jinja"
+    path.write_text(CHATML, encoding="utf-8")
+    result = _command(str(path), stdin=json.dumps(CONVERSATION))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"chatcodec encode: {path}: TokenizerError: ")
+    assert "tokenizer=" in result.stderr

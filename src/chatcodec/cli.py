@@ -1,4 +1,4 @@
-"""The ``chatcodec`` command: render | parse | grammar | inspect | batch | serve.
+"""The ``chatcodec`` command: render | encode | parse | grammar | inspect | batch | serve.
 
 Every subcommand is a thin driver around the library: it reads files or stdin, calls the
 public API, and writes the result to stdout. The subcommands share their spellings, built
@@ -119,6 +119,11 @@ _OWN_KEYWORDS = {
     ),
 }
 _OWN_KEYWORDS["grammar"] = _OWN_KEYWORDS["parse"]
+_OWN_KEYWORDS["encode"] = _OWN_KEYWORDS["render"] | {
+    "mask_end_marker",
+    "mask_reasoning",
+    "tokenizer",
+}
 
 
 def _variables(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,6 +159,7 @@ def _load(args: argparse.Namespace) -> Codec:
         template_name=codec.template_name,
         limits=codec.limits,
         origin=codec.origin,
+        tokenizer=codec.tokenizer_source,
     )
 
 
@@ -220,6 +226,36 @@ def _cmd_render(args: argparse.Namespace) -> int:
                 f"the prompt holds {exc.object[exc.start : exc.end]!r}, which "
                 f"{exc.encoding} cannot write (a lone surrogate?): use --json"
             ) from None
+    return 0
+
+
+# --- encode --------------------------------------------------------------------------------
+
+
+def _cmd_encode(args: argparse.Namespace) -> int:
+    request = _read_request(args.messages)
+    tools = _read_json(args.tools, "tools") if args.tools else request.get("tools")
+    documents = (
+        _read_json(args.documents, "documents") if args.documents else request.get("documents")
+    )
+    context = _variables(args)
+    now = _parse_now(args.now)
+    codec = _load(args)
+    encoding = codec.encode(
+        request["messages"],
+        tools,
+        documents,
+        args.add_generation_prompt,
+        mask_end_marker=args.end_marker,
+        mask_reasoning=args.reasoning,
+        tokenizer=args.tokenizer,
+        now=now,
+        **context,
+    )
+    row = encoding.to_dict(text=args.text)
+    if args.offsets:
+        row["offsets"] = [list(pair) for pair in encoding.offsets]
+    _print_json(row)
     return 0
 
 
@@ -766,6 +802,51 @@ def _add_render(
     render.set_defaults(func=_cmd_render)
 
 
+def _add_encode(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    checkpoint: argparse.ArgumentParser,
+    request: argparse.ArgumentParser,
+) -> None:
+    encode = commands.add_parser(
+        "encode",
+        parents=[checkpoint, request],
+        help="a conversation's token ids and assistant mask, as JSON",
+        description="Tokenize the rendered conversation with the checkpoint's tokenizer, as "
+        "transformers' apply_chat_template(..., tokenize=True, return_dict=True, "
+        "return_assistant_tokens_mask=True) does, with a mask of the assistant's tokens for "
+        "any template; print {input_ids, attention_mask, assistant_masks} as JSON.",
+    )
+    encode.add_argument(
+        "messages",
+        nargs="?",
+        metavar="MESSAGES",
+        help="JSON file of messages or of a request body with messages, tools, documents "
+        "(default: stdin)",
+    )
+    encode.add_argument("--documents", metavar="FILE", help="JSON file with the documents array")
+    encode.add_argument("--add-generation-prompt", "-g", action="store_true")
+    encode.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenize with this folder, tokenizer.json or .gguf instead of the checkpoint's",
+    )
+    encode.add_argument(
+        "--no-end-marker",
+        dest="end_marker",
+        action="store_false",
+        help="leave the end-of-turn marker out of the mask",
+    )
+    encode.add_argument(
+        "--no-reasoning",
+        dest="reasoning",
+        action="store_false",
+        help="leave the thought out of the mask",
+    )
+    encode.add_argument("--text", action="store_true", help="add the rendered text")
+    encode.add_argument("--offsets", action="store_true", help="add each token's [start, end)")
+    encode.set_defaults(func=_cmd_encode)
+
+
 def _add_parse(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     checkpoint: argparse.ArgumentParser,
@@ -896,6 +977,7 @@ def _parser() -> argparse.ArgumentParser:
     request = _request_options()
 
     _add_render(commands, checkpoint, request)
+    _add_encode(commands, checkpoint, request)
     _add_parse(commands, checkpoint, request)
     _add_grammar(commands, checkpoint, request)
     inspect_ = commands.add_parser(

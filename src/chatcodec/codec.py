@@ -68,7 +68,8 @@ class Codec:
         self.limits = limits
         self.origin = origin
         self._compiled: dict[str | None, ChatTemplate] = {}
-        self._tokenizer_source = tokenizer
+        # what the tokenizer is loaded from (or the loaded tokenizer): kept for copies
+        self.tokenizer_source = tokenizer
         self._tokenizer: Tokenizer | None = None
         self._thoughts: dict[str | None, ThoughtMarkers | None] = {}
         if self.sources is not None and not self.sources:
@@ -172,7 +173,7 @@ class Codec:
         """The tokenizer ``encode`` uses (loaded on first use), or TokenizerError when this
         Codec was given none."""
         if self._tokenizer is None:
-            self._tokenizer = _as_tokenizer(self._tokenizer_source, self.origin)
+            self._tokenizer = _as_tokenizer(self.tokenizer_source, self.origin)
         return self._tokenizer
 
     def encode(
