@@ -7,6 +7,8 @@ Which of a template's marker strings become added tokens: ``<|...|>``, ``<｜...
 words in capitals and ``<word|>``/``<|word>`` halves are special tokens (``special=True``, as
 checkpoints ship them); ``<tag>``/``</tag>`` words are added tokens that are not special (as
 Qwen ships ``<think>``). The ``bos``/``eos`` strings the render corpus passes are special too.
+Needs the ``tokenizers`` package (imported on use: benchmarks/encode.py writes its checkpoints
+with this module too).
 """
 
 from __future__ import annotations
@@ -17,10 +19,6 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-
-import pytest
-
-tokenizers = pytest.importorskip("tokenizers")
 
 VOCAB_SIZE = 1200
 # a sample of what conversations hold: words, numbers, JSON, code, accents, CJK, emoji

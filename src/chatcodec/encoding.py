@@ -99,10 +99,10 @@ def encode_rendered(
                 _drop_thought(mask, tokens, text, span, thought)
     return Encoding(
         text=text,
-        input_ids=list(tokens.ids),
+        input_ids=tokens.ids,  # lists the tokenizer made for this text alone
         attention_mask=[1] * len(tokens.ids),
         assistant_masks=mask,
-        offsets=[(start, end) for start, end in tokens.offsets],
+        offsets=tokens.offsets,
         spans=rendered.spans,
     )
 
