@@ -475,3 +475,25 @@ def test_the_encode_command_without_a_tokenizer_says_so(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith(f"chatcodec encode: {path}: TokenizerError: ")
     assert "tokenizer=" in result.stderr
+
+
+def test_gguf_offsets_where_the_pieces_do_not_spell_the_text(tmp_path: Path) -> None:
+    """A SentencePiece vocabulary of bytes: llama.cpp writes each space as ``▁`` (three byte
+    tokens) and puts one first; those tokens hold no character, every other character is
+    held by the tokens of its bytes."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from ._llama import write_model
+
+    path = write_model(tmp_path / "spm.gguf")
+    tokenizer = load_tokenizer(path)
+    model = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    text = "Hello wörld 你好"
+    tokens = tokenizer.tokenize(text)
+    assert tokens.ids == model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    held = dict.fromkeys(
+        (a, b) for a, b in tokens.offsets if b > a
+    )  # a character's tokens share it
+    assert "".join(text[a:b] for a, b in held) == text.replace(" ", "")
+    assert all(0 <= a <= b <= len(text) for a, b in tokens.offsets)
+    assert tokens.char_to_token(text.index("ö")) is not None
+    assert tokens.char_to_token(text.index(" ")) is None

@@ -310,9 +310,10 @@ class GGUFTokenizer:
 
 
 def _piece_offsets(text: str, data: bytes, pieces: Sequence[bytes]) -> list[tuple[int, int]]:
-    """The character range of each token whose pieces spell ``data`` (a leading space a
-    SentencePiece vocabulary adds is held by no character). A token holding part of a
-    character's bytes is given that whole character, as ``tokenizers`` does."""
+    """The character range of each token, from the bytes its piece spells in ``data`` (the
+    text's UTF-8). A token holding part of a character's bytes is given that whole character,
+    as ``tokenizers`` does; bytes no character holds (the space a SentencePiece vocabulary puts
+    first, a space spelled as ``▁`` by byte tokens) give a token an empty range."""
     char_at = [0] * (len(data) + 1)  # the character of each byte, and len(text) at the end
     position = 0
     for index, char in enumerate(text):
@@ -320,18 +321,34 @@ def _piece_offsets(text: str, data: bytes, pieces: Sequence[bytes]) -> list[tupl
         char_at[position : position + width] = [index] * width
         position += width
     char_at[len(data)] = len(text)
-    shift = len(b"".join(pieces)) - len(data)  # the bytes llama.cpp added before the text
+    where = _spelled_positions(b"".join(pieces), data)
     offsets = []
-    at = -shift
+    at = reached = 0
     for piece in pieces:
-        start, end = max(at, 0), max(at + len(piece), 0)
+        held = [p for p in where[at : at + len(piece)] if p is not None]
         at += len(piece)
-        start, end = min(start, len(data)), min(end, len(data))
-        if start == end:
-            offsets.append((char_at[start], char_at[start]))
+        if held:
+            offsets.append((char_at[min(held)], char_at[max(held)] + 1))
+            reached = max(held) + 1
         else:
-            offsets.append((char_at[start], char_at[end - 1] + 1))
+            offsets.append((char_at[reached], char_at[reached]))
     return offsets
+
+
+def _spelled_positions(spelled: bytes, data: bytes) -> list[int | None]:
+    """For each byte the tokens spell, the byte of ``data`` it stands for (None: none)."""
+    if spelled == data:
+        return list(range(len(data)))
+    extra = len(spelled) - len(data)
+    if extra > 0 and spelled.endswith(data) and spelled[:extra].isspace():
+        return [None] * extra + list(range(len(data)))
+    import difflib  # only for vocabularies whose pieces do not spell the text back
+
+    where: list[int | None] = [None] * len(spelled)
+    matcher = difflib.SequenceMatcher(None, spelled, data, autojunk=False)
+    for a, b, size in matcher.get_matching_blocks():
+        where[a : a + size] = range(b, b + size)
+    return where
 
 
 def _first_holder(offsets: Sequence[tuple[int, int]]) -> Callable[[int], int | None]:
