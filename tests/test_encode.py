@@ -190,6 +190,48 @@ def test_encode_matches_transformers_on_the_render_corpus(
     assert differences == []
 
 
+@pytest.mark.parametrize("name", _corpus_templates())
+def test_the_mask_switches_only_narrow_the_mask(
+    name: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Over the corpus (every third conversation): each switch unmarks tokens, never marks
+    one; without the end marker no marked run ends in a special token; without the thought
+    no marked token holds the first closing marker of a span's thought."""
+    cases = _corpus()[name][::3]
+    folder = _folder(tmp_path_factory, name, template_source(name), _family_tokens(cases))
+    codec = load(folder)
+    thought = codec.thought_markers()
+    for case in cases:
+        full = _encode(codec, case)
+        if full is None:
+            continue
+        no_end = _encode(codec, case, mask_end_marker=False)
+        no_thought = _encode(codec, case, mask_reasoning=False)
+        assert no_end is not None and no_thought is not None
+        for narrowed in (no_end, no_thought):
+            assert narrowed.input_ids == full.input_ids
+            assert all(
+                a <= b for a, b in zip(narrowed.assistant_masks, full.assistant_masks, strict=True)
+            )
+        flags = no_end.assistant_masks
+        for index, flag in enumerate(flags):
+            if flag and (index + 1 == len(flags) or not flags[index + 1]):
+                assert not codec.tokenizer.is_special(no_end.input_ids[index]), case["id"]
+        if thought is not None:
+            _assert_first_thought_unmarked(no_thought, thought, case["id"])
+
+
+def _assert_first_thought_unmarked(encoding: Encoding, thought: Any, case_id: str) -> None:
+    for span in encoding.spans:
+        starts = [encoding.text.find(c, span.start - 16, span.end) for c in thought.closers]
+        found = [(at, c) for at, c in zip(starts, thought.closers, strict=True) if at >= 0]
+        if not found:
+            continue
+        at, closer = min(found)
+        for (a, b), flag in zip(encoding.offsets, encoding.assistant_masks, strict=True):
+            assert not (flag and a < at + len(closer) and b > at), case_id
+
+
 @pytest.mark.parametrize("name", sorted(WRITTEN))
 def test_encode_matches_transformers_on_templates_written_here(
     name: str, tmp_path_factory: pytest.TempPathFactory, pinned_clock: type[_Clock]

@@ -17,7 +17,7 @@ from typing import Any
 from .template import RenderedChat, Span
 from .tokenizer import Tokenized, Tokenizer
 
-__all__ = ["Encoding", "ThoughtMarkers", "assistant_token_mask", "encode_rendered"]
+__all__ = ["Encoding", "ThoughtMarkers", "assistant_token_mask", "encode_rendered", "span_tokens"]
 
 
 @dataclass(frozen=True)
@@ -59,23 +59,31 @@ class ThoughtMarkers:
     closers: tuple[str, ...]
 
 
-def assistant_token_mask(tokens: Tokenized, spans: Sequence[Span]) -> list[int]:
-    """transformers' ``return_assistant_tokens_mask`` over these tokens: each span marks the
-    tokens from the one holding its first character to the one holding its last; a span
-    whose first character no token holds ends the marking (this span and the rest); one
-    whose last character no token holds, or whose last character is in token 0, runs to the
-    end of the text. An empty span at character 0 (transformers fails on it) marks nothing."""
+def span_tokens(tokens: Tokenized, spans: Sequence[Span]) -> list[range]:
+    """The tokens each span marks, by transformers' ``return_assistant_tokens_mask`` rule:
+    from the token holding the span's first character to the one holding its last. A span
+    whose first character no token holds ends the marking (this span and the rest); one whose
+    last character no token holds, or whose last character is in token 0, runs to the end of
+    the text. An empty span at character 0 (transformers fails on it) marks nothing."""
     count = len(tokens.ids)
-    mask = [0] * count
+    marked = []
     for span in spans:
         first = tokens.char_to_token(span.start)
         if first is None:
             break
         if span.end <= 0:
+            marked.append(range(first, first))
             continue
         last = tokens.char_to_token(span.end - 1)
-        stop = last + 1 if last else count
-        mask[first:stop] = [1] * max(0, stop - first)
+        marked.append(range(first, last + 1 if last else count))
+    return marked
+
+
+def assistant_token_mask(tokens: Tokenized, spans: Sequence[Span]) -> list[int]:
+    """One 0/1 flag per token: 1 on the tokens the spans mark (``span_tokens``)."""
+    mask = [0] * len(tokens.ids)
+    for marked in span_tokens(tokens, spans):
+        mask[marked.start : marked.stop] = [1] * len(marked)
     return mask
 
 
@@ -90,13 +98,15 @@ def encode_rendered(
     """The Encoding of a rendered conversation (see the module's rule)."""
     text = rendered.text
     tokens = tokenizer.tokenize(text)
-    mask = assistant_token_mask(tokens, rendered.spans)
-    if not mask_end_marker or (not mask_reasoning and thought is not None):
-        for span in rendered.spans:
-            if not mask_end_marker:
-                _drop_end_marker(mask, tokens, tokenizer, text, span)
-            if not mask_reasoning and thought is not None:
-                _drop_thought(mask, tokens, text, span, thought)
+    marked = span_tokens(tokens, rendered.spans)
+    mask = [0] * len(tokens.ids)
+    for run in marked:
+        mask[run.start : run.stop] = [1] * len(run)
+    for span, run in zip(rendered.spans, marked, strict=False):  # marking may stop early
+        if not mask_reasoning and thought is not None:
+            _drop_thought(mask, tokens, text, span, run, thought)
+        if not mask_end_marker:
+            _drop_end_marker(mask, tokens, tokenizer, text, run)
     return Encoding(
         text=text,
         input_ids=tokens.ids,  # lists the tokenizer made for this text alone
@@ -107,53 +117,43 @@ def encode_rendered(
     )
 
 
-def _tokens_within(tokens: Tokenized, start: int, end: int) -> range:
-    """The tokens whose characters all lie in ``[start, end)`` and that hold one (a run:
-    tokens follow the text)."""
-    first = last = None
-    for index, (a, b) in enumerate(tokens.offsets):
-        if a >= start and b <= end and b > a:
-            if first is None:
-                first = index
-            last = index
-        elif first is not None and a >= end:
-            break
-    return range(0) if first is None or last is None else range(first, last + 1)
-
-
 def _drop_end_marker(
-    mask: list[int], tokens: Tokenized, tokenizer: Tokenizer, text: str, span: Span
+    mask: list[int], tokens: Tokenized, tokenizer: Tokenizer, text: str, run: range
 ) -> None:
-    """Unmark the span's end-of-turn marker: its last tokens while they are special tokens
-    or whitespace, when a special token is among them."""
-    within = _tokens_within(tokens, span.start, span.end)
+    """Unmark the end-of-turn marker of a span's tokens: its last tokens while they are
+    special tokens or whitespace, from the first special token among them."""
     cut = None
-    for index in reversed(within):
+    for index in reversed(run):
         a, b = tokens.offsets[index]
         if tokenizer.is_special(tokens.ids[index]):
             cut = index
         elif not text[a:b].isspace():
             break
     if cut is not None:
-        end = within.stop
-        mask[cut:end] = [0] * (end - cut)
+        mask[cut : run.stop] = [0] * (run.stop - cut)
 
 
 def _drop_thought(
-    mask: list[int], tokens: Tokenized, text: str, span: Span, thought: ThoughtMarkers
+    mask: list[int], tokens: Tokenized, text: str, span: Span, run: range, thought: ThoughtMarkers
 ) -> None:
-    """Unmark the span's thought: from its start marker (or the span's start, when the
-    generation prompt opened it) through the first closing marker and the whitespace after."""
-    part = text[span.start : span.end]
+    """Unmark the thought of a span's tokens: from its start marker (or the span's start,
+    when the generation prompt opened it) through its first closing marker and the
+    whitespace after; a token reaching past that stays marked."""
+    if not run:
+        return
+    low = min(span.start, tokens.offsets[run.start][0])  # the first token may start earlier
+    part = text[low : span.end]
     found = [(part.find(closer), closer) for closer in thought.closers]
     found = [(at, closer) for at, closer in found if at >= 0]
     if not found:
         return
     at, closer = min(found)
     opened = part.rfind(thought.start, 0, at) if thought.start else -1
-    begin = span.start + max(opened, 0)
-    end = span.start + at + len(closer)
+    begin = low + max(opened, 0)
+    end = low + at + len(closer)
     while end < span.end and text[end].isspace():
         end += 1
-    for index in _tokens_within(tokens, begin, end):
-        mask[index] = 0
+    for index in run:
+        a, b = tokens.offsets[index]
+        if b > begin and a < end and b <= end:
+            mask[index] = 0
