@@ -450,6 +450,15 @@ def test_the_tokenizer_pickles(written: dict[str, Codec]) -> None:
     assert again.tokenize(text).ids == tokenizer.tokenize(text).ids
 
 
+def test_a_codec_pickles_with_its_tokenizer(written: dict[str, Codec]) -> None:
+    """What a worker process receives: the templates recompile there, the tokenizer reloads."""
+    codec = written["chatml"]
+    codec.encode(CONVERSATION, mask_reasoning=False)  # compiled, loaded, markers cached
+    again = pickle.loads(pickle.dumps(codec))
+    for options in ({}, {"mask_reasoning": False}):
+        assert again.encode(CONVERSATION, **options) == codec.encode(CONVERSATION, **options)
+
+
 def test_a_gguf_is_tokenized_by_its_own_vocabulary(tmp_path: Path) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
     from ._llama import write_chat_model

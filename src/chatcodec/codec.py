@@ -83,6 +83,10 @@ class Codec:
                 f"no chat template named {template_name!r}; available: {sorted(self.sources)}"
             )
 
+    def __getstate__(self) -> dict[str, Any]:
+        # compiled templates hold the sandbox's closures: a copy compiles its own on first use
+        return {**self.__dict__, "_compiled": {}, "_thoughts": {}}
+
     def __repr__(self) -> str:
         names = "" if self.sources is None else f" templates={sorted(self.sources)}"
         where = f" from {self.origin}" if self.origin else ""
