@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ChatCodecError,
     CheckpointError,
     RequestError,
     TemplateArgumentError,
@@ -235,7 +236,7 @@ class Codec:
             )
             try:
                 block = single.prepare([{"role": "user", "content": "x"}]).format.reasoning
-            except TemplateError:
+            except ChatCodecError:  # llama.cpp cannot set this template up: no markers known
                 block = None
             self._thoughts[key] = (
                 None
