@@ -548,3 +548,16 @@ def test_gguf_offsets_where_the_pieces_do_not_spell_the_text(tmp_path: Path) -> 
     assert all(0 <= a <= b <= len(text) for a, b in tokens.offsets)
     assert tokens.char_to_token(text.index("ö")) is not None
     assert tokens.char_to_token(text.index(" ")) is None
+
+
+def test_the_checkpoint_says_where_its_tokenizer_is(tmp_path: Path) -> None:
+    from chatcodec import find_checkpoint
+
+    folder = write_checkpoint(tmp_path / "c", CHATML)
+    assert find_checkpoint(folder).tokenizer_path == folder
+    (folder / "chat_template.jinja").write_text(CHATML, encoding="utf-8")
+    assert find_checkpoint(folder / "chat_template.jinja").tokenizer_path == folder
+    (folder / "tokenizer.json").unlink()
+    assert find_checkpoint(folder).tokenizer_path is None
+    with pytest.raises(TokenizerError, match="has none"):
+        load(folder).encode(CONVERSATION)
