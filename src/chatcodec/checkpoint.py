@@ -19,27 +19,20 @@ from typing import Any, Literal
 from .codec import Codec
 from .errors import CheckpointError, MissingExtraError, TemplateNotFoundError
 from .template import Limits
+from .tokenizer import (  # the tokenizer files' names, and transformers' named special tokens
+    NAMED_SPECIAL_TOKENS,
+    SPECIAL_TOKENS_MAP_FILE,
+    TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
+)
 
 __all__ = ["Checkpoint", "find_checkpoint", "load"]
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 CHAT_TEMPLATE_DIR = "additional_chat_templates"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
-TOKENIZER_FILE = "tokenizer.json"
 # The processor's legacy file; the tokenizer ignores it, so it is only a fallback here.
 PROCESSOR_CHAT_TEMPLATE_FILE = "chat_template.json"
 
-# transformers' SPECIAL_TOKENS_ATTRIBUTES, in its order.
-NAMED_SPECIAL_TOKENS = (
-    "bos_token",
-    "eos_token",
-    "unk_token",
-    "sep_token",
-    "pad_token",
-    "cls_token",
-    "mask_token",
-)
 
 # The ids transformers' GGUF tokenizer conversion maps back to token strings.
 GGUF_SPECIAL_TOKEN_IDS = {

@@ -81,9 +81,13 @@ def span_tokens(tokens: Tokenized, spans: Sequence[Span]) -> list[range]:
 
 def assistant_token_mask(tokens: Tokenized, spans: Sequence[Span]) -> list[int]:
     """One 0/1 flag per token: 1 on the tokens the spans mark (``span_tokens``)."""
-    mask = [0] * len(tokens.ids)
-    for marked in span_tokens(tokens, spans):
-        mask[marked.start : marked.stop] = [1] * len(marked)
+    return _flags(len(tokens.ids), span_tokens(tokens, spans))
+
+
+def _flags(count: int, marked: Sequence[range]) -> list[int]:
+    mask = [0] * count
+    for run in marked:
+        mask[run.start : run.stop] = [1] * len(run)
     return mask
 
 
@@ -99,9 +103,7 @@ def encode_rendered(
     text = rendered.text
     tokens = tokenizer.tokenize(text)
     marked = span_tokens(tokens, rendered.spans)
-    mask = [0] * len(tokens.ids)
-    for run in marked:
-        mask[run.start : run.stop] = [1] * len(run)
+    mask = _flags(len(tokens.ids), marked)
     for span, run in zip(rendered.spans, marked, strict=False):  # marking may stop early
         if not mask_reasoning and thought is not None:
             _drop_thought(mask, tokens, text, span, run, thought)
