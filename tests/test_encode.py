@@ -561,3 +561,21 @@ def test_the_checkpoint_says_where_its_tokenizer_is(tmp_path: Path) -> None:
     assert find_checkpoint(folder).tokenizer_path is None
     with pytest.raises(TokenizerError, match="has none"):
         load(folder).encode(CONVERSATION)
+
+
+@pytest.mark.parametrize(
+    ("tokenizer_class", "same"),
+    [("PreTrainedTokenizerFast", True), ("TokenizersBackend", True), ("Qwen2Tokenizer", False)],
+)
+def test_a_tokenizer_class_that_rebuilds_its_pipeline(
+    tokenizer_class: str, same: bool, tmp_path: Path
+) -> None:
+    """docs/training.md, difference 3: transformers 5 builds Qwen2Tokenizer's own pipeline
+    (its regex splits digits one by one) from the vocabulary; chatcodec reads tokenizer.json,
+    whose pre-tokenizer here (GPT-2's regex) keeps digits together. A real Qwen checkpoint's
+    tokenizer.json holds Qwen's regex, so the two agree there; the generic classes always do."""
+    folder = write_checkpoint(tmp_path / "c", CHATML, config={"tokenizer_class": tokenizer_class})
+    text = "22 42 2222 21.5"
+    ours = load(folder).tokenizer.tokenize(text).ids
+    theirs = _hf_tokenizer(str(folder))(text, add_special_tokens=False)["input_ids"]
+    assert (ours == theirs) is same
