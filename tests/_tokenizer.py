@@ -36,20 +36,31 @@ _SPECIAL = re.compile(
 _TAG = re.compile(r"</?[A-Za-z][\w:-]{1,30}>")
 
 
-@functools.lru_cache(maxsize=1)
-def base_tokenizer_json(extra_text: str = "") -> str:
-    """The trained BPE (no added tokens) as tokenizer.json text, trained once."""
+@functools.lru_cache(maxsize=2)
+def base_tokenizer_json(kind: str = "byte_level") -> str:
+    """The trained BPE (no added tokens) as tokenizer.json text, trained once per kind:
+    ``byte_level`` (GPT-2, Llama 3, Qwen) or ``metaspace`` (SentencePiece-style, ``▁`` for
+    spaces and one put before the text, as Llama 2 and Mistral's tokenizers)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>" if kind == "metaspace" else None))
+    if kind == "metaspace":
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+        tokenizer.decoder = decoders.Metaspace(prepend_scheme="first")
+        alphabet = sorted(set(TRAINING_TEXT.replace(" ", "▁")) | set("▁<>|[]/_{}"))
+        special = ["<unk>"]
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        special = []
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=alphabet,
+        special_tokens=special,
         show_progress=False,
     )
-    tokenizer.train_from_iterator([TRAINING_TEXT, extra_text] * 3, trainer=trainer)
+    tokenizer.train_from_iterator([TRAINING_TEXT] * 3, trainer=trainer)
     return tokenizer.to_str()
 
 
@@ -65,13 +76,14 @@ def write_checkpoint(
     template: str,
     special_tokens: Mapping[str, str] | None = None,
     config: Mapping[str, Any] | None = None,
+    kind: str = "byte_level",
 ) -> Path:
     """A checkpoint folder: the trained BPE plus the template's markers as added tokens."""
     from tokenizers import AddedToken, Tokenizer
 
     named = {k: v for k, v in (special_tokens or {}).items() if isinstance(v, str) and v}
     special, tags = marker_tokens(template, named.values())
-    tokenizer = Tokenizer.from_str(base_tokenizer_json())
+    tokenizer = Tokenizer.from_str(base_tokenizer_json(kind))
     tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
     tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in tags])
     folder.mkdir(parents=True, exist_ok=True)

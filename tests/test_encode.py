@@ -232,11 +232,14 @@ def _assert_first_thought_unmarked(encoding: Encoding, thought: Any, case_id: st
             assert not (flag and a < at + len(closer) and b > at), case_id
 
 
+@pytest.mark.parametrize("kind", ["byte_level", "metaspace"])
 @pytest.mark.parametrize("name", sorted(WRITTEN))
 def test_encode_matches_transformers_on_templates_written_here(
-    name: str, tmp_path_factory: pytest.TempPathFactory, pinned_clock: type[_Clock]
+    name: str, kind: str, tmp_path: Path, pinned_clock: type[_Clock]
 ) -> None:
-    folder = _folder(tmp_path_factory, name, WRITTEN[name], SPECIAL)
+    """Also over a SentencePiece-style tokenizer (a ``▁`` put before the text, characters
+    outside its alphabet unknown), whose offsets and ``char_to_token`` differ."""
+    folder = write_checkpoint(tmp_path / name, WRITTEN[name], SPECIAL, kind=kind)
     codec = load(folder)
     for messages in CONVERSATIONS:
         for prompt in (False, True):
