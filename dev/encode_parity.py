@@ -3,6 +3,7 @@ per template, with the figures the README quotes.
 
     PYTHONPATH=src python dev/encode_parity.py            # every rendered conversation
     PYTHONPATH=src python dev/encode_parity.py --every 4  # a quarter of them
+    PYTHONPATH=src python dev/encode_parity.py --kind metaspace  # a SentencePiece-style BPE
 
 For each template of ``../shared/chat_templates`` a checkpoint folder is written
 (tests/_tokenizer.py: a byte-level BPE trained once, the template's markers as added tokens)
@@ -75,6 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     parser.add_argument("--every", type=int, default=1, help="take every Nth conversation")
+    parser.add_argument(
+        "--kind",
+        choices=("byte_level", "metaspace"),
+        default="byte_level",
+        help="the tokenizer: byte-level BPE or SentencePiece-style (tests/_tokenizer.py)",
+    )
     args = parser.parse_args(argv)
     import transformers
     import transformers.utils.chat_template_utils as ctu
@@ -96,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kwargs = next((c["kwargs"] for c in cases if c["kwargs"].get("eos_token")), {})
             tokens = {k: kwargs[k] for k in ("bos_token", "eos_token") if kwargs.get(k)}
             source = (args.shared / "chat_templates" / name).read_text(encoding="utf-8")
-            folder = write_checkpoint(Path(work) / name, source, tokens)
+            folder = write_checkpoint(Path(work) / name, source, tokens, kind=args.kind)
             codec = load(folder)
             hf = transformers.AutoTokenizer.from_pretrained(str(folder))
             tagged = codec.template.has_generation_tag

@@ -166,13 +166,21 @@ def _family_tokens(cases: list[dict[str, Any]]) -> dict[str, str]:
     return {k: kwargs[k] for k in ("bos_token", "eos_token") if kwargs.get(k)}
 
 
+@pytest.mark.parametrize(("kind", "every"), [("byte_level", 1), ("metaspace", 4)])
 @pytest.mark.parametrize("name", _corpus_templates())
 def test_encode_matches_transformers_on_the_render_corpus(
-    name: str, tmp_path_factory: pytest.TempPathFactory, pinned_clock: type[_Clock]
+    name: str,
+    kind: str,
+    every: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    pinned_clock: type[_Clock],
 ) -> None:
-    cases = _corpus()[name]
-    folder = _folder(tmp_path_factory, name, template_source(name), _family_tokens(cases))
-    codec = load(folder)
+    """Every conversation over a byte-level BPE; every fourth over a SentencePiece-style one
+    (dev/encode_parity.py --kind metaspace runs them all)."""
+    tokens = _family_tokens(_corpus()[name])
+    cases = _corpus()[name][::every]
+    folder = tmp_path_factory.mktemp("checkpoint") / name
+    codec = load(write_checkpoint(folder, template_source(name), tokens, kind=kind))
     tagged = codec.template.has_generation_tag
     differences = []
     for case in cases:
