@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .errors import ChatCodecError, UnusedVariableWarning
 
@@ -539,97 +537,94 @@ def _constraint_line(c: dict[str, Any]) -> str:
 
 
 class _Progress:
-    """A one-line progress report on stderr, only when stderr is a terminal."""
+    """Progress on stderr, only when stderr is a terminal: tqdm's bar when the ``data``
+    extra is installed, else a one-line count. ``total`` is None when unknown (stdin)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, what: str, total: int | None = None) -> None:
         self.stream = stream
+        self.what = what
         self.enabled = stream.isatty()
         self.started = time.monotonic()
         self.last = 0.0
+        self.bar: Any = None
+        if self.enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                pass
+            else:
+                self.bar = tqdm(total=total, file=stream, unit=" " + what, dynamic_ncols=True)
 
     def update(self, done: int, errors: int, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+            self.bar.set_postfix_str(f"{errors} with errors", refresh=False)
+            if final:
+                self.bar.close()
+            return
         now = time.monotonic()
-        if not self.enabled or (not final and now - self.last < 0.1):
+        if not final and now - self.last < 0.1:
             return
         self.last = now
         rate = done / max(now - self.started, 1e-9)
         end = "\n" if final else ""
-        self.stream.write(f"\rbatch: {done} requests, {errors} with errors, {rate:,.0f}/s{end}")
+        line = f"\r{self.what}: {done}, {errors} with errors, {rate:,.0f}/s{end}"
+        self.stream.write(line)
         self.stream.flush()
 
 
-def _not_json(constant: str) -> float:
-    """NaN and Infinity: Python reads them, JSON has no such values (nor can a result line
-    carry them back)."""
-    raise ValueError(f"{constant} is not a JSON value")
+def _inputs(args: argparse.Namespace) -> tuple[list[str], int | None]:
+    """The input files (stdin for none) and how many records they hold, when a progress bar
+    will show it (files only: counting reads them once more)."""
+    from .datafiles import count_records
+
+    paths: list[str] = args.inputs or ["-"]
+    if paths.count("-") > 1:
+        raise UsageError("stdin (-) can be read only once")
+    total = None
+    if sys.stderr.isatty() and "-" not in paths:
+        total = count_records(paths)
+    return paths, total
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"the number {text[:40]} is beyond the range of a double")
-    return value
-
-
-def _requests(stream: BinaryIO) -> Iterator[tuple[dict[str, Any] | None, str]]:
-    """(request, "") per JSON line, or (None, why) for a line that is not a JSON object."""
-    for number, raw in enumerate(stream, 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield None, f"line {number} is not UTF-8 text ({exc.reason} at byte {exc.start})"
-            continue
-        if not line.strip():
-            continue
-        try:
-            request = json.loads(line, parse_constant=_not_json, parse_float=_finite)
-        except json.JSONDecodeError as exc:
-            yield None, f"line {number} is not valid JSON: {exc}"
-            continue
-        except RecursionError:
-            yield None, f"line {number} nests too deeply to read"
-            continue
-        except ValueError as exc:  # NaN, infinity, an integer too long to convert
-            yield None, f"line {number} cannot be read: {exc}"
-            continue
-        if not isinstance(request, dict):
-            yield None, f"line {number} is not a JSON object"
-            continue
-        yield request, ""
+def _output(path: str | None) -> TextIO:
+    if path is None or path == "-":
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")  # closed by _cmd_batch
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from .batch import TemplateFiles, batch_result
+    from .batch import run_batch
+    from .datafiles import read_records
 
-    files = TemplateFiles(args.templates)
-    progress = _Progress(sys.stderr)
+    paths, total = _inputs(args)
+    progress = _Progress(sys.stderr, "requests", total)
     done = errors = 0
     unusable: Counter[str] = Counter()  # result lines that are no answer: UsageError, InternalError
-    out = sys.stdout
-    for request, problem in _requests(sys.stdin.buffer):
-        if request is None:
-            result: dict[str, Any] = {
-                "id": None,
-                "error": {"type": "UsageError", "message": problem},
-            }
-        else:
-            try:
-                result = batch_result(request, files)
-            except Exception as exc:  # a bug of ours must not cost the other requests
-                message = f"{type(exc).__name__}: {exc} (a bug in chatcodec: please report it)"
-                result = {
-                    "id": request.get("id"),
-                    "error": {"type": "InternalError", "message": message},
-                }
-        done += 1
-        errors += "error" in result
-        kind = result.get("error", {}).get("type")
-        if kind in ("UsageError", "InternalError"):
-            unusable[kind] += 1
-        out.write(_json_line(result))
-        progress.update(done, errors)
-    progress.update(done, errors, final=True)
-    out.flush()
+    out = _output(args.output)
+    try:
+        for result in run_batch(read_records(paths), args.templates, args.jobs):
+            done += 1
+            errors += "error" in result
+            kind = result.get("error", {}).get("type")
+            if kind in ("UsageError", "InternalError"):
+                unusable[kind] += 1
+            out.write(_json_line(result))
+            progress.update(done, errors)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # an input file that cannot be opened or read
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    finally:
+        progress.update(done, errors, final=True)
+        out.flush()
+        if out is not sys.stdout:
+            out.close()
     if not unusable:
         return 0
     counts = ", ".join(f"{count} {kind}" for kind, count in sorted(unusable.items()))
@@ -964,6 +959,52 @@ def _add_grammar(
     grammar.set_defaults(func=_cmd_grammar)
 
 
+def _jobs(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"takes a number of processes (0: one per core), not {raw!r}"
+        )
+    return value
+
+
+def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    batch = commands.add_parser(
+        "batch",
+        help="requests (JSON Lines or Parquet, oracle schemas) -> one JSON result per line",
+        description="Run render and parse requests (the oracle corpora's schemas), one JSON "
+        "result line per request, in input order. A line that cannot be run gives an error "
+        "line at its place and the batch goes on; the count of such lines is reported on "
+        "stderr at the end, with exit status 2 (1 when one hit a bug of chatcodec's).",
+    )
+    batch.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="FILE",
+        help="JSON Lines files, or Parquet files (.parquet, with the data extra); - or none: stdin",
+    )
+    batch.add_argument(
+        "--templates",
+        metavar="DIR",
+        help="folder holding the templates the requests name (default: search)",
+    )
+    batch.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1; 0: one per core); results keep the input order",
+    )
+    batch.add_argument(
+        "-o", "--output", metavar="FILE", help="write the result lines to FILE (default: stdout)"
+    )
+    batch.set_defaults(func=_cmd_batch)
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -988,16 +1029,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect_.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect_.set_defaults(func=_cmd_inspect)
 
-    batch = commands.add_parser(
-        "batch",
-        help="JSON Lines requests on stdin (oracle schemas) -> one JSON result per line",
-    )
-    batch.add_argument(
-        "--templates",
-        metavar="DIR",
-        help="folder holding the templates the requests name (default: search)",
-    )
-    batch.set_defaults(func=_cmd_batch)
+    _add_batch(commands)
     _add_serve(commands, checkpoint)
     return parser
 
