@@ -1,4 +1,5 @@
-"""The ``chatcodec`` command: render | encode | parse | grammar | inspect | batch | serve.
+"""The ``chatcodec`` command: render | encode | parse | grammar | inspect | batch | check-data |
+serve.
 
 Every subcommand is a thin driver around the library: it reads files or stdin, calls the
 public API, and writes the result to stdout. The subcommands share their spellings, built
@@ -122,6 +123,7 @@ _OWN_KEYWORDS["encode"] = _OWN_KEYWORDS["render"] | {
     "mask_reasoning",
     "tokenizer",
 }
+_OWN_KEYWORDS["check-data"] = _OWN_KEYWORDS["parse"] | {"documents", "id"}
 
 
 def _variables(args: argparse.Namespace) -> dict[str, Any]:
@@ -635,6 +637,92 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     return 1 if unusable["InternalError"] else 2
 
 
+# --- check-data ----------------------------------------------------------------------------
+
+
+def _cmd_check_data(args: argparse.Namespace) -> int:
+    from .checkdata import DataReport, check_item, setup_checker
+    from .datafiles import read_records
+    from .recipe import CodecRecipe
+    from .workers import ordered_map
+
+    recipe = CodecRecipe(args.checkpoint, args.template_name, args.bos_token, args.eos_token)
+    recipe.build()  # a checkpoint that cannot be loaded fails once, here
+    options: dict[str, Any] = {**_variables(args), "reasoning_format": args.reasoning_format}
+    if args.now is not None:
+        options["now"] = _parse_now(args.now)
+    paths, total = _inputs(args)
+    items = (
+        (number, record, problem) for number, (record, problem) in enumerate(read_records(paths))
+    )
+    progress = _Progress(sys.stderr, "conversations", total)
+    report, failed = DataReport(), []
+    try:
+        for check in ordered_map(
+            check_item, items, args.jobs, setup=setup_checker, setup_args=(recipe, options)
+        ):
+            report.add(check)
+            if args.json:
+                sys.stdout.write(_json_line(check.to_dict()))
+            elif not check.ok and len(failed) < args.show:
+                failed.append(check)
+            progress.update(sum(report.conversations.values()), len(failed))
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    finally:
+        progress.update(sum(report.conversations.values()), len(failed), final=True)
+    if args.json:
+        _print_json({"summary": report.to_dict()})
+    else:
+        _print_check_report(report, failed)
+    return 0 if report.ok else 1
+
+
+def _print_check_report(report: Any, failed: list[Any]) -> None:
+    from .checkdata import REASONS
+
+    rows = [("template", "conversations", "failing", "turns", "read back", "reasons")]
+    for name, counts in report.to_dict().items():
+        turns = counts["turns"]
+        share = f"{counts['good_turns']} ({counts['good_turns'] / turns:.0%})" if turns else "-"
+        reasons = ", ".join(f"{code} {n}" for code, n in counts["reasons"].items())
+        unrendered = f"not rendered {counts['unrendered']}" if counts["unrendered"] else ""
+        rows.append(
+            (
+                name,
+                str(counts["conversations"]),
+                str(counts["failed_conversations"]),
+                str(turns),
+                share,
+                "; ".join(x for x in (reasons, unrendered) if x) or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True))
+            + "  "
+            + row[5]
+        )
+    for check in failed:
+        if check.error:
+            print(f"\nconversation {check.id}: {check.error}")
+        for turn in check.turns:
+            if not turn.ok:
+                print(f"\nconversation {check.id}, message {turn.index}: {', '.join(turn.reasons)}")
+                print(f"  {turn.detail}")
+    used = sorted({code for counts in report.reasons.values() for code in counts})
+    if used:
+        print("\nreasons:")
+        for code in used:
+            print(f"  {code}: {REASONS[code]}")
+    bad = sum(report.failed_conversations.values())
+    total = sum(report.conversations.values())
+    print(f"\n{bad} of {total} conversations have a turn that does not read back")
+
+
 # --- serve ---------------------------------------------------------------------------------
 
 
@@ -1005,6 +1093,64 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     batch.set_defaults(func=_cmd_batch)
 
 
+def _add_check_data(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    checkpoint: argparse.ArgumentParser,
+) -> None:
+    check = commands.add_parser(
+        "check-data",
+        parents=[checkpoint],
+        help="check that each assistant turn of a dataset reads back into its message",
+        description="For each assistant turn of each conversation (JSON Lines or Parquet "
+        "records with messages, and tools, documents, chat_template_kwargs, id when they "
+        "have them), read the turn as rendered by the template with the reply reader a "
+        "server sets up for the conversation before it, and compare the message read with "
+        "the dataset's (content, reasoning, tool calls). Report per template and per "
+        "conversation; exit status 1 when a turn does not read back.",
+    )
+    check.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="DATASET",
+        help="JSON Lines or Parquet files (- or none: stdin)",
+    )
+    check.add_argument(
+        "--json", action="store_true", help="one JSON line per conversation, then the summary"
+    )
+    check.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="worker processes (0: one per core)",
+    )
+    check.add_argument(
+        "--show",
+        type=int,
+        default=10,
+        metavar="N",
+        help="failing conversations to list (default 10)",
+    )
+    check.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a template variable for every conversation",
+    )
+    check.add_argument("--now", help="pin strftime_now: unix seconds or ISO 8601 with a zone")
+    check.add_argument(
+        "--no-thinking", dest="thinking", action="store_false", help="enable_thinking=false"
+    )
+    check.add_argument(
+        "--reasoning-format",
+        default="deepseek",
+        choices=("deepseek", "auto", "none", "deepseek-legacy"),
+    )
+    check.set_defaults(func=_cmd_check_data)
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -1030,13 +1176,20 @@ def _parser() -> argparse.ArgumentParser:
     inspect_.set_defaults(func=_cmd_inspect)
 
     _add_batch(commands)
+    _add_check_data(commands, checkpoint)
     _add_serve(commands, checkpoint)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse takes a command's positional files in one run: files after an option come
+    # back unrecognized, and are the command's inputs all the same
+    if extra and hasattr(args, "inputs") and all(x == "-" or not x.startswith("-") for x in extra):
+        args.inputs = [*args.inputs, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     prefix = f"chatcodec {args.command}: "
     if getattr(args, "checkpoint", None):
         prefix += f"{args.checkpoint}: "
