@@ -37,8 +37,10 @@ from .template.environment import Limits
 from .template.render import ChatTemplate, RenderedChat, Span
 
 if TYPE_CHECKING:
+    from .checkdata import check_data, check_turns
     from .checkpoint import Checkpoint, find_checkpoint, load
     from .codec import Codec
+    from .data import DatasetEncoder, RayEncoder
     from .encoding import Encoding
     from .grammar.constraint import Grammar, Trigger
     from .reply import (
@@ -63,6 +65,10 @@ _LAZY = {
     "find_checkpoint": ".checkpoint",
     "load": ".checkpoint",
     "Codec": ".codec",
+    "DatasetEncoder": ".data",
+    "RayEncoder": ".data",
+    "check_data": ".checkdata",
+    "check_turns": ".checkdata",
     "Encoding": ".encoding",
     "Grammar": ".grammar.constraint",
     "Trigger": ".grammar.constraint",
@@ -97,6 +103,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "Codec",
+    "DatasetEncoder",
     "Delta",
     "DocstringParsingException",
     "Dropped",
@@ -106,6 +113,7 @@ __all__ = [
     "GrammarWarning",
     "Limits",
     "MissingExtraError",
+    "RayEncoder",
     "RenderedChat",
     "ReplyError",
     "ReplyStream",
@@ -130,6 +138,8 @@ __all__ = [
     "Turn",
     "TypeHintParsingException",
     "UnusedVariableWarning",
+    "check_data",
+    "check_turns",
     "find_checkpoint",
     "fold",
     "get_json_schema",

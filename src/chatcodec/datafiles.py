@@ -23,7 +23,14 @@ from typing import IO, Any
 
 from .errors import MissingExtraError
 
-__all__ = ["count_records", "is_parquet", "read_records", "json_records"]
+__all__ = [
+    "count_records",
+    "is_parquet",
+    "json_records",
+    "decode_json_columns",
+    "read_records",
+    "without_nulls",
+]
 
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _JSON_TEXT_COLUMNS = ("messages", "tools", "documents")
@@ -125,23 +132,27 @@ def _parquet_records(path: str) -> Iterator[tuple[dict[str, Any] | None, str]]:
     for batch in table.iter_batches(batch_size=1024):
         for row in batch.to_pylist():
             number += 1
-            record = _without_nulls(row)
-            problem = _decode_json_columns(record)
+            record = without_nulls(row)
+            problem = decode_json_columns(record)
             if problem:
                 yield None, f"{path}: row {number}: {problem}"
             else:
                 yield record, ""
 
 
-def _without_nulls(value: Any) -> Any:
+def without_nulls(value: Any) -> Any:
+    """``value`` with the null fields of its mappings dropped, at every depth (what a table
+    column's type padded a record with)."""
     if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
+        return [without_nulls(v) for v in value]
     return value
 
 
-def _decode_json_columns(record: dict[str, Any]) -> str:
+def decode_json_columns(record: dict[str, Any]) -> str:
+    """Decode the messages, tools and documents held as JSON text in place; what was not
+    JSON ("" when all was)."""
     for name in _JSON_TEXT_COLUMNS:
         text = record.get(name)
         if isinstance(text, str):
