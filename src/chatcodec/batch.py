@@ -174,6 +174,18 @@ def _work(item: tuple[dict[str, Any] | None, str]) -> tuple[dict[str, Any], Warn
     return result, [(w.category, str(w.message)) for w in caught]
 
 
+def _template_of(item: tuple[dict[str, Any] | None, str]) -> Any:
+    """What a worker compiles for a request: the template it names (or brings)."""
+    request = item[0]
+    if request is None:
+        return None
+    named = request.get("template")
+    if isinstance(named, str):
+        return named
+    source = request.get("chat_template", request.get("template_source"))
+    return hash(source) if isinstance(source, str) else None
+
+
 def run_batch(
     records: Iterable[tuple[dict[str, Any] | None, str]],
     templates: str | None = None,
@@ -186,7 +198,7 @@ def run_batch(
     from .workers import ordered_map
 
     for result, warned in ordered_map(
-        _work, records, jobs, setup=_setup_worker, setup_args=(templates,)
+        _work, records, jobs, setup=_setup_worker, setup_args=(templates,), key=_template_of
     ):
         for category, message in warned:
             warnings.warn(message, category, stacklevel=2)
