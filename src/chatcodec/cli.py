@@ -641,7 +641,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_data(args: argparse.Namespace) -> int:
-    from .checkdata import DataReport, check_item, setup_checker
+    from .checkdata import ConversationCheck, DataReport, check_item, setup_checker
     from .datafiles import read_records
     from .recipe import CodecRecipe
     from .workers import ordered_map
@@ -656,7 +656,8 @@ def _cmd_check_data(args: argparse.Namespace) -> int:
         (number, record, problem) for number, (record, problem) in enumerate(read_records(paths))
     )
     progress = _Progress(sys.stderr, "conversations", total)
-    report, failed = DataReport(), []
+    report = DataReport()
+    failed: list[ConversationCheck] = []
     try:
         for check in ordered_map(
             check_item, items, args.jobs, setup=setup_checker, setup_args=(recipe, options)
@@ -666,13 +667,17 @@ def _cmd_check_data(args: argparse.Namespace) -> int:
                 sys.stdout.write(_json_line(check.to_dict()))
             elif not check.ok and len(failed) < args.show:
                 failed.append(check)
-            progress.update(sum(report.conversations.values()), len(failed))
+            progress.update(
+                sum(report.conversations.values()), sum(report.failed_conversations.values())
+            )
     except BrokenPipeError:
         raise
     except OSError as exc:
         raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
     finally:
-        progress.update(sum(report.conversations.values()), len(failed), final=True)
+        progress.update(
+            sum(report.conversations.values()), sum(report.failed_conversations.values()), True
+        )
     if args.json:
         _print_json({"summary": report.to_dict()})
     else:
