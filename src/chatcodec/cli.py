@@ -27,6 +27,7 @@ from .errors import ChatCodecError, UnusedVariableWarning
 
 if TYPE_CHECKING:
     from .codec import Codec
+    from .recipe import CodecRecipe
 
 __all__ = ["main"]
 
@@ -142,25 +143,13 @@ def _variables(args: argparse.Namespace) -> dict[str, Any]:
 def _load(args: argparse.Namespace) -> Codec:
     """The checkpoint of ``CHECKPOINT`` and ``--template-name``, with the special tokens of
     ``--bos-token`` / ``--eos-token`` in place of its own."""
-    from .checkpoint import load
-    from .codec import Codec
+    return _recipe(args).build()
 
-    codec = load(args.checkpoint, template_name=args.template_name)
-    overrides = {
-        name: value
-        for name, value in (("bos_token", args.bos_token), ("eos_token", args.eos_token))
-        if value is not None
-    }
-    if not overrides:
-        return codec
-    return Codec(
-        codec.sources or codec.template.source,
-        special_tokens={**codec.special_tokens, **overrides},
-        template_name=codec.template_name,
-        limits=codec.limits,
-        origin=codec.origin,
-        tokenizer=codec.tokenizer_source,
-    )
+
+def _recipe(args: argparse.Namespace) -> CodecRecipe:
+    from .recipe import CodecRecipe
+
+    return CodecRecipe(args.checkpoint, args.template_name, args.bos_token, args.eos_token)
 
 
 def _print_json(value: Any, indent: int | None = None) -> None:
@@ -643,10 +632,9 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 def _cmd_check_data(args: argparse.Namespace) -> int:
     from .checkdata import ConversationCheck, DataReport, check_item, setup_checker
     from .datafiles import read_records
-    from .recipe import CodecRecipe
     from .workers import ordered_map
 
-    recipe = CodecRecipe(args.checkpoint, args.template_name, args.bos_token, args.eos_token)
+    recipe = _recipe(args)
     recipe.build()  # a checkpoint that cannot be loaded fails once, here
     options: dict[str, Any] = {**_variables(args), "reasoning_format": args.reasoning_format}
     if args.now is not None:
