@@ -17,6 +17,7 @@ the JSON record it was written from. A column of JSON text is decoded.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,14 +37,16 @@ class DatasetEncoder:
     "assistant_masks": [...]}`` for a batch of rows (a mapping of column -> list of values).
 
     ``checkpoint`` is what ``chatcodec.load`` takes (a folder with ``tokenizer.json``, a
-    GGUF file, a cached repo id); ``tokenizer`` overrides its tokenizer; the keywords after
-    ``text`` are ``Codec.encode``'s (``add_generation_prompt``, ``mask_end_marker``,
-    ``mask_reasoning``, ``now`` and template variables), the same for every row.
+    GGUF file, a cached repo id), or a Codec (it pickles without its compiled templates and
+    its tokenizer reloads from its path); ``tokenizer`` overrides a checkpoint's tokenizer;
+    the keywords after ``text`` are ``Codec.encode``'s (``add_generation_prompt``,
+    ``mask_end_marker``, ``mask_reasoning``, ``now`` and template variables), the same for
+    every row.
     """
 
     def __init__(
         self,
-        checkpoint: str,
+        checkpoint: str | os.PathLike[str] | Codec,
         *,
         template_name: str | None = None,
         tokenizer: str | None = None,
@@ -52,26 +55,41 @@ class DatasetEncoder:
         text: bool = False,
         **options: Any,
     ) -> None:
-        self.recipe = CodecRecipe(str(checkpoint), template_name, bos_token, eos_token, tokenizer)
         self.text = text
         self.options = options
-        self._codec: Codec | None = None
+        self.given: Codec | None = None
+        self.recipe: CodecRecipe | None = None
+        if isinstance(checkpoint, (str, os.PathLike)):
+            self.recipe = CodecRecipe(
+                os.fspath(checkpoint), template_name, bos_token, eos_token, tokenizer
+            )
+        else:
+            self.given = checkpoint
+        self._codec: Codec | None = self.given
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.recipe.checkpoint!r})"
+        where = self.recipe.checkpoint if self.recipe is not None else self.given
+        return f"{type(self).__name__}({where!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        # the recipe and options only: each process loads its own Codec
-        return {"recipe": self.recipe, "text": self.text, "options": self.options}
+        # the recipe (or the Codec, which pickles lean) and options: no loaded state
+        return {
+            "recipe": self.recipe,
+            "given": self.given,
+            "text": self.text,
+            "options": self.options,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._codec = None
+        self._codec = self.given
 
     @property
     def codec(self) -> Codec:
         """The Codec of this process (loaded on first use)."""
         if self._codec is None:
+            if self.recipe is None:  # unreachable: a Codec given is kept
+                raise RuntimeError("a DatasetEncoder without a Codec or a checkpoint")
             self._codec = self.recipe.build()
         return self._codec
 
@@ -112,7 +130,7 @@ class RayEncoder(DatasetEncoder):
     a float (``3`` renders as ``3.0``); such batches are read as well as they can be. The
     result is a pyarrow Table (the token lists are ragged: Arrow list columns hold them)."""
 
-    def __init__(self, checkpoint: str, **options: Any) -> None:
+    def __init__(self, checkpoint: str | os.PathLike[str] | Codec, **options: Any) -> None:
         super().__init__(checkpoint, **options)
         _ = self.codec  # built once per worker, before the first batch
 
