@@ -377,8 +377,9 @@ def _reply_start(text: str, prompt: str, opening: str, span: Span) -> int:
     """Where the model's text starts in the rendered conversation: after the prompt a server
     sends for the turn when the conversation goes on from it; else where the two part, when
     that is inside the generation prompt ``opening`` and the turn's header (the prompt opens
-    a thought, or another block, that the turn in history does not have); else the span's
-    start."""
+    a thought, or another block, that the turn in history does not have); else after the
+    generation prompt where it opens the turn's span (a derived span may start a little off:
+    inside a marker, or before the header); else at the span's start."""
     if text.startswith(prompt) and len(prompt) <= span.end:
         return len(prompt)
     common = 0
@@ -390,7 +391,13 @@ def _reply_start(text: str, prompt: str, opening: str, span: Span) -> int:
     if opened > max(text.rfind(mark, 0, common) for mark in ">]"):
         common = opened
     inside_opening = common >= len(prompt) - len(opening)  # not in the turns before
-    return common if inside_opening and 0 <= span.start - common <= _HEADER else span.start
+    if inside_opening and span.start - _HEADER <= common < span.end:
+        return common
+    if opening:
+        at = text.rfind(opening, max(0, span.start - _HEADER), span.start + len(opening))
+        if at >= 0 and at + len(opening) < span.end:
+            return at + len(opening)
+    return span.start
 
 
 def _pieces(expected: dict[str, Any]) -> list[str]:
