@@ -10,7 +10,7 @@ Run from the repository root (the corpus lives in ``../shared`` beside the check
 - **batch**: the render corpus's requests (all templates) through ``chatcodec batch`` with
   ``--jobs 1`` and ``--jobs 2`` (a subprocess each: start-up and the workers' template
   compiles included, as a user pays them); the outputs must be byte-identical.
-- **check-data**: the Qwen2.5 conversations of the corpus, repeated, through
+- **check-data**: the Qwen2.5 conversations of the corpus, repeated (2,816), through
   ``chatcodec check-data`` with ``--jobs 1`` and ``--jobs 2``; outputs identical.
 - **datasets**: ``Dataset.map(DatasetEncoder(...), batched=True, num_proc=1 | 2)`` over the
   Qwen2.5 conversations, repeated, on a checkpoint folder written for the run
@@ -166,7 +166,7 @@ def main() -> int:
         cases = cases[::4]
     print(f"cores: {os.cpu_count()}, rounds: {rounds} (fastest kept)")
     bench_batch(args.shared, cases, rounds)
-    rows = _conversations(_cases(args.shared), 4 if args.quick else 16)
+    rows = _conversations(_cases(args.shared), 16 if args.quick else 64)
     with tempfile.TemporaryDirectory() as scratch:
         bench_check_data(args.shared, rows, rounds, Path(scratch))
         bench_datasets(rows, rounds, Path(scratch), args.shared)
