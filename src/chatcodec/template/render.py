@@ -239,7 +239,10 @@ class ChatTemplate:
         for ``return_assistant_tokens_mask``. Without one they are derived: for assistant
         message ``i`` the turn's text starts where the render of ``messages[:i]`` with a
         generation prompt ends, and stops where the render of ``messages[:i + 1]`` ends,
-        trailing whitespace excluded (the newline between turns is not generated).
+        trailing whitespace excluded (the newline between turns is not generated). That is
+        ``derive_spans_by_prefixes``'s definition, and its spans are the ones given; the
+        prefixes are rendered from the full render's copy of the inputs, ``|tojson`` of
+        those inputs computed once (docs/rendering.md, "What derived spans cost").
         """
         if context:
             self._warn_unread(context)
