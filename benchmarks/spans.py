@@ -116,14 +116,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if result is None:
             continue
         base, fixed, new, old = result
-        rows.append((name, base, fixed, new, old))
+        rows.append((base, fixed, new, old))
         print(
             f"{name[:46]:46} {base * 1e3:7.2f}m {fixed / base:6.0%} {new / base:6.1f}x "
             f"{old / base:6.1f}x {old / new:5.1f}"
         )
     print(f"\n{len(rows)} templates (40 messages, 19 assistant turns); ratios to the render")
-    for label, column in (("spans", 3), ("prefix method", 4)):
-        ratios = [row[column] / row[1] for row in rows]
+    for label, column in (("spans", 2), ("prefix method", 3)):
+        ratios = [row[column] / row[0] for row in rows]
         print(
             f"{label}: median {statistics.median(ratios):.1f}x "
             f"(p10 {percentile(ratios, 0.1):.1f}x, p90 {percentile(ratios, 0.9):.1f}x)"

@@ -263,7 +263,7 @@ def test_tojson_of_the_inputs_is_the_same_in_every_prefix() -> None:
         "{% if add_generation_prompt %}<assistant>{% endif %}"
     )
     call = {"type": "function", "function": {"name": "f", "arguments": {"x": [1, 2]}}}
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "user", "content": "again"},
