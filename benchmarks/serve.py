@@ -12,7 +12,11 @@ server) is its own, the clients share this one (httpx, asyncio).
 
 Columns:
   req/s       finished streams per second, all clients together;
-  ms/delta    per stream, its time from request to [DONE] over its count of deltas (p50, p99);
+  ms/delta    per stream, its time from request to [DONE] over the engine's count of deltas
+              (p50, p99): the stand-in's pieces, which every stream of both runs gets in the
+              same number (it replays the reply in the same chunks to each);
+  out         the deltas a client received per stream (chatcodec writes the pieces of one
+              read from the engine as one step: fewer, larger deltas under load);
   added       ms/delta through chatcodec / ms/delta direct, at p50 (goal <= 1.10);
   bad         streams whose deltas did not add up to the reply exactly (lost, duplicated or
               interleaved deltas: must be 0).
@@ -60,8 +64,18 @@ sys.path.insert(0, {root!r})
 from tests._standin import StandIn
 engine = StandIn(seed=1)
 engine.reply = {reply!r}
+fixed = engine.chunks(engine.reply)
+engine.chunks = lambda text: fixed  # every stream gets the same pieces
 uvicorn.run(engine.app, host="127.0.0.1", port={port}, log_level="error")
 """
+
+
+def standin_chunks() -> list[str]:
+    """The pieces the stand-in replays the reply in (as STANDIN fixes them)."""
+    sys.path.insert(0, str(ROOT))
+    from tests._standin import StandIn
+
+    return StandIn(seed=1).chunks(PROSE + CALL)
 
 
 def free_port() -> int:
@@ -123,10 +137,12 @@ async def run(kind: str, url: str, clients: int) -> dict[str, float]:
         begin = time.perf_counter()
         results = await asyncio.gather(*(call(client, url) for _ in range(clients)))
         wall = time.perf_counter() - begin
-    per_delta = sorted(1000 * t / max(n, 1) for t, n, _ in results)
+    pieces = len(standin_chunks())
+    per_delta = sorted(1000 * t / pieces for t, _, _ in results)
     bad = sum(1 for _, _, ok in results if not ok)
     return {
         "req/s": clients / wall,
+        "out": statistics.median(n for _, n, _ in results),
         "p50": statistics.median(per_delta),
         "p99": per_delta[min(len(per_delta) - 1, int(0.99 * len(per_delta)))],
         "bad": bad,
@@ -247,12 +263,15 @@ def main() -> None:
             rows.append(("direct", asyncio.run(run("direct", engine_url, args.clients))))
             serve_url = f"http://127.0.0.1:{serve_port}"
             rows.append(("chatcodec", asyncio.run(run("chat", serve_url, args.clients))))
-        print(f"{args.clients} concurrent streaming clients, reply {len(reply)} characters")
-        print(f"{'':10} {'req/s':>8} {'ms/delta p50':>13} {'p99':>8} {'bad':>4}")
+        print(
+            f"{args.clients} concurrent streaming clients, reply {len(reply)} characters "
+            f"in {len(standin_chunks())} pieces"
+        )
+        print(f"{'':10} {'req/s':>8} {'ms/delta p50':>13} {'p99':>8} {'out':>6} {'bad':>4}")
         for name, row in rows:
             print(
                 f"{name:10} {row['req/s']:8.1f} {row['p50']:13.3f} {row['p99']:8.3f} "
-                f"{int(row['bad']):4}"
+                f"{row['out']:6.0f} {int(row['bad']):4}"
             )
         direct_p50 = statistics.median(r["p50"] for n, r in rows if n == "direct")
         chat_p50 = statistics.median(r["p50"] for n, r in rows if n == "chatcodec")

@@ -279,6 +279,50 @@ def test_the_grammar_goes_to_the_engine_in_its_own_fields(standin: tuple[StandIn
         RemoteEngine(url, kind="sglang")
 
 
+def test_engine_events_split_and_merged_across_reads() -> None:
+    """An SSE event may arrive in two reads and several in one: the remote engine reads every
+    event whole, and the text of one read is one piece."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from chatcodec.serve import Generation
+
+    def event(text: str, reason: str | None = None) -> bytes:
+        choice = {"index": 0, "text": text, "finish_reason": reason}
+        data = json.dumps({"choices": [choice]}, ensure_ascii=False).encode()
+        return b"data: " + data + b"\n\n"
+
+    whole = event("Hel") + event("lo ") + event("wörld", "stop") + b"data: [DONE]\n\n"
+    cut = whole.index("ö".encode()) + 1  # inside a character, inside an event
+    writes = [whole[:10], whole[10:cut], whole[cut:]]
+
+    async def completions(request: Any) -> Any:
+        async def body() -> Any:
+            for part in writes:
+                yield part
+                await asyncio.sleep(0.05)
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+
+    async def pieces(url: str) -> list[Any]:
+        engine = RemoteEngine(url)
+        try:
+            return [p async for p in engine.generate(Generation("x"))]
+        finally:
+            await engine.aclose()
+
+    with ServerThread(app) as thread:
+        got = asyncio.run(pieces(thread.url + "/v1"))
+    assert "".join(p.text for p in got) == "Hello wörld"
+    assert got[-1].finish_reason == "stop" and all(p.text for p in got[:-1])
+    assert len(got) <= 4  # one piece per read that completed an event, then the finish
+
+
 def test_models_and_health(standin: tuple[StandIn, str]) -> None:
     _, url = standin
     with served(qwen(), RemoteEngine(url), api_key="sesame") as root:

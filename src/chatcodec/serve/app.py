@@ -281,27 +281,36 @@ class _Events:
             "created": int(time.time()),
             "model": server.config.model_name,
         }
+        # every delta chunk is this head, its delta, this tail: written once, not per delta
+        opening = json.dumps(
+            {**self.head, "choices": [{"index": 0, "delta": None}]}, ensure_ascii=False
+        )
+        self._before = b"data: " + opening[: opening.rindex("null")].encode()
+        self._after = b', "logprobs": null, "finish_reason": null}]}\n\n'
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return _event({**self.head, "choices": [choice]})
 
-    def deltas(self, deltas: list[Delta]) -> list[bytes]:
+    def deltas(self, deltas: list[Delta]) -> bytes:
+        """The chunks of ``deltas``, as one write."""
         out = []
         for delta in deltas:
             fields = delta.to_openai()
             fields.pop("role", None)
             if fields:
-                out.append(self.chunk(self.server.reasoning(fields)))
-        return out
+                body = json.dumps(self.server.reasoning(fields), ensure_ascii=False).encode()
+                out.append(self._before + body + self._after)
+        return b"".join(out)
 
     async def run(self, pieces: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
         yield self.chunk({"role": "assistant", "content": None})
         reply = self.reply
         try:
             async for deltas in reply.deltas(pieces):
-                for event in self.deltas(deltas):
-                    yield event
+                events = self.deltas(deltas)
+                if events:
+                    yield events
         except ReplyError as exc:
             yield _event(error_body(502, str(exc), code="unparseable_reply"))
             return

@@ -187,22 +187,48 @@ def _whole_piece(event: dict[str, Any]) -> Piece:
 
 
 async def _sse_pieces(response: httpx.Response) -> AsyncIterator[Piece]:
-    """The pieces of an SSE completion stream; the finish reason and usage (which engines send
-    in the last choice chunk or in a chunk of their own) go on one last piece."""
-    reason: str | None = None
-    usage: Usage | None = None
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        event = _json(data)
-        text, finished = _choice(event)
-        usage = _usage(event.get("usage")) or usage
-        reason = finished or reason
+    """The pieces of an SSE completion stream: the text of the events that arrived in one read
+    is one piece (nothing waits to be merged: under load, one decoder step and one write to
+    the client instead of several); the finish reason and usage (which engines send in the
+    last choice chunk or in a chunk of their own) go on one last piece."""
+    stream = _EventLines()
+    rest = b""
+    async for data in response.aiter_bytes():
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        text = stream.read(lines)
         if text:
             yield Piece(text)
-    if reason is None:
+    text = stream.read([rest])
+    if text:
+        yield Piece(text)
+    if stream.reason is None:
         raise EngineError("the engine's stream ended without a finish reason")
-    yield Piece("", reason, usage)
+    yield Piece("", stream.reason, stream.usage)
+
+
+class _EventLines:
+    """The SSE lines of a completion stream, read a batch at a time."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.usage: Usage | None = None
+        self.done = False
+
+    def read(self, lines: list[bytes]) -> str:
+        """The text of the events in ``lines``, noting the finish reason and usage."""
+        texts = []
+        for line in lines:
+            if self.done or not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            event = _json(payload)
+            text, finished = _choice(event)
+            self.usage = _usage(event.get("usage")) or self.usage
+            self.reason = finished or self.reason
+            if text:
+                texts.append(text)
+        return "".join(texts)
