@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -255,32 +256,41 @@ def free_port() -> int:
 def test_the_command_serves_a_gguf(gguf: Path) -> None:
     """``chatcodec serve MODEL.gguf`` as a user runs it, called with the openai client."""
     import os
-    import subprocess
     import sys
-
-    import httpx
 
     port = free_port()
     src = str(Path(__file__).resolve().parent.parent / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     command = [sys.executable, "-m", "chatcodec", "serve", str(gguf), "--port", str(port)]
     command += ["--model-name", MODEL, "--api-key", "sesame", "--log-level", "warning"]
-    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        root = f"http://127.0.0.1:{port}"
-        while True:  # until it listens (or dies)
-            assert server.poll() is None, server.stderr.read() if server.stderr else ""
-            try:
-                httpx.get(root + "/health")
-                break
-            except httpx.TransportError:
-                server_wait(server)
+    root = f"http://127.0.0.1:{port}"
+    with running(command, root + "/health", env):
         client = openai.OpenAI(base_url=root + "/v1", api_key="sesame", max_retries=0)
         assert [m.id for m in client.models.list()] == [MODEL]
         reply = client.chat.completions.create(
             model=MODEL, messages=USER, tools=TOOLS, tool_choice="required", seed=5
         )
         check_calls(reply.choices[0].message.tool_calls, {"get_weather", "get_time"})
+
+
+@contextmanager
+def running(command: list[str], probe: str, env: dict[str, str]) -> Iterator[None]:
+    """A server process, from when ``probe`` answers (it fails the test if the process dies
+    first) until the block ends."""
+    import subprocess
+
+    import httpx
+
+    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        while True:
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            try:
+                httpx.get(probe)
+                break
+            except httpx.TransportError:
+                server_wait(server)
+        yield
     finally:
         server.terminate()
         server.wait()
@@ -300,28 +310,14 @@ def llama_cpp_server(gguf: Path) -> Iterator[str]:
     """llama-cpp-python's own HTTP server on the tiny GGUF, on loopback: its ``/v1`` root."""
     pytest.importorskip("llama_cpp.server.app")  # llama-cpp-python[server]
     import os
-    import subprocess
     import sys
-
-    import httpx
 
     port = free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
     command += ["--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--verbose", "false"]
-    server = subprocess.Popen(command, env=dict(os.environ), stderr=subprocess.PIPE, text=True)
     root = f"http://127.0.0.1:{port}/v1"
-    try:
-        while True:  # until it listens (or dies)
-            assert server.poll() is None, server.stderr.read() if server.stderr else ""
-            try:
-                httpx.get(root + "/models")
-                break
-            except httpx.TransportError:
-                server_wait(server)
+    with running(command, root + "/models", dict(os.environ)):
         yield root
-    finally:
-        server.terminate()
-        server.wait()
 
 
 @pytest.fixture(scope="module")
