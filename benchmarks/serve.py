@@ -1,7 +1,8 @@
 """Serve benchmark: N concurrent streaming clients through ``chatcodec serve --backend`` and
-straight to the engine it fronts, in the same run.
+straight to the engine it fronts, in the same run; then ``chatcodec serve MODEL.gguf`` against
+llama-cpp-python's own chat server on the same tiny GGUF.
 
-    python benchmarks/serve.py [--clients 200] [--rounds 1]
+    python benchmarks/serve.py [--clients 200] [--rounds 1] [--gguf-clients 200] [--no-gguf]
 
 The engine is the tests' stand-in (tests/_standin.py, a real uvicorn server speaking
 ``/v1/completions``) replaying one Qwen2.5 reply (prose then a tool call, ~1 KB) in chunks of
@@ -11,10 +12,22 @@ server) is its own, the clients share this one (httpx, asyncio).
 
 Columns:
   req/s       finished streams per second, all clients together;
-  ms/delta    per stream, its time from request to [DONE] over its count of deltas (p50, p99);
+  ms/delta    per stream, its time from request to [DONE] over the engine's count of deltas
+              (p50, p99): the stand-in's pieces, which every stream of both runs gets in the
+              same number (it replays the reply in the same chunks to each);
+  out         the deltas a client received per stream (chatcodec writes the pieces of one
+              read from the engine as one step: fewer, larger deltas under load);
   added       ms/delta through chatcodec / ms/delta direct, at p50 (goal <= 1.10);
   bad         streams whose deltas did not add up to the reply exactly (lost, duplicated or
               interleaved deltas: must be 0).
+
+The GGUF part writes the tests' tiny random-weight llama GGUF (tests/_llama.py, the ChatML
+template of examples/chatml-tiny in its metadata) and serves it twice, one server at a time,
+each its own process with one decoding thread and a 2,048-token context: llama-cpp-python's
+``python -m llama_cpp.server`` and ``chatcodec serve``. N clients each stream a chat completion
+of at most 32 tokens (temperature 0.8, its own seed). Columns as above; ``tok/s`` is the
+completion tokens per second the server reported over all clients, ``bad`` counts streams not
+shaped as OpenAI's (role first, one finish reason last, then [DONE]).
 """
 
 from __future__ import annotations
@@ -51,8 +64,18 @@ sys.path.insert(0, {root!r})
 from tests._standin import StandIn
 engine = StandIn(seed=1)
 engine.reply = {reply!r}
+fixed = engine.chunks(engine.reply)
+engine.chunks = lambda text: fixed  # every stream gets the same pieces
 uvicorn.run(engine.app, host="127.0.0.1", port={port}, log_level="error")
 """
+
+
+def standin_chunks() -> list[str]:
+    """The pieces the stand-in replays the reply in (as STANDIN fixes them)."""
+    sys.path.insert(0, str(ROOT))
+    from tests._standin import StandIn
+
+    return StandIn(seed=1).chunks(PROSE + CALL)
 
 
 def free_port() -> int:
@@ -114,20 +137,116 @@ async def run(kind: str, url: str, clients: int) -> dict[str, float]:
         begin = time.perf_counter()
         results = await asyncio.gather(*(call(client, url) for _ in range(clients)))
         wall = time.perf_counter() - begin
-    per_delta = sorted(1000 * t / max(n, 1) for t, n, _ in results)
+    pieces = len(standin_chunks())
+    per_delta = sorted(1000 * t / pieces for t, _, _ in results)
     bad = sum(1 for _, _, ok in results if not ok)
     return {
         "req/s": clients / wall,
+        "out": statistics.median(n for _, n, _ in results),
         "p50": statistics.median(per_delta),
         "p99": per_delta[min(len(per_delta) - 1, int(0.99 * len(per_delta)))],
         "bad": bad,
     }
 
 
+async def gguf_chat(
+    client: httpx.AsyncClient, url: str, model: str, seed: int
+) -> tuple[float, int, bool, int]:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Tell me about Paris."}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 32,
+        "temperature": 0.8,
+        "seed": seed,
+    }
+    start_time, deltas, events, tokens, done = time.perf_counter(), 0, [], 0, False
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                event = json.loads(line[6:])
+                usage = event.get("usage") or {}
+                tokens = usage.get("completion_tokens") or tokens
+                if event.get("choices"):
+                    events.append(event["choices"][0])
+                    deltas += bool(event["choices"][0]["delta"].get("content"))
+    finishes = [e for e in events if e.get("finish_reason")]
+    ok = (
+        done
+        and bool(events)
+        and events[0]["delta"].get("role") == "assistant"
+        and len(finishes) == 1
+        and finishes[0] is events[-1]
+    )
+    return time.perf_counter() - start_time, deltas, ok, tokens
+
+
+async def run_gguf(url: str, model: str, clients: int) -> dict[str, float]:
+    limits = httpx.Limits(max_connections=None)
+    async with httpx.AsyncClient(timeout=1200, limits=limits) as client:
+        begin = time.perf_counter()
+        results = await asyncio.gather(*(gguf_chat(client, url, model, i) for i in range(clients)))
+        wall = time.perf_counter() - begin
+    per_delta = sorted(1000 * t / max(n, 1) for t, n, _, _ in results)
+    return {
+        "req/s": clients / wall,
+        "tok/s": sum(r[3] for r in results) / wall,
+        "p50": statistics.median(per_delta),
+        "p99": per_delta[min(len(per_delta) - 1, int(0.99 * len(per_delta)))],
+        "bad": sum(1 for r in results if not r[2]),
+    }
+
+
+def gguf_comparison(clients: int, rounds: int) -> None:
+    """llama-cpp-python's chat server and ``chatcodec serve`` on the same tiny GGUF."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    from tests._llama import write_chat_model
+
+    template = (ROOT / "examples/chatml-tiny/chat_template.jinja").read_text()
+    folder = Path(tempfile.mkdtemp(prefix="chatcodec-bench-"))
+    gguf = write_chat_model(
+        folder / "tiny.gguf", template, ["<|im_start|>", "<|im_end|>"], "<s>", "<|im_end|>"
+    )
+    servers = {
+        "llama-cpp-python": [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
+        + ["--n_ctx", "2048", "--n_threads", "1", "--verbose", "false", "--port"],
+        "chatcodec": [sys.executable, "-m", "chatcodec", "serve", str(gguf), "--n-ctx", "2048"]
+        + ["--n-threads", "1", "--model-name", str(gguf), "--log-level", "error", "--port"],
+    }
+    rows = []
+    for _ in range(rounds):
+        for name, command in servers.items():
+            port = free_port()
+            server = start([*command, str(port)], port)
+            try:
+                url = f"http://127.0.0.1:{port}"
+                rows.append((name, asyncio.run(run_gguf(url, str(gguf), clients))))
+            finally:
+                server.terminate()
+                server.wait()
+    print(f"\n{clients} concurrent streaming chat clients on a tiny GGUF, 32 tokens each")
+    print(f"{'':17} {'req/s':>8} {'tok/s':>8} {'ms/delta p50':>13} {'p99':>8} {'bad':>4}")
+    for name, row in rows:
+        print(
+            f"{name:17} {row['req/s']:8.1f} {row['tok/s']:8.1f} {row['p50']:13.3f} "
+            f"{row['p99']:8.3f} {int(row['bad']):4}"
+        )
+    ours = statistics.median(r["req/s"] for n, r in rows if n == "chatcodec")
+    theirs = statistics.median(r["req/s"] for n, r in rows if n == "llama-cpp-python")
+    print(f"chatcodec req/s / llama-cpp-python req/s: {ours / theirs:.2f} (goal >= 1.00)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--gguf-clients", type=int, default=200)
+    parser.add_argument("--no-gguf", action="store_true", help="skip the GGUF comparison")
     args = parser.parse_args()
     reply = PROSE + CALL
     engine_port, serve_port = free_port(), free_port()
@@ -144,12 +263,15 @@ def main() -> None:
             rows.append(("direct", asyncio.run(run("direct", engine_url, args.clients))))
             serve_url = f"http://127.0.0.1:{serve_port}"
             rows.append(("chatcodec", asyncio.run(run("chat", serve_url, args.clients))))
-        print(f"{args.clients} concurrent streaming clients, reply {len(reply)} characters")
-        print(f"{'':10} {'req/s':>8} {'ms/delta p50':>13} {'p99':>8} {'bad':>4}")
+        print(
+            f"{args.clients} concurrent streaming clients, reply {len(reply)} characters "
+            f"in {len(standin_chunks())} pieces"
+        )
+        print(f"{'':10} {'req/s':>8} {'ms/delta p50':>13} {'p99':>8} {'out':>6} {'bad':>4}")
         for name, row in rows:
             print(
                 f"{name:10} {row['req/s']:8.1f} {row['p50']:13.3f} {row['p99']:8.3f} "
-                f"{int(row['bad']):4}"
+                f"{row['out']:6.0f} {int(row['bad']):4}"
             )
         direct_p50 = statistics.median(r["p50"] for n, r in rows if n == "direct")
         chat_p50 = statistics.median(r["p50"] for n, r in rows if n == "chatcodec")
@@ -159,6 +281,8 @@ def main() -> None:
         engine.terminate()
         server.wait()
         engine.wait()
+    if not args.no_gguf:
+        gguf_comparison(args.gguf_clients, args.rounds)
 
 
 if __name__ == "__main__":

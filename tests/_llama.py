@@ -155,9 +155,12 @@ def write_chat_model(
     eos: str,
     seed: int = 0,
     favoured: Mapping[str, float] | None = None,
+    user_defined: Sequence[str] = (),
 ) -> Path:
     """A tiny llama GGUF whose tokenizer is byte-level BPE (the 256 byte symbols, one merge:
-    two spaces) plus ``special_tokens`` as control tokens (``bos`` and ``eos`` among them),
+    two spaces) plus ``special_tokens`` as control tokens (``bos`` and ``eos`` among them;
+    those of them in ``user_defined`` as user-defined tokens, which a detokenizer that leaves
+    control tokens out still writes, as conversions mark a tokenizer's non-special ones),
     with ``template`` as its chat template: what ``chatcodec serve MODEL.gguf`` reads.
     ``favoured`` (a special token or a one-byte text -> logit) biases the random model towards those tokens (see
     ``_write_weights``): a grammar that lets free text run until a call marker then ends
@@ -171,7 +174,11 @@ def write_chat_model(
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL] * len(specials))
+    kinds = [
+        gguf.TokenType.USER_DEFINED if t in user_defined else gguf.TokenType.CONTROL
+        for t in specials
+    ]
+    writer.add_token_types([gguf.TokenType.NORMAL] * 257 + kinds)
     writer.add_token_merges(["\u0120 \u0120"])  # llama.cpp's BPE wants at least one
     writer.add_bos_token_id(tokens.index(bos))
     writer.add_eos_token_id(tokens.index(eos))

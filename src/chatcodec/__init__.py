@@ -29,6 +29,7 @@ from .errors import (
     TemplateSyntaxError,
     TemplateTypeError,
     TemplateUndefinedError,
+    TokenizerError,
     TypeHintParsingException,
     UnusedVariableWarning,
 )
@@ -36,8 +37,11 @@ from .template.environment import Limits
 from .template.render import ChatTemplate, RenderedChat, Span
 
 if TYPE_CHECKING:
+    from .checkdata import check_data, check_turns
     from .checkpoint import Checkpoint, find_checkpoint, load
     from .codec import Codec
+    from .data import DatasetEncoder, RayEncoder
+    from .encoding import Encoding
     from .grammar.constraint import Grammar, Trigger
     from .reply import (
         AssistantMessage,
@@ -61,6 +65,11 @@ _LAZY = {
     "find_checkpoint": ".checkpoint",
     "load": ".checkpoint",
     "Codec": ".codec",
+    "DatasetEncoder": ".data",
+    "RayEncoder": ".data",
+    "check_data": ".checkdata",
+    "check_turns": ".checkdata",
+    "Encoding": ".encoding",
     "Grammar": ".grammar.constraint",
     "Trigger": ".grammar.constraint",
     "AssistantMessage": ".reply",
@@ -94,14 +103,17 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "Codec",
+    "DatasetEncoder",
     "Delta",
     "DocstringParsingException",
     "Dropped",
+    "Encoding",
     "Grammar",
     "GrammarError",
     "GrammarWarning",
     "Limits",
     "MissingExtraError",
+    "RayEncoder",
     "RenderedChat",
     "ReplyError",
     "ReplyStream",
@@ -119,12 +131,15 @@ __all__ = [
     "TemplateSyntaxError",
     "TemplateTypeError",
     "TemplateUndefinedError",
+    "TokenizerError",
     "Trigger",
     "ToolCall",
     "ToolCallDelta",
     "Turn",
     "TypeHintParsingException",
     "UnusedVariableWarning",
+    "check_data",
+    "check_turns",
     "find_checkpoint",
     "fold",
     "get_json_schema",

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,15 @@ from .template import ChatTemplate
 if TYPE_CHECKING:
     from .reply.turn import Turn
 
-__all__ = ["TemplateFiles", "batch_result", "is_parse_request", "prepare_request", "prepare_with"]
+__all__ = [
+    "TemplateFiles",
+    "batch_result",
+    "is_parse_request",
+    "prepare_request",
+    "prepare_with",
+    "run_batch",
+    "safe_result",
+]
 
 
 class TemplateFiles:
@@ -132,6 +141,68 @@ def batch_result(request: Mapping[str, Any], files: TemplateFiles | None = None)
     except KeyError as exc:
         message = f"missing field {exc}"
     return {"id": request.get("id"), "error": {"type": "UsageError", "message": message}}
+
+
+def safe_result(request: Mapping[str, Any], files: TemplateFiles | None = None) -> dict[str, Any]:
+    """``batch_result``, with a bug of chatcodec's as an ``InternalError`` result line: one
+    request that trips it must not cost the others."""
+    try:
+        return batch_result(request, files)
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {exc} (a bug in chatcodec: please report it)"
+        return {"id": request.get("id"), "error": {"type": "InternalError", "message": message}}
+
+
+# (category, message) of each warning a request raised, to be raised again by the parent
+Warned = list[tuple[type[Warning], str]]
+
+_worker_files: TemplateFiles | None = None
+
+
+def _setup_worker(templates: str | None) -> None:
+    global _worker_files
+    _worker_files = TemplateFiles(templates)
+
+
+def _work(item: tuple[dict[str, Any] | None, str]) -> tuple[dict[str, Any], Warned]:
+    request, problem = item
+    if request is None:
+        return {"id": None, "error": {"type": "UsageError", "message": problem}}, []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = safe_result(request, _worker_files)
+    return result, [(w.category, str(w.message)) for w in caught]
+
+
+def _template_of(item: tuple[dict[str, Any] | None, str]) -> Any:
+    """What a worker compiles for a request: the template it names (or brings)."""
+    request = item[0]
+    if request is None:
+        return None
+    named = request.get("template")
+    if isinstance(named, str):
+        return named
+    source = request.get("chat_template", request.get("template_source"))
+    return hash(source) if isinstance(source, str) else None
+
+
+def run_batch(
+    records: Iterable[tuple[dict[str, Any] | None, str]],
+    templates: str | None = None,
+    jobs: int = 1,
+) -> Iterator[dict[str, Any]]:
+    """The result line of each record, in order, over ``jobs`` worker processes (each finds
+    and compiles its templates once). A record ``(None, why)`` is a line that could not be
+    read: its result is a ``UsageError`` naming ``why``. The warnings a request raises in a
+    worker are raised again here (``warnings.warn``), in order."""
+    from .workers import ordered_map
+
+    for result, warned in ordered_map(
+        _work, records, jobs, setup=_setup_worker, setup_args=(templates,), key=_template_of
+    ):
+        for category, message in warned:
+            warnings.warn(message, category, stacklevel=2)
+        yield result
 
 
 # the keywords render and prepare take themselves: a template variable cannot be named so

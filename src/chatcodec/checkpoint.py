@@ -19,26 +19,20 @@ from typing import Any, Literal
 from .codec import Codec
 from .errors import CheckpointError, MissingExtraError, TemplateNotFoundError
 from .template import Limits
+from .tokenizer import (  # the tokenizer files' names, and transformers' named special tokens
+    NAMED_SPECIAL_TOKENS,
+    SPECIAL_TOKENS_MAP_FILE,
+    TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
+)
 
 __all__ = ["Checkpoint", "find_checkpoint", "load"]
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 CHAT_TEMPLATE_DIR = "additional_chat_templates"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 # The processor's legacy file; the tokenizer ignores it, so it is only a fallback here.
 PROCESSOR_CHAT_TEMPLATE_FILE = "chat_template.json"
 
-# transformers' SPECIAL_TOKENS_ATTRIBUTES, in its order.
-NAMED_SPECIAL_TOKENS = (
-    "bos_token",
-    "eos_token",
-    "unk_token",
-    "sep_token",
-    "pad_token",
-    "cls_token",
-    "mask_token",
-)
 
 # The ids transformers' GGUF tokenizer conversion maps back to token strings.
 GGUF_SPECIAL_TOKEN_IDS = {
@@ -78,6 +72,8 @@ class Checkpoint:
     files_read: tuple[Path, ...] = ()
     repo_id: str | None = None
     revision: str | None = None
+    # what Codec.encode tokenizes with: the folder of a tokenizer.json, or the GGUF file
+    tokenizer_path: Path | None = None
 
     @property
     def template_names(self) -> tuple[str, ...]:
@@ -104,6 +100,7 @@ class Checkpoint:
             template_name=template_name,
             limits=limits,
             origin=self.origin,
+            tokenizer=self.tokenizer_path,
         )
 
 
@@ -202,6 +199,7 @@ def _from_folder(
         files_read=tuple(reads.read),
         repo_id=repo_id,
         revision=revision,
+        tokenizer_path=_tokenizer_folder(folder),
     )
 
 
@@ -254,6 +252,11 @@ def _folder_special_tokens(
     return _special_tokens(config, special_map)
 
 
+def _tokenizer_folder(folder: Path) -> Path | None:
+    """The folder, when it holds a ``tokenizer.json`` (what Codec.encode reads)."""
+    return folder if (folder / TOKENIZER_FILE).is_file() else None
+
+
 def _from_file(path: Path) -> Checkpoint:
     if path.suffix == ".gguf" or _has_gguf_magic(path):
         return _from_gguf(path, kind="gguf")
@@ -289,6 +292,7 @@ def _from_file(path: Path) -> Checkpoint:
         path=path,
         template_files=where,
         files_read=tuple(reads.read),
+        tokenizer_path=_tokenizer_folder(folder),
     )
 
 
@@ -426,6 +430,7 @@ def _from_gguf(
         files_read=(path,),
         repo_id=repo_id,
         revision=revision,
+        tokenizer_path=path,
     )
 
 
@@ -533,6 +538,7 @@ _HUB_PATTERNS = [
     CHAT_TEMPLATE_FILE,
     f"{CHAT_TEMPLATE_DIR}/*.jinja",
     TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
     SPECIAL_TOKENS_MAP_FILE,
     PROCESSOR_CHAT_TEMPLATE_FILE,
     "*.gguf",

@@ -1,4 +1,5 @@
-"""The ``chatcodec`` command: render | parse | grammar | inspect | batch | serve.
+"""The ``chatcodec`` command: render | encode | parse | grammar | inspect | batch | check-data |
+serve.
 
 Every subcommand is a thin driver around the library: it reads files or stdin, calls the
 public API, and writes the result to stdout. The subcommands share their spellings, built
@@ -14,20 +15,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .errors import ChatCodecError, UnusedVariableWarning
 
 if TYPE_CHECKING:
     from .codec import Codec
+    from .recipe import CodecRecipe
 
 __all__ = ["main"]
 
@@ -119,6 +119,12 @@ _OWN_KEYWORDS = {
     ),
 }
 _OWN_KEYWORDS["grammar"] = _OWN_KEYWORDS["parse"]
+_OWN_KEYWORDS["encode"] = _OWN_KEYWORDS["render"] | {
+    "mask_end_marker",
+    "mask_reasoning",
+    "tokenizer",
+}
+_OWN_KEYWORDS["check-data"] = _OWN_KEYWORDS["parse"] | {"documents", "id"}
 
 
 def _variables(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,24 +143,13 @@ def _variables(args: argparse.Namespace) -> dict[str, Any]:
 def _load(args: argparse.Namespace) -> Codec:
     """The checkpoint of ``CHECKPOINT`` and ``--template-name``, with the special tokens of
     ``--bos-token`` / ``--eos-token`` in place of its own."""
-    from .checkpoint import load
-    from .codec import Codec
+    return _recipe(args).build()
 
-    codec = load(args.checkpoint, template_name=args.template_name)
-    overrides = {
-        name: value
-        for name, value in (("bos_token", args.bos_token), ("eos_token", args.eos_token))
-        if value is not None
-    }
-    if not overrides:
-        return codec
-    return Codec(
-        codec.sources or codec.template.source,
-        special_tokens={**codec.special_tokens, **overrides},
-        template_name=codec.template_name,
-        limits=codec.limits,
-        origin=codec.origin,
-    )
+
+def _recipe(args: argparse.Namespace) -> CodecRecipe:
+    from .recipe import CodecRecipe
+
+    return CodecRecipe(args.checkpoint, args.template_name, args.bos_token, args.eos_token)
 
 
 def _print_json(value: Any, indent: int | None = None) -> None:
@@ -220,6 +215,36 @@ def _cmd_render(args: argparse.Namespace) -> int:
                 f"the prompt holds {exc.object[exc.start : exc.end]!r}, which "
                 f"{exc.encoding} cannot write (a lone surrogate?): use --json"
             ) from None
+    return 0
+
+
+# --- encode --------------------------------------------------------------------------------
+
+
+def _cmd_encode(args: argparse.Namespace) -> int:
+    request = _read_request(args.messages)
+    tools = _read_json(args.tools, "tools") if args.tools else request.get("tools")
+    documents = (
+        _read_json(args.documents, "documents") if args.documents else request.get("documents")
+    )
+    context = _variables(args)
+    now = _parse_now(args.now)
+    codec = _load(args)
+    encoding = codec.encode(
+        request["messages"],
+        tools,
+        documents,
+        args.add_generation_prompt,
+        mask_end_marker=args.end_marker,
+        mask_reasoning=args.reasoning,
+        tokenizer=args.tokenizer,
+        now=now,
+        **context,
+    )
+    row = encoding.to_dict(text=args.text)
+    if args.offsets:
+        row["offsets"] = [list(pair) for pair in encoding.offsets]
+    _print_json(row)
     return 0
 
 
@@ -503,97 +528,94 @@ def _constraint_line(c: dict[str, Any]) -> str:
 
 
 class _Progress:
-    """A one-line progress report on stderr, only when stderr is a terminal."""
+    """Progress on stderr, only when stderr is a terminal: tqdm's bar when the ``data``
+    extra is installed, else a one-line count. ``total`` is None when unknown (stdin)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, what: str, total: int | None = None) -> None:
         self.stream = stream
+        self.what = what
         self.enabled = stream.isatty()
         self.started = time.monotonic()
         self.last = 0.0
+        self.bar: Any = None
+        if self.enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                pass
+            else:
+                self.bar = tqdm(total=total, file=stream, unit=" " + what, dynamic_ncols=True)
 
     def update(self, done: int, errors: int, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+            self.bar.set_postfix_str(f"{errors} with errors", refresh=False)
+            if final:
+                self.bar.close()
+            return
         now = time.monotonic()
-        if not self.enabled or (not final and now - self.last < 0.1):
+        if not final and now - self.last < 0.1:
             return
         self.last = now
         rate = done / max(now - self.started, 1e-9)
         end = "\n" if final else ""
-        self.stream.write(f"\rbatch: {done} requests, {errors} with errors, {rate:,.0f}/s{end}")
+        line = f"\r{self.what}: {done}, {errors} with errors, {rate:,.0f}/s{end}"
+        self.stream.write(line)
         self.stream.flush()
 
 
-def _not_json(constant: str) -> float:
-    """NaN and Infinity: Python reads them, JSON has no such values (nor can a result line
-    carry them back)."""
-    raise ValueError(f"{constant} is not a JSON value")
+def _inputs(args: argparse.Namespace) -> tuple[list[str], int | None]:
+    """The input files (stdin for none) and how many records they hold, when a progress bar
+    will show it (files only: counting reads them once more)."""
+    from .datafiles import count_records
+
+    paths: list[str] = args.inputs or ["-"]
+    if paths.count("-") > 1:
+        raise UsageError("stdin (-) can be read only once")
+    total = None
+    if sys.stderr.isatty() and "-" not in paths:
+        total = count_records(paths)
+    return paths, total
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"the number {text[:40]} is beyond the range of a double")
-    return value
-
-
-def _requests(stream: BinaryIO) -> Iterator[tuple[dict[str, Any] | None, str]]:
-    """(request, "") per JSON line, or (None, why) for a line that is not a JSON object."""
-    for number, raw in enumerate(stream, 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield None, f"line {number} is not UTF-8 text ({exc.reason} at byte {exc.start})"
-            continue
-        if not line.strip():
-            continue
-        try:
-            request = json.loads(line, parse_constant=_not_json, parse_float=_finite)
-        except json.JSONDecodeError as exc:
-            yield None, f"line {number} is not valid JSON: {exc}"
-            continue
-        except RecursionError:
-            yield None, f"line {number} nests too deeply to read"
-            continue
-        except ValueError as exc:  # NaN, infinity, an integer too long to convert
-            yield None, f"line {number} cannot be read: {exc}"
-            continue
-        if not isinstance(request, dict):
-            yield None, f"line {number} is not a JSON object"
-            continue
-        yield request, ""
+def _output(path: str | None) -> TextIO:
+    if path is None or path == "-":
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")  # closed by _cmd_batch
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from .batch import TemplateFiles, batch_result
+    from .batch import run_batch
+    from .datafiles import read_records
 
-    files = TemplateFiles(args.templates)
-    progress = _Progress(sys.stderr)
+    paths, total = _inputs(args)
+    progress = _Progress(sys.stderr, "requests", total)
     done = errors = 0
     unusable: Counter[str] = Counter()  # result lines that are no answer: UsageError, InternalError
-    out = sys.stdout
-    for request, problem in _requests(sys.stdin.buffer):
-        if request is None:
-            result: dict[str, Any] = {
-                "id": None,
-                "error": {"type": "UsageError", "message": problem},
-            }
-        else:
-            try:
-                result = batch_result(request, files)
-            except Exception as exc:  # a bug of ours must not cost the other requests
-                message = f"{type(exc).__name__}: {exc} (a bug in chatcodec: please report it)"
-                result = {
-                    "id": request.get("id"),
-                    "error": {"type": "InternalError", "message": message},
-                }
-        done += 1
-        errors += "error" in result
-        kind = result.get("error", {}).get("type")
-        if kind in ("UsageError", "InternalError"):
-            unusable[kind] += 1
-        out.write(_json_line(result))
-        progress.update(done, errors)
-    progress.update(done, errors, final=True)
-    out.flush()
+    out = _output(args.output)
+    try:
+        for result in run_batch(read_records(paths), args.templates, args.jobs):
+            done += 1
+            errors += "error" in result
+            kind = result.get("error", {}).get("type")
+            if kind in ("UsageError", "InternalError"):
+                unusable[kind] += 1
+            out.write(_json_line(result))
+            progress.update(done, errors)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # an input file that cannot be opened or read
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    finally:
+        progress.update(done, errors, final=True)
+        out.flush()
+        if out is not sys.stdout:
+            out.close()
     if not unusable:
         return 0
     counts = ", ".join(f"{count} {kind}" for kind, count in sorted(unusable.items()))
@@ -602,6 +624,96 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1 if unusable["InternalError"] else 2
+
+
+# --- check-data ----------------------------------------------------------------------------
+
+
+def _cmd_check_data(args: argparse.Namespace) -> int:
+    from .checkdata import ConversationCheck, DataReport, check_item, setup_checker
+    from .datafiles import read_records
+    from .workers import ordered_map
+
+    recipe = _recipe(args)
+    recipe.build()  # a checkpoint that cannot be loaded fails once, here
+    options: dict[str, Any] = {**_variables(args), "reasoning_format": args.reasoning_format}
+    if args.now is not None:
+        options["now"] = _parse_now(args.now)
+    paths, total = _inputs(args)
+    items = (
+        (number, record, problem) for number, (record, problem) in enumerate(read_records(paths))
+    )
+    progress = _Progress(sys.stderr, "conversations", total)
+    report = DataReport()
+    failed: list[ConversationCheck] = []
+    try:
+        for check in ordered_map(
+            check_item, items, args.jobs, setup=setup_checker, setup_args=(recipe, options)
+        ):
+            report.add(check)
+            if args.json:
+                sys.stdout.write(_json_line(check.to_dict()))
+            elif not check.ok and len(failed) < args.show:
+                failed.append(check)
+            progress.update(
+                sum(report.conversations.values()), sum(report.failed_conversations.values())
+            )
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    finally:
+        progress.update(
+            sum(report.conversations.values()), sum(report.failed_conversations.values()), True
+        )
+    if args.json:
+        _print_json({"summary": report.to_dict()})
+    else:
+        _print_check_report(report, failed)
+    return 0 if report.ok else 1
+
+
+def _print_check_report(report: Any, failed: list[Any]) -> None:
+    from .checkdata import REASONS
+
+    rows = [("template", "conversations", "failing", "turns", "read back", "reasons")]
+    for name, counts in report.to_dict().items():
+        turns = counts["turns"]
+        share = f"{counts['good_turns']} ({counts['good_turns'] / turns:.0%})" if turns else "-"
+        reasons = ", ".join(f"{code} {n}" for code, n in counts["reasons"].items())
+        unrendered = f"not rendered {counts['unrendered']}" if counts["unrendered"] else ""
+        rows.append(
+            (
+                name,
+                str(counts["conversations"]),
+                str(counts["failed_conversations"]),
+                str(turns),
+                share,
+                "; ".join(x for x in (reasons, unrendered) if x) or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True))
+            + "  "
+            + row[5]
+        )
+    for check in failed:
+        if check.error:
+            print(f"\nconversation {check.id}: {check.error}")
+        for turn in check.turns:
+            if not turn.ok:
+                print(f"\nconversation {check.id}, message {turn.index}: {', '.join(turn.reasons)}")
+                print(f"  {turn.detail}")
+    used = sorted({code for counts in report.reasons.values() for code in counts})
+    if used:
+        print("\nreasons:")
+        for code in used:
+            print(f"  {code}: {REASONS[code]}")
+    bad = sum(report.failed_conversations.values())
+    total = sum(report.conversations.values())
+    print(f"\n{bad} of {total} conversations have a turn that does not read back")
 
 
 # --- serve ---------------------------------------------------------------------------------
@@ -613,6 +725,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.backend is None and not args.checkpoint.endswith(".gguf"):
         raise UsageError(
             "serve needs a MODEL.gguf for the in-process engine, or --backend URL for a remote one"
+        )
+    if args.backend_kind == "sglang" and args.max_tokens_default is None:
+        raise UsageError(
+            "--backend-kind sglang needs --max-tokens-default N: SGLang's /v1/completions "
+            "gives 16 tokens to a request that names none and takes no null"
         )
     return serve(args, _load)
 
@@ -635,11 +752,18 @@ def _add_serve(
     )
     serve.add_argument(
         "--backend-kind",
-        choices=("llama", "vllm", "sglang", "none"),
+        choices=("llama", "llama-cpp-python", "vllm", "sglang", "none"),
         default="none",
         help="how a grammar is sent to the backend (none: requests that need one are refused)",
     )
     serve.add_argument("--backend-model", help="the model name sent to the backend")
+    serve.add_argument(
+        "--max-tokens-default",
+        type=_positive_int,
+        metavar="N",
+        help="max_tokens sent to the backend for a request that gives none (default: null, "
+        "until the context is full; required with --backend-kind sglang)",
+    )
     serve.add_argument(
         "--backend-no-stream",
         action="store_true",
@@ -652,13 +776,29 @@ def _add_serve(
     serve.add_argument(
         "--max-body", type=_positive_int, default=8 * 1024 * 1024, help="largest body, bytes"
     )
-    serve.add_argument("--timeout", type=float, default=600.0, help="backend timeout, seconds")
+    serve.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=600.0,
+        help="the longest the engine may take to give its next piece of text (a queued "
+        "request's wait included), seconds; past it a request fails with 504",
+    )
+    serve.add_argument(
+        "--parse-failure",
+        choices=("error", "content"),
+        default="error",
+        help="what a reply that does not parse becomes when the request does not say (its "
+        "parse_failure field): an error (llama.cpp's behaviour), or plain content",
+    )
     serve.add_argument(
         "--reasoning-field",
         choices=("reasoning_content", "reasoning", "both"),
         default="reasoning_content",
     )
     serve.add_argument("--n-ctx", type=_positive_int, default=4096, help="in-process context")
+    serve.add_argument(
+        "--n-threads", type=_positive_int, help="in-process decoding threads (llama.cpp's default)"
+    )
     serve.add_argument(
         "--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info"
     )
@@ -718,6 +858,16 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {raw}")
+    return value
+
+
 def _tool_choice(value: str) -> str | dict[str, Any]:
     """``--tool-choice``: llama.cpp's three values, or a tool's name (OpenAI's named form)."""
     if value in ("auto", "required", "none"):
@@ -764,6 +914,51 @@ def _add_render(
         "--spans", action="store_true", help="print the prompt and the assistant spans as JSON"
     )
     render.set_defaults(func=_cmd_render)
+
+
+def _add_encode(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    checkpoint: argparse.ArgumentParser,
+    request: argparse.ArgumentParser,
+) -> None:
+    encode = commands.add_parser(
+        "encode",
+        parents=[checkpoint, request],
+        help="a conversation's token ids and assistant mask, as JSON",
+        description="Tokenize the rendered conversation with the checkpoint's tokenizer, as "
+        "transformers' apply_chat_template(..., tokenize=True, return_dict=True, "
+        "return_assistant_tokens_mask=True) does, with a mask of the assistant's tokens for "
+        "any template; print {input_ids, attention_mask, assistant_masks} as JSON.",
+    )
+    encode.add_argument(
+        "messages",
+        nargs="?",
+        metavar="MESSAGES",
+        help="JSON file of messages or of a request body with messages, tools, documents "
+        "(default: stdin)",
+    )
+    encode.add_argument("--documents", metavar="FILE", help="JSON file with the documents array")
+    encode.add_argument("--add-generation-prompt", "-g", action="store_true")
+    encode.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenize with this folder, tokenizer.json or .gguf instead of the checkpoint's",
+    )
+    encode.add_argument(
+        "--no-end-marker",
+        dest="end_marker",
+        action="store_false",
+        help="leave the end-of-turn marker out of the mask",
+    )
+    encode.add_argument(
+        "--no-reasoning",
+        dest="reasoning",
+        action="store_false",
+        help="leave the thought out of the mask",
+    )
+    encode.add_argument("--text", action="store_true", help="add the rendered text")
+    encode.add_argument("--offsets", action="store_true", help="add each token's [start, end)")
+    encode.set_defaults(func=_cmd_encode)
 
 
 def _add_parse(
@@ -883,6 +1078,110 @@ def _add_grammar(
     grammar.set_defaults(func=_cmd_grammar)
 
 
+def _jobs(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"takes a number of processes (0: one per core), not {raw!r}"
+        )
+    return value
+
+
+def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    batch = commands.add_parser(
+        "batch",
+        help="requests (JSON Lines or Parquet, oracle schemas) -> one JSON result per line",
+        description="Run render and parse requests (the oracle corpora's schemas), one JSON "
+        "result line per request, in input order. A line that cannot be run gives an error "
+        "line at its place and the batch goes on; the count of such lines is reported on "
+        "stderr at the end, with exit status 2 (1 when one hit a bug of chatcodec's).",
+    )
+    batch.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="FILE",
+        help="JSON Lines files, or Parquet files (.parquet, with the data extra); - or none: stdin",
+    )
+    batch.add_argument(
+        "--templates",
+        metavar="DIR",
+        help="folder holding the templates the requests name (default: search)",
+    )
+    batch.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1; 0: one per core); results keep the input order",
+    )
+    batch.add_argument(
+        "-o", "--output", metavar="FILE", help="write the result lines to FILE (default: stdout)"
+    )
+    batch.set_defaults(func=_cmd_batch)
+
+
+def _add_check_data(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    checkpoint: argparse.ArgumentParser,
+) -> None:
+    check = commands.add_parser(
+        "check-data",
+        parents=[checkpoint],
+        help="check that each assistant turn of a dataset reads back into its message",
+        description="For each assistant turn of each conversation (JSON Lines or Parquet "
+        "records with messages, and tools, documents, chat_template_kwargs, id when they "
+        "have them), read the turn as rendered by the template with the reply reader a "
+        "server sets up for the conversation before it, and compare the message read with "
+        "the dataset's (content, reasoning, tool calls). Report per template and per "
+        "conversation; exit status 1 when a turn does not read back.",
+    )
+    check.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="DATASET",
+        help="JSON Lines or Parquet files (- or none: stdin)",
+    )
+    check.add_argument(
+        "--json", action="store_true", help="one JSON line per conversation, then the summary"
+    )
+    check.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="worker processes (0: one per core)",
+    )
+    check.add_argument(
+        "--show",
+        type=int,
+        default=10,
+        metavar="N",
+        help="failing conversations to list (default 10)",
+    )
+    check.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a template variable for every conversation",
+    )
+    check.add_argument("--now", help="pin strftime_now: unix seconds or ISO 8601 with a zone")
+    check.add_argument(
+        "--no-thinking", dest="thinking", action="store_false", help="enable_thinking=false"
+    )
+    check.add_argument(
+        "--reasoning-format",
+        default="deepseek",
+        choices=("deepseek", "auto", "none", "deepseek-legacy"),
+    )
+    check.set_defaults(func=_cmd_check_data)
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -896,6 +1195,7 @@ def _parser() -> argparse.ArgumentParser:
     request = _request_options()
 
     _add_render(commands, checkpoint, request)
+    _add_encode(commands, checkpoint, request)
     _add_parse(commands, checkpoint, request)
     _add_grammar(commands, checkpoint, request)
     inspect_ = commands.add_parser(
@@ -906,23 +1206,21 @@ def _parser() -> argparse.ArgumentParser:
     inspect_.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect_.set_defaults(func=_cmd_inspect)
 
-    batch = commands.add_parser(
-        "batch",
-        help="JSON Lines requests on stdin (oracle schemas) -> one JSON result per line",
-    )
-    batch.add_argument(
-        "--templates",
-        metavar="DIR",
-        help="folder holding the templates the requests name (default: search)",
-    )
-    batch.set_defaults(func=_cmd_batch)
+    _add_batch(commands)
+    _add_check_data(commands, checkpoint)
     _add_serve(commands, checkpoint)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse takes a command's positional files in one run: files after an option come
+    # back unrecognized, and are the command's inputs all the same
+    if extra and hasattr(args, "inputs") and all(x == "-" or not x.startswith("-") for x in extra):
+        args.inputs = [*args.inputs, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     prefix = f"chatcodec {args.command}: "
     if getattr(args, "checkpoint", None):
         prefix += f"{args.checkpoint}: "

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ChatCodecError,
     CheckpointError,
     RequestError,
     TemplateArgumentError,
     TemplateError,
     TemplateNotFoundError,
+    TokenizerError,
 )
 from .template import ChatTemplate, Limits, RenderedChat
 from .template.render import request_lists
 
 if TYPE_CHECKING:
+    from .encoding import Encoding, ThoughtMarkers
     from .reply.description import ReplyFormat
     from .reply.turn import Turn
+    from .tokenizer import Tokenizer
 
 __all__ = ["Codec", "REASONING_FORMATS", "TOOL_CHOICES"]
 
@@ -34,7 +39,8 @@ class Codec:
     ``templates`` is one template source, or named sources as a checkpoint may ship them
     (``{"default": ..., "tool_use": ...}``); transformers' selection rule picks one per
     request: an explicit ``template_name``, else ``tool_use`` when tools are given, else
-    ``default``.
+    ``default``. ``tokenizer`` (a checkpoint folder, a ``tokenizer.json`` or ``.gguf`` file, or
+    a loaded tokenizer) is what ``encode`` tokenizes with; it is loaded on first use.
     """
 
     def __init__(
@@ -47,6 +53,7 @@ class Codec:
         template_name: str | None = None,
         limits: Limits | None = None,
         origin: str | None = None,
+        tokenizer: str | os.PathLike[str] | Tokenizer | None = None,
     ) -> None:
         tokens = dict(special_tokens or {})
         if bos_token is not None:
@@ -62,6 +69,10 @@ class Codec:
         self.limits = limits
         self.origin = origin
         self._compiled: dict[str | None, ChatTemplate] = {}
+        # what the tokenizer is loaded from (or the loaded tokenizer): kept for copies
+        self.tokenizer_source = tokenizer
+        self._tokenizer: Tokenizer | None = None
+        self._thoughts: dict[str | None, ThoughtMarkers | None] = {}
         if self.sources is not None and not self.sources:
             raise CheckpointError("no chat template was given")
         if (
@@ -72,6 +83,10 @@ class Codec:
             raise TemplateNotFoundError(
                 f"no chat template named {template_name!r}; available: {sorted(self.sources)}"
             )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # compiled templates hold the sandbox's closures: a copy compiles its own on first use
+        return {**self.__dict__, "_compiled": {}, "_thoughts": {}}
 
     def __repr__(self) -> str:
         names = "" if self.sources is None else f" templates={sorted(self.sources)}"
@@ -157,6 +172,78 @@ class Codec:
         return self.template_for(tools, template_name).render_with_spans(
             messages, tools, documents, add_generation_prompt, now, **context
         )
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer ``encode`` uses (loaded on first use), or TokenizerError when this
+        Codec was given none."""
+        if self._tokenizer is None:
+            self._tokenizer = _as_tokenizer(self.tokenizer_source, self.origin)
+        return self._tokenizer
+
+    def encode(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        *,
+        mask_end_marker: bool = True,
+        mask_reasoning: bool = True,
+        tokenizer: str | os.PathLike[str] | Tokenizer | None = None,
+        now: float | int | datetime | None = None,
+        template_name: str | None = None,
+        **context: Any,
+    ) -> Encoding:
+        """The token ids of the rendered conversation and a mask of the assistant's tokens.
+
+        ``input_ids`` are those of ``apply_chat_template(..., tokenize=True)`` with this
+        checkpoint's tokenizer; ``assistant_masks`` are transformers' where the template has
+        ``{% generation %}`` tags, else made the same way from the spans chatcodec derives
+        (``render_with_spans``). ``mask_end_marker=False`` leaves the end-of-turn marker out
+        of the mask, ``mask_reasoning=False`` the thought (docs/training.md has the rule).
+        ``tokenizer`` overrides the Codec's for this call.
+        """
+        from .encoding import encode_rendered
+
+        rendered = self.render_with_spans(
+            messages, tools, documents, add_generation_prompt, now, template_name, **context
+        )
+        thought = None
+        if not mask_reasoning:
+            thought = self.thought_markers(tools, template_name)
+        return encode_rendered(
+            rendered,
+            self.tokenizer if tokenizer is None else _as_tokenizer(tokenizer, self.origin),
+            mask_end_marker=mask_end_marker,
+            mask_reasoning=mask_reasoning,
+            thought=thought,
+        )
+
+    def thought_markers(
+        self, tools: Sequence[Any] | None = None, template_name: str | None = None
+    ) -> ThoughtMarkers | None:
+        """How the chosen template's replies open and close a thought, as llama.cpp reads
+        them (thinking enabled); None when llama.cpp reads no thought in them."""
+        from .encoding import ThoughtMarkers
+
+        key = self.select(tools, template_name)
+        if key not in self._thoughts:
+            single = Codec(
+                self.template_for(tools, template_name).source,
+                special_tokens=self.special_tokens,
+                limits=self.limits,
+            )
+            try:
+                block = single.prepare([{"role": "user", "content": "x"}]).format.reasoning
+            except ChatCodecError:  # llama.cpp cannot set this template up: no markers known
+                block = None
+            self._thoughts[key] = (
+                None
+                if block is None
+                else ThoughtMarkers(block.start, tuple(m for m, eaten in block.closers if eaten))
+            )
+        return self._thoughts[key]
 
     def prepare(
         self,
@@ -456,3 +543,24 @@ def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | 
     if not isinstance(schema, Mapping):
         return None
     return dict(schema) if schema else {"type": "object"}
+
+
+def _as_tokenizer(source: Any, origin: str | None) -> Tokenizer:
+    """A loaded tokenizer, from a path or as given; TokenizerError when there is none."""
+    from .tokenizer import load_tokenizer
+
+    if source is None:
+        where = f"the checkpoint {origin} has" if origin else "a Codec built from a template has"
+        raise TokenizerError(
+            f"encode needs a tokenizer and {where} none: pass tokenizer= (a checkpoint folder, "
+            "a tokenizer.json or a .gguf file), or load the checkpoint's folder"
+        )
+    if isinstance(source, (str, os.PathLike)):
+        return load_tokenizer(source)
+    if callable(getattr(source, "tokenize", None)) and callable(
+        getattr(source, "is_special", None)
+    ):
+        return source  # type: ignore[no-any-return]
+    raise TokenizerError(
+        f"tokenizer must be a path or a loaded tokenizer, not {type(source).__name__}"
+    )

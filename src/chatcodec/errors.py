@@ -52,6 +52,7 @@ __all__ = [
     "StreamedCallError",
     "GrammarError",
     "MissingExtraError",
+    "TokenizerError",
     "UnusedVariableWarning",
     "GrammarWarning",
 ]
@@ -236,3 +237,9 @@ class GrammarWarning(UserWarning):
     """Part of a JSON schema is not enforced by its grammar: a ``pattern`` llama.cpp cannot
     translate (``\\d``, a lookaround, no ``^...$`` anchors) is replaced by "any string", as
     llama.cpp does; the message is the warning llama.cpp prints."""
+
+
+class TokenizerError(ChatCodecError, ValueError):
+    """No tokenizer to encode with, or one that cannot be read: a Codec built from a template
+    alone has none (pass ``tokenizer=``), a checkpoint without ``tokenizer.json`` or GGUF file
+    has none, a file that is not a tokenizer."""

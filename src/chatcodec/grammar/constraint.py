@@ -75,6 +75,13 @@ class Grammar:
 
         return llama_server_fields(self)
 
+    def llama_cpp_python_fields(self) -> dict[str, Any]:
+        """llama-cpp-python's server: ``grammar`` (the whole output's GBNF) (and ``stop``);
+        ``GrammarError`` for a lazy grammar, which it cannot run."""
+        from .export import llama_cpp_python_fields
+
+        return llama_cpp_python_fields(self)
+
     def vllm_fields(self) -> dict[str, Any]:
         """vLLM's ``structured_outputs`` (``grammar`` or ``structural_tag``) (and ``stop``)."""
         from .export import vllm_fields

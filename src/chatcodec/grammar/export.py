@@ -340,6 +340,16 @@ def llama_server_fields(grammar: Grammar) -> dict[str, Any]:
     return fields
 
 
+def llama_cpp_python_fields(grammar: Grammar) -> dict[str, Any]:
+    """The fields of a llama-cpp-python server ``/v1/completions`` request: the ``grammar``
+    of the whole output (it runs a grammar from the first token and has no lazy grammars:
+    ``GrammarError`` for one), and the extra stops."""
+    fields: dict[str, Any] = {"grammar": output_gbnf(grammar)}
+    if grammar.additional_stops:
+        fields["stop"] = list(grammar.additional_stops)
+    return fields
+
+
 def _xgrammar_fields(grammar: Grammar) -> dict[str, Any]:
     if grammar.lazy:
         return {"structural_tag": json.dumps(to_structural_tag(grammar), ensure_ascii=False)}

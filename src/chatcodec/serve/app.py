@@ -41,12 +41,15 @@ ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 class ServeConfig:
     """``model_name``: the id ``/v1/models`` reports and requests name. ``api_key``: the
     bearer token every ``/v1`` request must carry (none: open). ``max_body``: the largest
-    request body, in bytes. ``reasoning_field``: the name the reasoning goes out under."""
+    request body, in bytes. ``reasoning_field``: the name the reasoning goes out under.
+    ``parse_failure``: what a reply that does not parse becomes when the request does not
+    say (its ``parse_failure`` field): an error, or plain content (see `Reply`)."""
 
     model_name: str
     api_key: str | None = None
     max_body: int = 8 * 1024 * 1024
     reasoning_field: ReasoningField = "reasoning_content"
+    parse_failure: Literal["error", "content"] = "error"
 
 
 def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
@@ -153,8 +156,10 @@ class _Server:
                 "model",
                 "model_not_found",
             )
-        turn, generation = prepare(self.codec, body, self.engine)
-        reply = Reply(turn, generation.stop)
+        # rendering takes milliseconds (more for a long conversation): off the event loop
+        turn, generation = await asyncio.to_thread(prepare, self.codec, body, self.engine)
+        degrade = (body.parse_failure or self.config.parse_failure) == "content"
+        reply = Reply(turn, generation.stop, degrade=degrade, streamed=body.stream)
         pieces = self.engine.generate(generation)
         # an engine that fails at once is a status, not a stream
         first = await _unless_gone(request, asyncio.ensure_future(_first(pieces)))
@@ -276,27 +281,36 @@ class _Events:
             "created": int(time.time()),
             "model": server.config.model_name,
         }
+        # every delta chunk is this head, its delta, this tail: written once, not per delta
+        opening = json.dumps(
+            {**self.head, "choices": [{"index": 0, "delta": None}]}, ensure_ascii=False
+        )
+        self._before = b"data: " + opening[: opening.rindex("null")].encode()
+        self._after = b', "logprobs": null, "finish_reason": null}]}\n\n'
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return _event({**self.head, "choices": [choice]})
 
-    def deltas(self, deltas: list[Delta]) -> list[bytes]:
+    def deltas(self, deltas: list[Delta]) -> bytes:
+        """The chunks of ``deltas``, as one write."""
         out = []
         for delta in deltas:
             fields = delta.to_openai()
             fields.pop("role", None)
             if fields:
-                out.append(self.chunk(self.server.reasoning(fields)))
-        return out
+                body = json.dumps(self.server.reasoning(fields), ensure_ascii=False).encode()
+                out.append(self._before + body + self._after)
+        return b"".join(out)
 
     async def run(self, pieces: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
         yield self.chunk({"role": "assistant", "content": None})
         reply = self.reply
         try:
             async for deltas in reply.deltas(pieces):
-                for event in self.deltas(deltas):
-                    yield event
+                events = self.deltas(deltas)
+                if events:
+                    yield events
         except ReplyError as exc:
             yield _event(error_body(502, str(exc), code="unparseable_reply"))
             return

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import Codec
 from ..errors import (
     GrammarError,
+    ReplyError,
     RequestError,
     TemplateError,
     UnusedVariableWarning,
@@ -136,6 +137,15 @@ def _grammar(turn: Turn, request: ChatRequest, engine: Engine) -> Grammar | None
     except GrammarError as exc:
         raise APIError(400, str(exc), needed or "tools") from None
     if grammar is None:
+        if needed in ("tool_choice", "response_format"):
+            # llama.cpp sets no grammar: this chat format has nothing to enforce it with (no
+            # tool-call syntax it knows), so the request cannot be honoured as asked
+            raise APIError(
+                400,
+                f"{needed} cannot be enforced: llama.cpp knows no tool-call or JSON syntax "
+                "for this model's chat format",
+                needed,
+            )
         return None
     if not engine.takes_grammar:
         if needed is None:
@@ -159,10 +169,17 @@ def _grammar(turn: Turn, request: ChatRequest, engine: Engine) -> Grammar | None
 
 @dataclass
 class Reply:
-    """The engine's pieces read through the stop strings and the turn's stream."""
+    """The engine's pieces read through the stop strings and the turn's stream.
+
+    ``degrade``: a reply that does not parse becomes plain content, the reply's text as the
+    engine wrote it, instead of a ReplyError. When ``streamed``, its tool calls are then held
+    until the reply has parsed (so that none has to be taken back), and a reply whose
+    reasoning already went out still fails: the content sent so far must start its text."""
 
     turn: Turn
     stops: tuple[str, ...]
+    degrade: bool = False
+    streamed: bool = True
     finish_reason: str = "stop"
     usage: Usage | None = None
     message: AssistantMessage | None = None
@@ -172,15 +189,21 @@ class Reply:
     def __post_init__(self) -> None:
         self._scanner = StopScanner(self.stops)
         self._stream = self.turn.stream()
+        self._text: list[str] = []  # the reply as read, for a degraded message
+        self._content: list[str] = []  # the content sent
+        self._reasoning_sent = False
+        self._held: list[Delta] | None = [] if self.degrade and self.streamed else None
 
     async def deltas(self, pieces: AsyncIterator[Piece]) -> AsyncIterator[list[Delta]]:
         """The deltas of the reply, a list per engine piece; ``ReplyError`` when the finished
-        reply does not parse. Stops reading the engine at a stop string."""
+        reply does not parse (and cannot be degraded). Stops reading the engine at a stop
+        string."""
         stream = self._stream
         async for piece in pieces:
             text = self._scanner.feed(piece.text)
             if text:
-                yield self._count(stream.feed(text))
+                self._text.append(text)
+                yield self._sent(stream.feed(text))
             if piece.finish_reason is not None:
                 self.finish_reason = piece.finish_reason
                 self.usage = piece.usage
@@ -188,16 +211,43 @@ class Reply:
                 self.finish_reason = "stop"
                 break
         rest = self._scanner.finish()
-        out = self._count(stream.feed(rest)) if rest else []
-        end = stream.finish()
+        self._text.append(rest)
+        out = self._sent(stream.feed(rest)) if rest else []
+        try:
+            end = stream.finish()
+        except ReplyError as exc:
+            if not self.degrade:
+                raise
+            yield out + self._degraded(exc)
+            return
         self.message = end.message
-        out += self._count(end.deltas)
+        out += self._sent(end.deltas) + (self._held or [])
         if end.message.tool_calls:
             self.finish_reason = "tool_calls"
         yield out
 
-    def _count(self, deltas: list[Delta]) -> list[Delta]:
+    def _degraded(self, error: ReplyError) -> list[Delta]:
+        """The rest of the reply as content; ``error`` again when what was sent is not the
+        start of that content."""
+        text, sent = "".join(self._text), "".join(self._content)
+        if self.streamed and (self._reasoning_sent or not text.startswith(sent)):
+            raise error
+        self.message = AssistantMessage(content=text)
+        self.calls = 0
+        rest = text[len(sent) :] if self.streamed else ""
+        return [Delta(content=rest)] if rest else []
+
+    def _sent(self, deltas: list[Delta]) -> list[Delta]:
+        """``deltas`` less the tool-call ones held back, noting what goes out."""
+        out = []
         for delta in deltas:
-            if delta.tool_call is not None and delta.tool_call.index >= self.calls:
-                self.calls = delta.tool_call.index + 1
-        return deltas
+            if delta.tool_call is not None:
+                self.calls = max(self.calls, delta.tool_call.index + 1)
+                if self._held is not None:
+                    self._held.append(delta)
+                    continue
+            self._reasoning_sent = self._reasoning_sent or bool(delta.reasoning_content)
+            if delta.content:
+                self._content.append(delta.content)
+            out.append(delta)
+        return out

@@ -18,14 +18,15 @@ import codecs
 import ctypes
 import random
 import re
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import MissingExtraError
-from .engine import EngineError, Generation, Piece, Usage
+from .engine import EngineError, EngineTimeout, Generation, Piece, Usage
 
 __all__ = ["LlamaEngine", "trigger_patterns"]
 
@@ -52,6 +53,33 @@ def trigger_patterns(triggers: Any) -> list[str]:
     return patterns
 
 
+_QUIET: list[Any] = []
+
+
+def _quiet_log(llama_cpp: Any) -> Any:
+    """The log callback that drops llama.cpp's messages: one for the process, since llama.cpp
+    keeps the last one set (an engine's own would dangle once that engine is gone)."""
+    if not _QUIET:
+        _QUIET.append(llama_cpp.llama_log_callback(lambda level, text, data: None))
+    return _QUIET[0]
+
+
+class _Deadline:
+    """``timeout`` seconds from now (None: no limit) for the awaitables ``run`` is given."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self.end = None if timeout is None else time.monotonic() + timeout
+
+    async def run(self, work: Awaitable[T], doing: str) -> T:
+        if self.end is None:
+            return await work
+        try:
+            return await asyncio.wait_for(work, max(0.0, self.end - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise EngineTimeout(f"the model took more than {self.timeout:g} s {doing}") from None
+
+
 @dataclass
 class _Job:
     """One generation in progress: its sampler, its text decoder and its counts."""
@@ -68,22 +96,30 @@ class _Job:
 
 
 class LlamaEngine:
-    """A GGUF model in llama.cpp: ``n_ctx`` tokens of context, ``n_threads`` for decoding."""
+    """A GGUF model in llama.cpp: ``n_ctx`` tokens of context, ``n_threads`` for decoding;
+    ``timeout`` seconds at most for the next piece (the first one's wait in the queue and the
+    prompt's decoding included), else `EngineTimeout`."""
 
     takes_grammar = True
 
-    def __init__(self, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
         try:
             import llama_cpp
         except ImportError as exc:
             raise MissingExtraError("llama-cpp-python", "llama", "the in-process engine") from exc
         self.lib = llama_cpp
         self.n_ctx = n_ctx
+        self.timeout = timeout
         self.generations = 0  # how many generations reached the model
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._lock: asyncio.Lock | None = None
-        self._quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
-        llama_cpp.llama_log_set(self._quiet, ctypes.c_void_p())
+        llama_cpp.llama_log_set(_quiet_log(llama_cpp), ctypes.c_void_p())
         llama_cpp.llama_backend_init()
         self.model = llama_cpp.llama_model_load_from_file(
             str(path).encode(), llama_cpp.llama_model_default_params()
@@ -123,16 +159,23 @@ class LlamaEngine:
     async def generate(self, request: Generation) -> AsyncIterator[Piece]:
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:  # first come, first served; a cancelled waiter leaves the queue
-            job = await self._run(self._start, request)
+        lock = self._lock
+        # the wait in the queue and the prompt count against the first piece's time
+        deadline = _Deadline(self.timeout)
+        await deadline.run(lock.acquire(), "waiting for the model")
+        try:  # first come, first served; a cancelled waiter leaves the queue
+            job = await deadline.run(self._run(self._start, request), "reading the prompt")
             try:
                 while True:
-                    piece = await self._run(self._step, job)
+                    deadline = _Deadline(self.timeout)
+                    piece = await deadline.run(self._run(self._step, job), "generating")
                     yield piece
                     if piece.finish_reason is not None:
                         return
             finally:  # after any step still running: the executor keeps the order
                 self._executor.submit(self.lib.llama_sampler_free, job.sampler)
+        finally:
+            lock.release()
 
     # ------------------------------------------------------------------ on the worker thread
 

@@ -22,10 +22,13 @@ def engine_of(args: argparse.Namespace) -> Engine:
             model=args.backend_model,
             timeout=args.timeout,
             stream=not args.backend_no_stream,
+            max_tokens_default=args.max_tokens_default,
         )
     from .llama import LlamaEngine
 
-    return LlamaEngine(args.checkpoint, n_ctx=args.n_ctx)
+    return LlamaEngine(
+        args.checkpoint, n_ctx=args.n_ctx, n_threads=args.n_threads, timeout=args.timeout
+    )
 
 
 def serve(args: argparse.Namespace, codec_loader: object) -> int:
@@ -42,6 +45,7 @@ def serve(args: argparse.Namespace, codec_loader: object) -> int:
         api_key=args.api_key,
         max_body=args.max_body,
         reasoning_field=args.reasoning_field,
+        parse_failure=args.parse_failure,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     app = create_app(codec, engine, config)

@@ -17,14 +17,14 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteEngine", "BACKEND_KINDS"]
 
-BackendKind = Literal["llama", "vllm", "sglang", "none"]
-BACKEND_KINDS: tuple[BackendKind, ...] = ("llama", "vllm", "sglang", "none")
+BackendKind = Literal["llama", "llama-cpp-python", "vllm", "sglang", "none"]
+BACKEND_KINDS: tuple[BackendKind, ...] = ("llama", "llama-cpp-python", "vllm", "sglang", "none")
 
 
 class RemoteEngine:
     """``base_url`` is the engine's OpenAI root (``http://HOST:PORT/v1``); ``kind`` says how
-    a grammar is sent (llama.cpp's server, vLLM's or SGLang's request fields; ``none``: the
-    engine takes no grammar). ``stream=False`` asks for whole completions instead of SSE."""
+    a grammar is sent (llama.cpp's server, llama-cpp-python's, vLLM's or SGLang's request
+    fields; ``none``: the engine takes no grammar). ``stream=False`` asks for whole completions instead of SSE."""
 
     def __init__(
         self,
@@ -34,9 +34,16 @@ class RemoteEngine:
         timeout: float = 600.0,
         stream: bool = True,
         api_key: str | None = None,
+        max_tokens_default: int | None = None,
     ) -> None:
         if kind not in BACKEND_KINDS:
             raise ValueError(f"backend kind must be one of {BACKEND_KINDS}, not {kind!r}")
+        if kind == "sglang" and max_tokens_default is None:
+            raise ValueError(
+                "SGLang's /v1/completions gives 16 tokens unless told more and takes no null: "
+                "give a default max_tokens (--max-tokens-default)"
+            )
+        self.max_tokens_default = max_tokens_default
         self.url = base_url.rstrip("/") + "/completions"
         self.kind = kind
         self.model = model
@@ -57,7 +64,10 @@ class RemoteEngine:
         body: dict[str, Any] = {"prompt": request.prompt, "stream": self.stream}
         if self.model is not None:
             body["model"] = self.model
-        for name in ("max_tokens", "temperature", "top_p", "seed"):
+        body["max_tokens"] = (
+            self.max_tokens_default if request.max_tokens is None else request.max_tokens
+        )
+        for name in ("temperature", "top_p", "seed"):
             value = getattr(request, name)
             if value is not None:
                 body[name] = value
@@ -78,7 +88,8 @@ class RemoteEngine:
 
     def check_grammar(self, grammar: Grammar) -> None:
         """``GrammarError`` when ``grammar`` cannot be written in this engine's fields (a lazy
-        grammar woken by a regular expression, for vLLM and SGLang)."""
+        grammar woken by a regular expression, for vLLM and SGLang; any lazy grammar, for
+        llama-cpp-python)."""
         if self.kind != "none":
             _grammar_fields(Generation("", grammar=grammar), self.kind)
 
@@ -109,6 +120,8 @@ def _grammar_fields(request: Generation, kind: str) -> dict[str, Any]:
     assert grammar is not None
     if kind == "llama":
         return grammar.llama_server_fields()
+    if kind == "llama-cpp-python":
+        return grammar.llama_cpp_python_fields()
     if kind == "vllm":
         return grammar.vllm_fields()
     if kind == "sglang":
@@ -174,22 +187,48 @@ def _whole_piece(event: dict[str, Any]) -> Piece:
 
 
 async def _sse_pieces(response: httpx.Response) -> AsyncIterator[Piece]:
-    """The pieces of an SSE completion stream; the finish reason and usage (which engines send
-    in the last choice chunk or in a chunk of their own) go on one last piece."""
-    reason: str | None = None
-    usage: Usage | None = None
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        event = _json(data)
-        text, finished = _choice(event)
-        usage = _usage(event.get("usage")) or usage
-        reason = finished or reason
+    """The pieces of an SSE completion stream: the text of the events that arrived in one read
+    is one piece (nothing waits to be merged: under load, one decoder step and one write to
+    the client instead of several); the finish reason and usage (which engines send in the
+    last choice chunk or in a chunk of their own) go on one last piece."""
+    stream = _EventLines()
+    rest = b""
+    async for data in response.aiter_bytes():
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        text = stream.read(lines)
         if text:
             yield Piece(text)
-    if reason is None:
+    text = stream.read([rest])
+    if text:
+        yield Piece(text)
+    if stream.reason is None:
         raise EngineError("the engine's stream ended without a finish reason")
-    yield Piece("", reason, usage)
+    yield Piece("", stream.reason, stream.usage)
+
+
+class _EventLines:
+    """The SSE lines of a completion stream, read a batch at a time."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.usage: Usage | None = None
+        self.done = False
+
+    def read(self, lines: list[bytes]) -> str:
+        """The text of the events in ``lines``, noting the finish reason and usage."""
+        texts = []
+        for line in lines:
+            if self.done or not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            event = _json(payload)
+            text, finished = _choice(event)
+            self.usage = _usage(event.get("usage")) or self.usage
+            self.reason = finished or self.reason
+            if text:
+                texts.append(text)
+        return "".join(texts)

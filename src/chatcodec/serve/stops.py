@@ -13,6 +13,7 @@ class StopScanner:
     def __init__(self, stops: tuple[str, ...]) -> None:
         self.stops = tuple(s for s in stops if s)
         self.longest = max((len(s) for s in self.stops), default=0)
+        self.firsts = frozenset(s[0] for s in self.stops)
         self.held = ""
         self.stopped = False
 
@@ -39,6 +40,9 @@ class StopScanner:
 
     def _tail(self, buffer: str) -> int:
         """The length of the longest end of ``buffer`` that begins a stop string."""
+        window = buffer[len(buffer) - self.longest + 1 :] if self.longest > 1 else ""
+        if not any(first in window for first in self.firsts):
+            return 0  # no stop string can start there: the common case, decided in C
         for size in range(min(self.longest - 1, len(buffer)), 0, -1):
             tail = buffer[len(buffer) - size :]
             if any(s.startswith(tail) for s in self.stops):

@@ -40,6 +40,7 @@ from markupsafe import Markup
 from .printed import CONTAINERS, measure
 
 __all__ = [
+    "FilterMemo",
     "Limits",
     "Undefined",
     "bounded_undefined_message",
@@ -77,6 +78,7 @@ class RenderState(threading.local):
     now: datetime | None = None
     made: list[Any] | None = None  # the caller's containers, as the render copied them
     inputs: set[int] | None = None  # their ids, once asked for (see _is_input)
+    memo: FilterMemo | None = None  # set around renders of shared inputs (not by begin)
 
     def begin(
         self,
@@ -96,6 +98,52 @@ class RenderState(threading.local):
     def end(self, saved: tuple[Any, ...]) -> None:
         (self.deadline, self.max_chars, self.position, self.spans, self.now) = saved[:5]
         self.made, self.inputs = saved[5:]
+
+
+class FilterMemo:
+    """``|tojson`` results on the inputs of renders that share them (the prefix renders of
+    ``render_with_spans``). An input is a container ``_prepare`` built: the sandbox is
+    immutable and ``made`` keeps them alive, so one keeps its id and its content for as
+    long as the memo is set, and ``|tojson`` of it with the same arguments gives the same
+    text every time. Only calls whose arguments are plain scalars (compared with their
+    types: ``1``, ``1.0`` and ``True`` are different keys) are remembered; a call that
+    raises is not."""
+
+    def __init__(self, made: Iterable[Any]) -> None:
+        self.ids = frozenset(map(id, made))
+        self.results: dict[tuple[Any, ...], str] = {}
+
+
+_MEMO_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _memo_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    key: list[Any] = [id(args[0])]
+    for value in (*args[1:], *kwargs.values()):
+        kind = type(value)
+        if kind is tuple and all(type(item) is str for item in value):
+            key.append((kind, value))
+        elif kind in _MEMO_SCALARS:
+            key.append((kind, value))
+        else:
+            return None
+    return (*key, *kwargs)
+
+
+def _memoized(guarded: Callable[..., str]) -> Callable[..., str]:
+    def memoized(*args: Any, **kwargs: Any) -> str:
+        memo = render_state.memo
+        if memo is None or not args or id(args[0]) not in memo.ids:
+            return guarded(*args, **kwargs)
+        key = _memo_key(args, kwargs)
+        if key is None:
+            return guarded(*args, **kwargs)
+        found = memo.results.get(key)
+        if found is None:
+            found = memo.results[key] = guarded(*args, **kwargs)
+        return found
+
+    return _keep_marks(memoized, guarded)
 
 
 render_state = RenderState()
@@ -1087,7 +1135,7 @@ def new_environment(
     for name, func in list(env.filters.items()):
         env.filters[name] = _guard_filter(func, name)
     tojson = _tojson if json_data is None else _tojson_of(json_data)
-    env.filters["tojson"] = _guard_filter(tojson, "tojson")
+    env.filters["tojson"] = _memoized(_guard_filter(tojson, "tojson"))
     env.filters[_LOOP_GUARD] = _loop_guard
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

@@ -38,6 +38,7 @@ from ..errors import (
 )
 from .environment import (
     ChatSandbox,
+    FilterMemo,
     LimitExceeded,
     Limits,
     new_environment,
@@ -45,7 +46,7 @@ from .environment import (
     utc_instant,
 )
 
-__all__ = ["ChatTemplate", "RenderedChat", "Span"]
+__all__ = ["ChatTemplate", "RenderedChat", "Span", "derive_spans_by_prefixes"]
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 # render's own options: a keyword close to one of these is most likely a typo of it
@@ -101,6 +102,18 @@ class RenderedChat:
         for span in self.spans:
             flags[span.start : span.end] = [1] * (span.end - span.start)
         return flags
+
+
+@dataclass
+class _Inputs:
+    """One render's inputs as ``_prepare`` copied them (``made``: the containers it built)."""
+
+    chat: list[dict[str, Any]]
+    variables: dict[str, Any]
+    now: datetime | None
+    made: list[Any]
+    continue_field: str | None
+    final_text: Any
 
 
 class ChatTemplate:
@@ -226,7 +239,10 @@ class ChatTemplate:
         for ``return_assistant_tokens_mask``. Without one they are derived: for assistant
         message ``i`` the turn's text starts where the render of ``messages[:i]`` with a
         generation prompt ends, and stops where the render of ``messages[:i + 1]`` ends,
-        trailing whitespace excluded (the newline between turns is not generated).
+        trailing whitespace excluded (the newline between turns is not generated). That is
+        ``derive_spans_by_prefixes``'s definition, and its spans are the ones given; the
+        prefixes are rendered from the full render's copy of the inputs, ``|tojson`` of
+        those inputs computed once (docs/rendering.md, "What derived spans cost").
         """
         if context:
             self._warn_unread(context)
@@ -236,10 +252,14 @@ class ChatTemplate:
                 messages, tools, documents, add_generation_prompt, False, now, context, spans
             )
             return RenderedChat(text, tuple(Span(s, e) for s, e in spans), "generation_tag")
-        text = self._render(
-            messages, tools, documents, add_generation_prompt, False, now, context, None
+        inputs = self._inputs(
+            messages, tools, documents, add_generation_prompt, False, now, context
         )
-        derived = _derive_spans(self, text, messages, tools, documents, now, context)
+        text = self._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
+        if isinstance(messages, (list, tuple)) and self._environment().immutable_inputs:
+            derived = _spans_from_shared_inputs(self, text, messages, inputs)
+        else:  # the template may change what it is given: each prefix gets its own copy
+            derived = derive_spans_by_prefixes(self, text, messages, tools, documents, now, context)
         return RenderedChat(text, derived, "derived")
 
     def _warn_unread(self, context: Mapping[str, Any]) -> None:
@@ -269,6 +289,25 @@ class ChatTemplate:
         context: dict[str, Any],
         spans: list[tuple[int, int]] | None,
     ) -> str:
+        inputs = self._inputs(
+            messages, tools, documents, add_generation_prompt, continue_final_message, now, context
+        )
+        rendered = self._run(inputs.chat, inputs.variables, inputs.now, spans, inputs.made)
+        if inputs.continue_field is not None:
+            rendered = _cut_at_continue_tag(rendered, inputs.final_text)
+        return rendered
+
+    def _inputs(
+        self,
+        messages: Any,
+        tools: Any,
+        documents: Any,
+        add_generation_prompt: bool,
+        continue_final_message: bool | str,
+        now: float | int | datetime | None,
+        context: dict[str, Any],
+    ) -> _Inputs:
+        """What one render is given, checked and copied as transformers copies it."""
         made: list[Any] = []  # the containers _prepare builds: the caller's data
         try:
             chat, variables, continue_field, final_text = self._prepare(
@@ -298,10 +337,7 @@ class ChatTemplate:
                     stage="render",
                     kind="ValueError",
                 ) from None
-        rendered = self._run(chat, variables, pinned, spans, made)
-        if continue_field is not None:
-            rendered = _cut_at_continue_tag(rendered, final_text)
-        return rendered
+        return _Inputs(chat, variables, pinned, made, continue_field, final_text)
 
     def _prepare(
         self,
@@ -695,7 +731,7 @@ def _plain_other(value: Any, kind: type, made: list[Any] | None) -> Any:
     return f"<{kind.__name__}>"
 
 
-def _derive_spans(
+def derive_spans_by_prefixes(
     template: ChatTemplate,
     text: str,
     messages: Sequence[Mapping[str, Any]],
@@ -704,6 +740,10 @@ def _derive_spans(
     now: Any,
     context: dict[str, Any],
 ) -> tuple[Span, ...]:
+    """The assistant spans of ``text`` (the render of ``messages``), derived by rendering
+    prefixes: for assistant message ``i``, ``messages[:i]`` with the generation prompt and
+    ``messages[:i + 1]`` without it, each from its own copy of the inputs. The reference
+    ``render_with_spans`` is held to (tests, benchmarks/spans.py)."""
     spans: list[Span] = []
     cursor = 0
     for index, message in enumerate(messages):
@@ -729,6 +769,66 @@ def _derive_spans(
     return tuple(spans)
 
 
+def _spans_from_shared_inputs(
+    template: ChatTemplate, text: str, messages: Sequence[Any], inputs: _Inputs
+) -> tuple[Span, ...]:
+    """derive_spans_by_prefixes's spans, the prefixes rendered from the inputs of the full
+    render instead of fresh copies, with tojson's results on them remembered.
+
+    A prefix's inputs are the first messages of the full render's: every copy and check of
+    ``_prepare`` works message by message, and the sandbox is immutable, so no render can
+    change what the next one reads. ``|tojson`` of one of those inputs (a tool schema, a
+    call's arguments) gives the same text in every render, so it is computed once.
+    """
+    saved = render_state.memo
+    render_state.memo = FilterMemo(inputs.made)
+    try:
+        spans: list[Span] = []
+        cursor = 0
+        for index, message in enumerate(messages):
+            if not isinstance(message, Mapping) or message.get("role") != "assistant":
+                continue
+            head = _prefix_render(template, inputs, index, True) if index else ""
+            turn = None if head is None else _prefix_render(template, inputs, index + 1, False)
+            if head is None or turn is None:
+                continue  # a prefix this template refuses (e.g. it must start with a user turn)
+            content = message.get("content")
+            anchor = content.strip() if isinstance(content, str) else ""
+            span = _locate_turn(text, head, turn, cursor, anchor)
+            if span is not None:
+                spans.append(span)
+                cursor = span.end
+        return tuple(spans)
+    finally:
+        render_state.memo = saved
+
+
+def _prefix_render(template: ChatTemplate, inputs: _Inputs, n: int, prompt: bool) -> str | None:
+    """The render of the first ``n`` messages of ``inputs``; None when the template refuses
+    it. The list is new, like the one _prepare gives a template (not one of the inputs)."""
+    chat = inputs.chat[:n]
+    variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
+    try:
+        return template._run(chat, variables, inputs.now, None, inputs.made)
+    except TemplateError:
+        return None
+
+
+def _common_length(a: str, b: str) -> int:
+    """``len(os.path.commonprefix([a, b]))``, comparing slices in C rather than characters
+    in Python (which made locating the turns of a long prompt quadratic)."""
+    low, high = 0, min(len(a), len(b))
+    if a[:high] == b[:high]:
+        return high
+    while high - low > 1:  # a[:low] == b[:low] and a[:high] != b[:high]
+        middle = (low + high) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
 def _turn_start(head: str, turn: str) -> int:
     """Where the assistant's text begins in the render of the conversation up to its turn."""
     if turn.startswith(head):
@@ -736,7 +836,7 @@ def _turn_start(head: str, turn: str) -> int:
     # The generation prompt differs from the turn's opening (a `<think>` the prompt opens, a
     # system text folded into the last user turn): the turn starts after the longest tail
     # of the prompt that the turn repeats, or after what both share, whichever is later
-    shared = len(os.path.commonprefix([head, turn]))
+    shared = _common_length(head, turn)
     low, high = 0, len(head)
     while low < high:
         middle = (low + high + 1) // 2
@@ -757,7 +857,7 @@ def _locate_turn(text: str, head: str, turn: str, cursor: int, anchor: str) -> S
     generated = turn[_turn_start(head, turn) :].rstrip()
     if not generated:
         return None
-    start = max(cursor, len(os.path.commonprefix([head, text])))
+    start = max(cursor, _common_length(head, text))
     if text.startswith(generated, start):
         return Span(start, start + len(generated))
     # Templates render a past turn differently from the last one (Qwen3 drops the empty
@@ -776,7 +876,7 @@ def _locate_turn(text: str, head: str, turn: str, cursor: int, anchor: str) -> S
         return Span(max(start, found - (len(generated) - low)), found + low)
     # The turn ends differently in history (gpt-oss: <|end|>, not <|return|>): keep what
     # both agree on, and at least the message's own text
-    agreed = len(os.path.commonprefix([generated, text[start : start + len(generated)]]))
+    agreed = _common_length(generated, text[start : start + len(generated)])
     if anchor:
         at = text.find(anchor, start, start + len(generated) + _SLACK)
         if at < 0:

@@ -1,0 +1,183 @@
+"""chatcodec ``Codec.encode`` vs transformers ``apply_chat_template(tokenize=True,
+return_assistant_tokens_mask=True)``: conversations per second, in one run.
+
+Run from the repository root (the corpus lives in ``../shared`` beside the checkout)::
+
+    pip install -e '.[dev]'            # tokenizers, transformers==5.23.0
+    python benchmarks/encode.py          # every rendered conversation of the corpus
+    python benchmarks/encode.py --quick  # every 5th, fewer rounds
+
+Each template gets a checkpoint folder written for the run (tests/_tokenizer.py: a byte-level
+BPE trained once, the template's markers as added tokens), loaded by ``chatcodec.load`` and by
+``AutoTokenizer.from_pretrained``. Both are timed on the same conversations (the render
+corpus's, where neither raises), in alternating batches, each the fastest of its rounds.
+Every timed conversation is checked first: the two ``input_ids`` must be equal (and the masks,
+where the template has ``{% generation %}``), else the run fails. transformers' masks are
+all zeros without the tag (it warns); chatcodec's are the derived ones, so on those templates
+chatcodec does more work. Ratios are transformers' time / chatcodec's (above 1: chatcodec is
+faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ["TZ"] = "UTC"  # transformers' strftime_now reads the local clock
+if hasattr(time, "tzset"):
+    time.tzset()
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from render import big_qwen3_case, load_cases, paired_times, percentile, pinned  # noqa: E402
+from tests._tokenizer import write_checkpoint  # noqa: E402
+
+
+@dataclass
+class Timed:
+    template: str
+    tagged: bool
+    ours: float  # seconds per conversation
+    theirs: float
+
+
+class Engines:
+    """One template's two encoders over a checkpoint folder written for it."""
+
+    def __init__(self, folder: Path) -> None:
+        import transformers
+        import transformers.utils.chat_template_utils as ctu
+
+        from chatcodec import load
+
+        transformers.logging.set_verbosity_error()
+        self.ctu = ctu
+        self.codec = load(folder)
+        self.hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+        self.tagged = self.codec.template.has_generation_tag
+
+    def ours(self, case: dict[str, Any]) -> Callable[[], Any]:
+        codec, now, kwargs = self.codec, case["now_unix"], case["kwargs"]
+        args = (case["messages"], case["tools"], case["documents"], case["add_generation_prompt"])
+        return lambda: codec.encode(*args, now=now, **kwargs)
+
+    def theirs(self, case: dict[str, Any]) -> Callable[[], Any]:
+        instant = pinned(case["now_unix"])
+
+        class Clock:
+            @staticmethod
+            def now(tz: Any = None) -> Any:
+                return instant
+
+        def run() -> Any:
+            self.ctu.datetime = Clock  # type: ignore[assignment]
+            return self.hf.apply_chat_template(
+                case["messages"],
+                tools=case["tools"],
+                documents=case["documents"],
+                add_generation_prompt=case["add_generation_prompt"],
+                tokenize=True,
+                return_dict=True,
+                return_assistant_tokens_mask=True,
+                **case["kwargs"],
+            )
+
+        return run
+
+    def agree(self, case: dict[str, Any]) -> bool | None:
+        """True when both give the same ids (and masks on a tag template); None when one raises."""
+        try:
+            ours, theirs = self.ours(case)(), self.theirs(case)()
+        except Exception:  # noqa: BLE001 - a conversation the template refuses is not timed
+            return None
+        same = ours.input_ids == list(theirs["input_ids"])
+        if self.tagged:
+            same = same and ours.assistant_masks == list(theirs["assistant_masks"])
+        return same
+
+
+def family_tokens(cases: Sequence[dict[str, Any]]) -> dict[str, str]:
+    kwargs = next((c["kwargs"] for c in cases if c["kwargs"].get("eos_token")), {})
+    return {k: kwargs[k] for k in ("bos_token", "eos_token") if kwargs.get(k)}
+
+
+def bench(shared: Path, every: int, rounds: int, work: Path) -> tuple[list[Timed], list[str]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for case in load_cases(shared):
+        if "error" not in case and not case["continue_final_message"]:
+            grouped.setdefault(case["template"], []).append(case)
+    grouped.setdefault("Qwen-Qwen3-0.6B.jinja", []).append(big_qwen3_case())
+    timed: list[Timed] = []
+    mismatches: list[str] = []
+    for name, cases in sorted(grouped.items()):
+        source = (shared / "chat_templates" / name).read_text(encoding="utf-8")
+        engines = Engines(write_checkpoint(work / name, source, family_tokens(cases)))
+        for index, case in enumerate(cases):
+            if index % every and not case["id"].startswith("qwen3_big"):
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                agreed = engines.agree(case)
+                if agreed is None:
+                    continue
+                if not agreed:
+                    mismatches.append(case["id"])
+                    continue
+                ours, theirs = paired_times(engines.ours(case), engines.theirs(case), rounds, 2)
+            timed.append(Timed(case["id"], engines.tagged, ours, theirs))
+    return timed, mismatches
+
+
+def report(timed: Sequence[Timed]) -> None:
+    def row(label: str, items: Sequence[Timed]) -> None:
+        if not items:
+            return
+        ours, theirs = sum(t.ours for t in items), sum(t.theirs for t in items)
+        ratios = [t.theirs / t.ours for t in items]
+        print(
+            f"| {label} | {len(items)} | {len(items) / ours:,.0f} | {len(items) / theirs:,.0f} "
+            f"| **{theirs / ours:.2f}x** | {statistics.median(ratios):.2f}x "
+            f"({percentile(ratios, 0.1):.2f}-{percentile(ratios, 0.9):.2f}) |"
+        )
+
+    print(
+        "| conversations | n | chatcodec conv/s | transformers conv/s | ratio (total) "
+        "| median ratio (p10-p90) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    row("all", timed)
+    row("templates with {% generation %}", [t for t in timed if t.tagged])
+    row("templates without it (derived spans)", [t for t in timed if not t.tagged])
+    row("big Qwen3 case (40 messages, 5 tools)", [t for t in timed if "qwen3_big" in t.template])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser.add_argument("--quick", action="store_true", help="every 5th conversation, 3 rounds")
+    parser.add_argument("--rounds", type=int, default=None)
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 5)
+    with tempfile.TemporaryDirectory() as work:
+        started = time.perf_counter()
+        timed, mismatches = bench(args.shared, 5 if args.quick else 1, rounds, Path(work))
+    print(f"{len(timed)} conversations timed in {time.perf_counter() - started:.0f} s\n")
+    report(timed)
+    if mismatches:
+        print(f"\n{len(mismatches)} conversations differ: {mismatches[:10]}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Assistant spans of a 40-message conversation: their cost against the render's.
+
+Run from the repository root (the corpus lives in ``../shared`` beside the checkout)::
+
+    python benchmarks/spans.py            # every corpus template without {% generation %}
+    python benchmarks/spans.py --rounds 3 # fewer timing rounds
+
+For each template: the render of the benchmark conversation of ``render.py`` (Qwen3 agent
+conversation, 40 messages, 19 assistant turns, tool calls, results and reasoning, 5 tools;
+without the tools when the template refuses them, with ``add_generation_prompt``), then
+``render_with_spans`` (its prefix renders share the full render's inputs and tojson
+results), and the render plus ``derive_spans_by_prefixes`` (the reference: every prefix
+rendered from its own copy of the inputs). Both are checked to give the same spans before
+anything is timed. Times are the best of ``--rounds`` rounds with the collector off; the
+ratios are to the render of the same run. "2 msgs" is the render of the conversation's
+first two messages against the whole: the share of a render that does not depend on the
+conversation's length (system prompt, tools), which every prefix render pays again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from render import DEFAULT_SHARED, big_qwen3_case, load_cases  # noqa: E402
+
+from chatcodec import ChatTemplate, TemplateError  # noqa: E402
+from chatcodec.template.render import derive_spans_by_prefixes  # noqa: E402
+
+
+def best_time(fn: Callable[[], Any], rounds: int, inner: int) -> float:
+    """Fastest batch of ``inner`` calls over ``rounds`` rounds, per call (GC off)."""
+    best = float("inf")
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            best = min(best, (time.perf_counter() - start) / inner)
+    finally:
+        gc.enable()
+    return best
+
+
+def bench_template(
+    name: str, source: str, special: dict[str, Any], rounds: int
+) -> tuple[float, float, float, float] | None:
+    template = ChatTemplate(source, name=name)
+    if template.has_generation_tag:
+        return None
+    big = big_qwen3_case()
+    messages = big["messages"]
+    for tools in (big["tools"], None):
+        options = {"tools": tools, "documents": None, "now": 0, **special}
+        try:
+            template.render(messages, add_generation_prompt=True, **options)
+            break
+        except TemplateError:
+            continue
+    else:
+        return None
+    tools, now = options["tools"], options["now"]
+    context = {k: v for k, v in options.items() if k not in ("tools", "documents", "now")}
+
+    def render() -> str:
+        return template.render(messages, tools, None, True, now=now, **context)
+
+    def spans() -> Any:
+        return template.render_with_spans(messages, tools, None, True, now, **context).spans
+
+    def short() -> str:
+        return template.render(messages[:2], tools, None, True, now=now, **context)
+
+    def prefixes() -> Any:
+        text = render()
+        return derive_spans_by_prefixes(template, text, messages, tools, None, now, context)
+
+    if spans() != prefixes():
+        raise SystemExit(f"FAILED: {name}: the two methods give different spans")
+    base = best_time(render, rounds, 5)
+    fixed = best_time(short, rounds, 5)
+    return base, fixed, best_time(spans, rounds, 1), best_time(prefixes, rounds, 1)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="", help="templates whose name contains this")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")  # special tokens the template never reads
+    special: dict[str, dict[str, Any]] = {}
+    for case in load_cases(args.shared):
+        special.setdefault(case["template"], case["kwargs"])
+    rows = []
+    print(f"{'template':46} {'render':>8} {'2 msgs':>7} {'spans':>7} {'prefix':>7} {'gain':>5}")
+    for name in sorted(special):
+        if args.only not in name:
+            continue
+        source = (args.shared / "chat_templates" / name).read_text(encoding="utf-8")
+        result = bench_template(name, source, special[name], args.rounds)
+        if result is None:
+            continue
+        base, fixed, new, old = result
+        rows.append((base, fixed, new, old))
+        print(
+            f"{name[:46]:46} {base * 1e3:7.2f}m {fixed / base:6.0%} {new / base:6.1f}x "
+            f"{old / base:6.1f}x {old / new:5.1f}"
+        )
+    print(f"\n{len(rows)} templates (40 messages, 19 assistant turns); ratios to the render")
+    for label, column in (("spans", 2), ("prefix method", 3)):
+        ratios = [row[column] / row[0] for row in rows]
+        print(
+            f"{label}: median {statistics.median(ratios):.1f}x "
+            f"(p10 {percentile(ratios, 0.1):.1f}x, p90 {percentile(ratios, 0.9):.1f}x)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

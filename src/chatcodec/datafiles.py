@@ -1,0 +1,163 @@
+"""Records of a dataset: JSON Lines (files or stdin) and Parquet (with ``pyarrow``).
+
+``read_records(paths)`` yields ``(record, "")`` per JSON object or Parquet row, in file
+order, or ``(None, why)`` for a line that cannot be read as a JSON object, so that a caller
+answers it at its position and goes on. ``-`` is stdin (JSON Lines). A file whose name ends
+in ``.parquet`` (or ``.pq``) is read as Parquet, row group by row group.
+
+A Parquet row has every field of its column's type: a struct column padded the fields one
+message lacks with nulls (``"tool_calls": null`` on a user message), where the JSON record
+had no such key. Templates tell the two apart (``message.tool_calls is defined``), so a
+null field of a Parquet row is dropped, at every depth: it reads as the JSON record it was
+written from. A ``messages``, ``tools`` or ``documents`` column of JSON text (a common way
+to store ragged data in a table) is decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, Any
+
+from .errors import MissingExtraError
+
+__all__ = [
+    "count_records",
+    "is_parquet",
+    "json_records",
+    "decode_json_columns",
+    "read_records",
+    "without_nulls",
+]
+
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+_JSON_TEXT_COLUMNS = ("messages", "tools", "documents")
+
+
+def is_parquet(path: str) -> bool:
+    return path != "-" and path.lower().endswith(_PARQUET_SUFFIXES)
+
+
+def read_records(
+    paths: Sequence[str], stdin: IO[bytes] | None = None
+) -> Iterator[tuple[dict[str, Any] | None, str]]:
+    """Every record of ``paths`` in order (``[]`` or ``["-"]``: stdin). A problem names the
+    line (and the file, for a named one); a file that cannot be opened raises OSError."""
+    for path in paths or ["-"]:
+        if is_parquet(path):
+            yield from _parquet_records(path)
+        elif path == "-":
+            yield from json_records(stdin if stdin is not None else sys.stdin.buffer)
+        else:
+            with open(path, "rb") as stream:
+                yield from json_records(stream, f"{path}: ")
+
+
+def count_records(paths: Sequence[str]) -> int | None:
+    """How many records ``paths`` hold (a progress bar's total), or None when one of them is
+    stdin. Counts lines, blank ones included: an upper bound for JSON Lines."""
+    total = 0
+    for path in paths or ["-"]:
+        if path == "-":
+            return None
+        if is_parquet(path):
+            total += _parquet_module(path).ParquetFile(path).metadata.num_rows
+            continue
+        with open(path, "rb") as stream:
+            ends = 0
+            last = b"\n"
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                ends += block.count(b"\n")
+                last = block[-1:]
+            total += ends + (last != b"\n")
+    return total
+
+
+def _not_json(constant: str) -> float:
+    """NaN and Infinity: Python reads them, JSON has no such values (nor can a result line
+    carry them back)."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is beyond the range of a double")
+    return value
+
+
+def json_records(
+    stream: Iterable[bytes], where: str = ""
+) -> Iterator[tuple[dict[str, Any] | None, str]]:
+    """(record, "") per JSON line, or (None, why) for a line that is not a JSON object;
+    blank lines are skipped."""
+    for number, raw in enumerate(stream, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield None, f"{where}line {number} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line, parse_constant=_not_json, parse_float=_finite)
+        except json.JSONDecodeError as exc:
+            yield None, f"{where}line {number} is not valid JSON: {exc}"
+            continue
+        except RecursionError:
+            yield None, f"{where}line {number} nests too deeply to read"
+            continue
+        except ValueError as exc:  # NaN, infinity, an integer too long to convert
+            yield None, f"{where}line {number} cannot be read: {exc}"
+            continue
+        if not isinstance(record, dict):
+            yield None, f"{where}line {number} is not a JSON object"
+            continue
+        yield record, ""
+
+
+def _parquet_module(path: str) -> Any:
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise MissingExtraError("pyarrow", "data", f"reading the Parquet file {path}") from None
+    return pyarrow.parquet
+
+
+def _parquet_records(path: str) -> Iterator[tuple[dict[str, Any] | None, str]]:
+    table = _parquet_module(path).ParquetFile(path)
+    number = 0
+    for batch in table.iter_batches(batch_size=1024):
+        for row in batch.to_pylist():
+            number += 1
+            record = without_nulls(row)
+            problem = decode_json_columns(record)
+            if problem:
+                yield None, f"{path}: row {number}: {problem}"
+            else:
+                yield record, ""
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with the null fields of its mappings dropped, at every depth (what a table
+    column's type padded a record with)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
+def decode_json_columns(record: dict[str, Any]) -> str:
+    """Decode the messages, tools and documents held as JSON text in place; what was not
+    JSON ("" when all was)."""
+    for name in _JSON_TEXT_COLUMNS:
+        text = record.get(name)
+        if isinstance(text, str):
+            try:
+                record[name] = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+            except (ValueError, RecursionError) as exc:
+                return f"the {name} column holds text that is not JSON ({exc})"
+    return ""

@@ -1,0 +1,295 @@
+"""Derived assistant spans: render_with_spans gives what rendering every prefix gives.
+
+``derive_spans_by_prefixes`` (two real renders per assistant turn, each from its own copy
+of the inputs) is the reference. ``render_with_spans`` is held to it on every conversation
+of the render corpus, on a 40-message agent conversation per corpus template, on edge cases
+and on hypothesis-built conversations.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from chatcodec import ChatTemplate, TemplateError
+from chatcodec.template.render import derive_spans_by_prefixes
+
+from ._reply_oracle import RENDER_CASES
+from .conftest import read_jsonl, shared_path, template_source
+
+EXAMPLES = max(12, int(os.environ.get("CHATCODEC_FUZZ", "0")) // 20)
+SEED = int(os.environ.get("CHATCODEC_FUZZ_SEED", "11"))
+
+
+@functools.cache
+def _cases() -> tuple[dict[str, Any], ...]:
+    return tuple(read_jsonl(shared_path("oracle", "render", "expectations.jsonl")))
+
+
+@functools.cache
+def _compiled(name: str) -> ChatTemplate:
+    return ChatTemplate(template_source(name), name=name)
+
+
+def _templates() -> list[str]:
+    if not RENDER_CASES.exists():
+        return []
+    return sorted({case["template"] for case in _cases()})
+
+
+def _special(name: str) -> dict[str, Any]:
+    return next(case["kwargs"] for case in _cases() if case["template"] == name)
+
+
+def _reference(template: ChatTemplate, messages: Any, **options: Any) -> tuple[str, Any]:
+    """The prompt and its spans as the prefix method derives them."""
+    tools, documents, now = options.pop("tools"), options.pop("documents"), options.pop("now")
+    agp = options.pop("add_generation_prompt")
+    text = template.render(messages, tools, documents, agp, now=now, **options)
+    spans = derive_spans_by_prefixes(template, text, messages, tools, documents, now, options)
+    return text, spans
+
+
+def _assert_same_spans(template: ChatTemplate, messages: Any, **options: Any) -> int:
+    """Both methods give the same text and spans (or the same failure); the span count."""
+    try:
+        rendered = template.render_with_spans(messages, **options)
+    except TemplateError as exc:
+        with pytest.raises(type(exc)):
+            _reference(template, messages, **options)
+        return 0
+    text, spans = _reference(template, messages, **options)
+    assert rendered.text == text
+    if rendered.source == "derived":
+        assert rendered.spans == spans
+    return len(rendered.spans)
+
+
+def _case_options(case: dict[str, Any], agp: bool) -> dict[str, Any]:
+    return {
+        "tools": case["tools"],
+        "documents": case["documents"],
+        "add_generation_prompt": agp,
+        "now": case["now_unix"],
+        **case["kwargs"],
+    }
+
+
+@pytest.mark.parametrize("name", _templates() or [pytest.param("", marks=pytest.mark.skip)])
+def test_spans_match_the_prefix_method_on_the_corpus(name: str) -> None:
+    template = _compiled(name)
+    spans = 0
+    for case in _cases():
+        if case["template"] == name and not case["continue_final_message"]:
+            for agp in (False, True):
+                spans += _assert_same_spans(template, case["messages"], **_case_options(case, agp))
+    assert spans > 0  # the corpus gives every template assistant turns to find
+
+
+def long_conversation() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """40 messages: user questions, tool calls with reasoning, tool results, answers."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Looks a topic up.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        },
+    }
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be careful."}]
+    for turn in range(10):
+        call = {
+            "id": f"call{turn:05d}",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": {"query": f"topic {turn}"}},
+        }
+        messages += [
+            {"role": "user", "content": f"What about topic {turn}?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": f"Look {turn} up.",
+                "tool_calls": [call],
+            },
+            {"role": "tool", "tool_call_id": call["id"], "content": f"Result {turn}."},
+            {"role": "assistant", "content": f"Topic {turn} is fine."},
+        ]
+    return messages[:40], [tool]
+
+
+@pytest.mark.parametrize("name", _templates() or [pytest.param("", marks=pytest.mark.skip)])
+def test_spans_on_a_long_conversation(name: str) -> None:
+    template = _compiled(name)
+    messages, tools = long_conversation()
+    for tool_list in (tools, None):
+        for agp in (False, True):
+            options = {"tools": tool_list, "documents": None, "add_generation_prompt": agp}
+            _assert_same_spans(template, messages, now=0, **options, **_special(name))
+
+
+# --- hypothesis-built conversations ------------------------------------------------------
+
+_TEXT = st.text(alphabet="ab <>/\n{}\"'think", max_size=12)
+_CALL = st.builds(
+    lambda name, value, string: {
+        "id": "call00001",
+        "type": "function",
+        "function": {
+            "name": name,
+            "arguments": f'{{"x": "{value}"}}' if string else {"x": value},
+        },
+    },
+    st.sampled_from(["lookup", "f"]),
+    st.text(alphabet="xy z", max_size=4),
+    st.booleans(),
+)
+
+
+@st.composite
+def _message(draw: st.DrawFn) -> dict[str, Any]:
+    role = draw(st.sampled_from(["user", "user", "assistant", "assistant", "system", "tool"]))
+    message: dict[str, Any] = {"role": role, "content": draw(_TEXT)}
+    if role == "assistant":
+        if draw(st.booleans()):
+            message["reasoning_content"] = draw(_TEXT)
+        if draw(st.integers(0, 3)) == 0:
+            message["tool_calls"] = draw(st.lists(_CALL, min_size=1, max_size=2))
+            if draw(st.booleans()):
+                message["content"] = None
+    if role == "tool":
+        message["tool_call_id"] = "call00001"
+    return message
+
+
+_CONVERSATIONS = st.lists(_message(), min_size=1, max_size=9)
+
+
+def _property_templates() -> list[str]:
+    return [name for name in _templates() if not _compiled(name).has_generation_tag]
+
+
+@pytest.mark.parametrize(
+    "name", _property_templates() or [pytest.param("", marks=pytest.mark.skip)]
+)
+def test_spans_match_the_prefix_method_on_built_conversations(name: str) -> None:
+    template = _compiled(name)
+    messages, tools = long_conversation()
+
+    @seed(SEED)
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(_CONVERSATIONS, st.booleans(), st.booleans())
+    def check(conversation: list[dict[str, Any]], with_tools: bool, agp: bool) -> None:
+        options = {"tools": tools if with_tools else None, "documents": None}
+        _assert_same_spans(
+            template, conversation, now=0, add_generation_prompt=agp, **options, **_special(name)
+        )
+
+    check()
+
+
+# --- edge cases, without the corpus ----------------------------------------------------
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CONVERSATION = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "Q1"},
+    {"role": "assistant", "content": "A1"},
+    {"role": "user", "content": "Q2"},
+    {"role": "assistant", "content": "A2"},
+]
+
+
+def _spans(source: str, messages: list[dict[str, Any]], **options: Any) -> list[str]:
+    template = ChatTemplate(source)
+    options.setdefault("tools", None)
+    options.setdefault("documents", None)
+    options.setdefault("now", None)
+    options.setdefault("add_generation_prompt", False)
+    _assert_same_spans(template, messages, **options)
+    rendered = template.render_with_spans(messages, **options)
+    return [rendered.text[span.start : span.end] for span in rendered.spans]
+
+
+def test_a_plain_loop() -> None:
+    assert _spans(CHATML, CONVERSATION) == ["A1<|im_end|>", "A2<|im_end|>"]
+
+
+def test_a_template_that_looks_at_the_last_message() -> None:
+    source = (
+        "{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+        "{% if loop.last and m.role == 'assistant' %}<eos>{% endif %}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    # the prefix ending on A1 closes it with <eos>; the full prompt does not
+    assert _spans(source, CONVERSATION) == ["A1", "A2<eos>"]
+
+
+def test_a_template_that_refuses_prefixes() -> None:
+    source = (
+        "{% if messages[0].role != 'user' %}{{ raise_exception('start with a user') }}"
+        "{% endif %}" + CHATML
+    )
+    messages = CONVERSATION[1:]
+    assert _spans(source, messages) == ["A1<|im_end|>", "A2<|im_end|>"]
+    ending = (
+        CHATML + "{% if messages[-1].role == 'assistant' %}{{ raise_exception('no') }}{% endif %}"
+    )
+    assert _spans(ending, messages[:3]) == []  # the turn's own prefix is refused: no span
+
+
+def test_tojson_of_the_inputs_is_the_same_in_every_prefix() -> None:
+    # the arguments' text is remembered across the prefix renders: keyed by value types too
+    source = (
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson(indent=1) }}"
+        "{{ c.function.arguments | tojson(indent=True) }}{% endfor %}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    call = {"type": "function", "function": {"name": "f", "arguments": {"x": [1, 2]}}}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
+    shown = '{\n "x": [\n  1,\n  2\n ]\n}'
+    assert _spans(source, messages) == [shown * 2 + "</s>", shown * 2 + "</s>"]
+    with pytest.raises(TemplateError):  # indent=1.0 is refused by json, remembered or not
+        ChatTemplate(source.replace("indent=True", "indent=1.0")).render_with_spans(messages)
+
+
+def test_templates_whose_inputs_can_change_render_each_prefix_from_its_own_copy() -> None:
+    # the llama.cpp-compatible environment lets a template append to a list it reads: shared
+    # by the prefix renders, the list would grow from one render to the next
+    from chatcodec.template.compat import LlamaCompatTemplate
+
+    source = (
+        "{% for m in messages %}{% set _ = m.tags.append('x') %}"
+        "<{{ m.role }}>{{ m.content }}{{ m.tags | length }}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    template = LlamaCompatTemplate(source)
+    messages = [{**message, "tags": []} for message in CONVERSATION]
+    rendered = template.render_with_spans(messages)
+    text = template.render(messages)
+    assert rendered.text == text
+    spans = derive_spans_by_prefixes(template, text, messages, None, None, None, {})
+    assert rendered.spans == spans
+    assert [text[s.start : s.end] for s in spans] == ["A11</s>", "A21</s>"]
