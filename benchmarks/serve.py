@@ -26,8 +26,9 @@ template of examples/chatml-tiny in its metadata) and serves it twice, one serve
 each its own process with one decoding thread and a 2,048-token context: llama-cpp-python's
 ``python -m llama_cpp.server`` and ``chatcodec serve``. N clients each stream a chat completion
 of at most 32 tokens (temperature 0.8, its own seed). Columns as above; ``tok/s`` is the
-completion tokens per second the server reported over all clients, ``bad`` counts streams not
-shaped as OpenAI's (role first, one finish reason last, then [DONE]).
+completion tokens per second the server reported over all clients (llama-cpp-python reports
+none in a stream), ``out`` the content deltas per stream (median), ``bad`` counts streams not
+shaped as OpenAI's (role first, one finish reason last, then [DONE]) or broken off.
 """
 
 from __future__ import annotations
@@ -125,7 +126,12 @@ async def chat(client: httpx.AsyncClient, url: str) -> tuple[float, int, bool]:
                         deltas += 1
                         text.append(delta.get("content") or "")
                         calls += delta.get("tool_calls") or []
-    got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    merged: dict[int, list[str]] = {}  # a call's name, then its argument fragments
+    for call in calls:
+        function = call["function"]
+        merged.setdefault(call["index"], [function.get("name", "")])
+        merged[call["index"]].append(function.get("arguments") or "")
+    got = [(parts[0], json.loads("".join(parts[1:]))) for _, parts in sorted(merged.items())]
     ok = "".join(text) == PROSE and got == [("get_weather", {"city": "Paris"})]
     return time.perf_counter() - start_time, deltas, ok
 
@@ -162,17 +168,20 @@ async def gguf_chat(
         "seed": seed,
     }
     start_time, deltas, events, tokens, done = time.perf_counter(), 0, [], 0, False
-    async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-        async for line in response.aiter_lines():
-            if line == "data: [DONE]":
-                done = True
-            elif line.startswith("data: "):
-                event = json.loads(line[6:])
-                usage = event.get("usage") or {}
-                tokens = usage.get("completion_tokens") or tokens
-                if event.get("choices"):
-                    events.append(event["choices"][0])
-                    deltas += bool(event["choices"][0]["delta"].get("content"))
+    try:
+        async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            async for line in response.aiter_lines():
+                if line == "data: [DONE]":
+                    done = True
+                elif line.startswith("data: "):
+                    event = json.loads(line[6:])
+                    usage = event.get("usage") or {}
+                    tokens = usage.get("completion_tokens") or tokens
+                    if event.get("choices"):
+                        events.append(event["choices"][0])
+                        deltas += bool(event["choices"][0]["delta"].get("content"))
+    except httpx.HTTPError:  # a stream the server broke off counts as bad
+        done = False
     finishes = [e for e in events if e.get("finish_reason")]
     ok = (
         done
@@ -194,6 +203,7 @@ async def run_gguf(url: str, model: str, clients: int) -> dict[str, float]:
     return {
         "req/s": clients / wall,
         "tok/s": sum(r[3] for r in results) / wall,
+        "out": statistics.median(r[1] for r in results),
         "p50": statistics.median(per_delta),
         "p99": per_delta[min(len(per_delta) - 1, int(0.99 * len(per_delta)))],
         "bad": sum(1 for r in results if not r[2]),
@@ -214,7 +224,9 @@ def gguf_comparison(clients: int, rounds: int) -> None:
     )
     servers = {
         "llama-cpp-python": [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
-        + ["--n_ctx", "2048", "--n_threads", "1", "--verbose", "false", "--port"],
+        + ["--n_ctx", "2048", "--n_threads", "1", "--verbose", "false"]
+        # by default a new request interrupts the stream in progress: queue them instead
+        + ["--interrupt_requests", "false", "--port"],
         "chatcodec": [sys.executable, "-m", "chatcodec", "serve", str(gguf), "--n-ctx", "2048"]
         + ["--n-threads", "1", "--model-name", str(gguf), "--log-level", "error", "--port"],
     }
@@ -230,11 +242,13 @@ def gguf_comparison(clients: int, rounds: int) -> None:
                 server.terminate()
                 server.wait()
     print(f"\n{clients} concurrent streaming chat clients on a tiny GGUF, 32 tokens each")
-    print(f"{'':17} {'req/s':>8} {'tok/s':>8} {'ms/delta p50':>13} {'p99':>8} {'bad':>4}")
+    print(
+        f"{'':17} {'req/s':>8} {'tok/s':>8} {'ms/delta p50':>13} {'p99':>8} {'out':>5} {'bad':>4}"
+    )
     for name, row in rows:
         print(
             f"{name:17} {row['req/s']:8.1f} {row['tok/s']:8.1f} {row['p50']:13.3f} "
-            f"{row['p99']:8.3f} {int(row['bad']):4}"
+            f"{row['p99']:8.3f} {row['out']:5.0f} {int(row['bad']):4}"
         )
     ours = statistics.median(r["req/s"] for n, r in rows if n == "chatcodec")
     theirs = statistics.median(r["req/s"] for n, r in rows if n == "llama-cpp-python")
