@@ -245,6 +245,27 @@ def test_a_request_past_the_timeout_is_an_engine_timeout(gguf: Path) -> None:
         asyncio.run(engine.aclose())
 
 
+def test_a_prompt_past_the_timeout_is_an_engine_timeout(gguf: Path) -> None:
+    """A prompt whose decoding outlasts the timeout (3,900 tokens: ~0.2 s here, against
+    0.05 s) fails with EngineTimeout; the engine goes on serving (the start that was given up
+    ends on the worker thread and its sampler is freed)."""
+    engine = LlamaEngine(gguf, n_ctx=4096, n_threads=1, timeout=0.05)
+
+    async def run() -> Piece:
+        with pytest.raises(EngineTimeout, match="reading the prompt"):
+            async for _ in engine.generate(Generation("x" * 3900, max_tokens=1)):
+                pass
+        await asyncio.sleep(1.0)  # the abandoned start still holds the worker thread until then
+        async for piece in engine.generate(Generation("hello", max_tokens=1)):  # noqa: B007
+            pass
+        return piece
+
+    try:
+        assert asyncio.run(run()).finish_reason in ("stop", "length")
+    finally:
+        asyncio.run(engine.aclose())
+
+
 def free_port() -> int:
     import socket
 

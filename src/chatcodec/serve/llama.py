@@ -164,7 +164,12 @@ class LlamaEngine:
         deadline = _Deadline(self.timeout)
         await deadline.run(lock.acquire(), "waiting for the model")
         try:  # first come, first served; a cancelled waiter leaves the queue
-            job = await deadline.run(self._run(self._start, request), "reading the prompt")
+            start = asyncio.get_running_loop().run_in_executor(self._executor, self._start, request)
+            try:  # (shielded: a start that times out still ends, and its sampler is freed)
+                job = await deadline.run(asyncio.shield(start), "reading the prompt")
+            except EngineTimeout:
+                start.add_done_callback(self._free_started)
+                raise
             try:
                 while True:
                     deadline = _Deadline(self.timeout)
@@ -176,6 +181,10 @@ class LlamaEngine:
                 self._executor.submit(self.lib.llama_sampler_free, job.sampler)
         finally:
             lock.release()
+
+    def _free_started(self, start: asyncio.Future[_Job]) -> None:
+        if not start.cancelled() and start.exception() is None:
+            self._executor.submit(self.lib.llama_sampler_free, start.result().sampler)
 
     # ------------------------------------------------------------------ on the worker thread
 

@@ -24,7 +24,8 @@ BACKEND_KINDS: tuple[BackendKind, ...] = ("llama", "llama-cpp-python", "vllm", "
 class RemoteEngine:
     """``base_url`` is the engine's OpenAI root (``http://HOST:PORT/v1``); ``kind`` says how
     a grammar is sent (llama.cpp's server, llama-cpp-python's, vLLM's or SGLang's request
-    fields; ``none``: the engine takes no grammar). ``stream=False`` asks for whole completions instead of SSE."""
+    fields; ``none``: the engine takes no grammar). ``stream=False`` asks for whole
+    completions instead of SSE."""
 
     def __init__(
         self,
