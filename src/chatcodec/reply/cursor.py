@@ -9,6 +9,7 @@ other, so neither reaches into the other's state.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -256,6 +257,77 @@ class CallMarkers:
         return "trailing_text"
 
 
+_C_SPACES = " \t\n\v\f\r"  # C isspace, which llama.cpp trims arguments of
+_IN_STRING = re.compile(r'["\\]')
+_OUTSIDE_STRING = re.compile(r'["{}\[\]]')
+
+
+class OpenArguments:
+    """The arguments of the call in progress while they are the raw JSON object the model is
+    writing, which a partial parse shows as that text less an escape it ends inside and its
+    trailing whitespace: what arrives before the object closes extends them as it comes,
+    with no parse (past PREVIEW_WINDOW, where the call is parsed again only when its text has
+    doubled).
+
+    ``shown`` is what the partial parse of ``raw`` shows; ``take(chunk)`` the text the shown
+    arguments grow by with ``chunk``; ``closed`` once the object's last brace went by.
+    """
+
+    __slots__ = ("depth", "in_string", "escape", "closed", "held", "shown")
+
+    def __init__(self, raw: str) -> None:
+        self.depth = 0
+        self.in_string = self.closed = False
+        self.escape = ""  # an escape sequence begun and not complete
+        self.held = ""  # what was read at the end and is not shown (yet)
+        self.shown = self.take(raw)
+
+    def take(self, chunk: str) -> str:
+        if self.closed:
+            return ""
+        part = self.held + chunk[: self._scan(chunk)]
+        shown = part[: len(part) - len(self.escape)].rstrip(_C_SPACES)
+        self.held = part[len(shown) :]
+        return shown
+
+    def _scan(self, chunk: str) -> int:
+        """How much of ``chunk`` belongs to the object (all of it while it is open)."""
+        n, i = len(chunk), 0
+        while i < n:
+            if self.escape:
+                escape = self.escape
+                while i < n and len(escape) < (6 if escape[1:2] == "u" else 2):
+                    escape += chunk[i]
+                    i += 1
+                self.escape = escape if len(escape) < (6 if escape[1] == "u" else 2) else ""
+                continue
+            if self.in_string:
+                found = _IN_STRING.search(chunk, i)
+                if found is None:
+                    return n
+                i = found.end()
+                if found.group() == '"':
+                    self.in_string = False
+                else:
+                    self.escape = "\\"
+                continue
+            found = _OUTSIDE_STRING.search(chunk, i)
+            if found is None:
+                return n
+            i = found.end()
+            mark = found.group()
+            if mark == '"':
+                self.in_string = True
+            elif mark in "{[":
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if self.depth <= 0:
+                    self.closed = True
+                    return i
+        return n
+
+
 class Waiting:
     """Set by the step that returned WAIT, read by the engine's ``feed`` before it runs the
     step again: ``out``/``until`` when all the step waits for is plain text (it goes to ``out``
@@ -295,6 +367,10 @@ class Output:
     provisional: list[MappedCall] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
     failure: Failure | None = None
+    # the last provisional call's arguments while they grow with the text (OpenArguments),
+    # and what the last chunk added to them
+    open_arguments: OpenArguments | None = None
+    arguments_fragment: str = ""
 
     def emit(self, target: str, text: str, at: int) -> None:
         """Text read at absolute offset ``at`` into ``target``: "content", "reasoning", or ""
@@ -358,18 +434,39 @@ class Output:
                 break
             kept += 1
         self.provisional[:] = shown[:kept]
+        self.open_arguments = None
+        span = mapper.raw_arguments
+        if kept and kept == len(shown) and span is not None:
+            # (the parse stops before an escape the text ends inside: the rest shows nothing)
+            opened = OpenArguments(text[span[0] : span[1]])
+            if opened.shown == shown[-1].arguments and not opened.take(text[span[1] :]):
+                self.open_arguments = None if opened.closed else opened
+
+    def extend_arguments(self, chunk: str) -> bool:
+        """Whether ``chunk`` extends the open arguments of the call in progress (then by
+        ``arguments_fragment``)."""
+        opened = self.open_arguments
+        if opened is None:
+            return False
+        self.arguments_fragment = opened.take(chunk)
+        return bool(self.arguments_fragment)
+
+    def clear_preview(self) -> None:
+        """The call in progress is not one: nothing of it is shown."""
+        self.provisional.clear()
+        self.open_arguments = None
 
     def commit_calls(self, nodes: list[Node], text: str, base: int) -> None:
         """A call (or calls) parsed whole from ``text`` (``text[0]`` at absolute offset
         ``base``): map and keep them."""
-        self.provisional.clear()
+        self.clear_preview()
         self.mapper.visit(nodes, text)
         self.committed.extend(self.mapper.calls[len(self.committed) :])  # only the new ones
         self._report_unread(text, base, True)
 
     def close_calls(self, nodes: list[Node], text: str, base: int) -> bool:
         """The reply ended inside a call: map what it reached; whether that made a new call."""
-        self.provisional.clear()
+        self.clear_preview()
         self.mapper.visit(nodes, text)
         self.mapper.flush()
         made = len(self.mapper.calls) != len(self.committed)

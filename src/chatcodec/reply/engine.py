@@ -6,7 +6,8 @@ calls, the frame's markers, the end), each run over the ``Cursor`` until it retu
 call in progress, which is parsed (by the small PEG engine) on every chunk while it is within
 PREVIEW_WINDOW characters (its partial parse is the stream's preview of the call), then only
 when it may have completed: when its closing marker arrives, when its text has doubled since
-the last try, or at the end.
+the last try, or at the end; between those tries, raw JSON arguments the last preview left
+open grow with each chunk as written (``Output.extend_arguments``, FED_ARGUMENTS).
 Every result equals llama.cpp's parse of the same whole text (lenient: a cut-short structure is
 NEED_MORE, never a failure).
 """
@@ -55,7 +56,15 @@ from .flow import FlowRunner
 from .mapper import CallMapper, MappedCall, carries_call_ids
 from .peg import FAIL, NEED_MORE, SUCCESS, Until
 
-__all__ = ["ReplyEngine", "Fed", "FED_SOME", "FED_CONTENT", "FED_REASONING", "FED_NOTHING"]
+__all__ = [
+    "ReplyEngine",
+    "Fed",
+    "FED_SOME",
+    "FED_CONTENT",
+    "FED_REASONING",
+    "FED_NOTHING",
+    "FED_ARGUMENTS",
+]
 
 
 class Fed(Enum):
@@ -65,10 +74,11 @@ class Fed(Enum):
     CONTENT = "content"  # all of it (with held text) became one new content piece, nothing else
     REASONING = "reasoning"  # the same, one new reasoning piece
     NOTHING = "nothing"  # nothing visible changed
+    ARGUMENTS = "arguments"  # only the call in progress's arguments grew (out.arguments_fragment)
 
 
 # the members by plain names: an Enum attribute costs a lookup per use on the per-chunk path
-FED_SOME, FED_CONTENT, FED_REASONING, FED_NOTHING = Fed
+FED_SOME, FED_CONTENT, FED_REASONING, FED_NOTHING, FED_ARGUMENTS = Fed
 
 
 class Guard(Enum):
@@ -236,7 +246,11 @@ class ReplyEngine:
         cur.pending_len += len(chunk)
         ready = waiting.ready
         if ready is not None and not ready():
-            return FED_NOTHING  # the step would wait again at once, having read nothing
+            # the step would wait again at once, having read nothing; but the arguments of
+            # the call in progress may grow with the chunk as written
+            if self.out.extend_arguments(chunk):
+                return FED_ARGUMENTS
+            return FED_NOTHING
         self._run()
         return FED_SOME
 
@@ -623,7 +637,7 @@ class ReplyEngine:
             if self.out.close_calls(result.nodes, cur.buf, cur.base):
                 cur.pos = len(cur.buf)
             return STOP
-        self.out.provisional.clear()
+        self.out.clear_preview()
         if self._thought_call:
             # not calls after all: the stop is thought text, the thought ends at its closer
             self._thought_call = False

@@ -151,7 +151,7 @@ class FlowRunner:
         buf, at = cur.buf, cur.pos
         result = option.call.parse(buf, at)
         if result.status == FAIL:
-            self.out.provisional.clear()
+            self.out.clear_preview()
             self.reach = max(self.reach, cur.base + result.end)
             self.call_failed = True
             self.tried_len = -1

@@ -202,6 +202,8 @@ class CallMapper:
         self.quote_pending = False
         # text read and kept in no call, in order: (start, end, Dropped reason)
         self.skipped: list[tuple[int, int, str]] = []
+        # where the last call's arguments were read as one raw JSON object (start, end)
+        self.raw_arguments: tuple[int, int] | None = None
 
     def fork(self) -> CallMapper:
         """A copy that maps on from this state without touching it, its ``calls`` only the
@@ -258,6 +260,7 @@ class CallMapper:
             self.arg_count = 0
             self.args_buffer = ""
             self.quote_pending = False
+            self.raw_arguments = None
             return
         cur = self.current
         if cur is None:
@@ -284,6 +287,7 @@ class CallMapper:
             v = _trim_trailing(value)
             if v.startswith("{"):
                 self._target_set(v)
+                self.raw_arguments = (node.start, node.end)
             elif v and not node.children:  # JSON that is no object: llama.cpp leaves "{}"
                 self.skipped.append((node.start, node.start + len(v), "unread_arguments"))
         elif tag == TOOL_ARG_OPEN:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from ..errors import ReplyError, RequestError, StreamedCallError
 from .description import ReplyFormat
-from .engine import FED_CONTENT, FED_NOTHING, FED_REASONING, ReplyEngine
+from .engine import FED_ARGUMENTS, FED_CONTENT, FED_NOTHING, FED_REASONING, ReplyEngine
 from .mapper import MappedCall
 from .message import (
     AssistantMessage,
@@ -94,6 +94,10 @@ class ReplyStream:
         # final and wholly sent (never looked at again)
         self._sent: list[tuple[str, str]] = []
         self._done = 0
+        # the call whose arguments grow as written (its sent arguments are the partial
+        # parse's), and what they grew by since (joined into _sent at the next parse)
+        self._growing: int | None = None
+        self._grown: list[str] = []
         self._contradicted = ""  # why an announced call's final form does not extend it
         self._ids: dict[int, str] = {}
         self._role_sent = False
@@ -118,6 +122,13 @@ class ReplyStream:
             if self._reasoning_started and self._reasoning_taken == len(pieces) - 1:
                 self._reasoning_taken += 1
                 return [reasoning_delta(pieces[-1])]
+        elif fed is FED_ARGUMENTS:
+            index = self._growing
+            if index is None:
+                return []
+            fragment = engine.out.arguments_fragment
+            self._grown.append(fragment)
+            return [Delta(tool_call=ToolCallDelta(index=index, arguments=fragment))]
         elif fed is FED_NOTHING:
             if self._content_taken == len(engine.content_pieces) and self._reasoning_taken == len(
                 engine.reasoning_pieces
@@ -232,6 +243,12 @@ class ReplyStream:
         does not, fails the stream at the end.
         """
         sent = self._sent
+        growing = self._growing
+        if self._grown and growing is not None:
+            name, args = sent[growing]
+            sent[growing] = (name, args + "".join(self._grown))
+            self._grown.clear()
+        self._growing = None
         n = len(calls)
         for i in range(self._done, n + len(provisional)):
             call = calls[i] if i < n else provisional[i - n]
@@ -264,6 +281,9 @@ class ReplyStream:
                     )
             if i < n and i == self._done:
                 self._done += 1
+        last = n + len(provisional) - 1
+        if provisional and last < len(sent) and sent[last][1] is provisional[-1].arguments:
+            self._growing = last  # sent as the parse shows them: they may grow as written
 
     def _build(self) -> AssistantMessage:
         engine = self._engine
