@@ -235,14 +235,9 @@ def test_a_request_past_the_timeout_is_an_engine_timeout(gguf: Path) -> None:
                 pass
         async for _ in first:
             pass
-        async for piece in engine.generate(Generation("hello", max_tokens=2)):  # noqa: B007
-            pass
-        return piece
+        return await last_piece(engine)
 
-    try:
-        assert asyncio.run(run()).finish_reason in ("stop", "length")
-    finally:
-        asyncio.run(engine.aclose())
+    assert run_and_close(engine, run).finish_reason in ("stop", "length")
 
 
 def test_a_prompt_past_the_timeout_is_an_engine_timeout(gguf: Path) -> None:
@@ -256,12 +251,22 @@ def test_a_prompt_past_the_timeout_is_an_engine_timeout(gguf: Path) -> None:
             async for _ in engine.generate(Generation("x" * 3900, max_tokens=1)):
                 pass
         await asyncio.sleep(1.0)  # the abandoned start still holds the worker thread until then
-        async for piece in engine.generate(Generation("hello", max_tokens=1)):  # noqa: B007
-            pass
-        return piece
+        return await last_piece(engine)
 
+    assert run_and_close(engine, run).finish_reason in ("stop", "length")
+
+
+async def last_piece(engine: LlamaEngine) -> Piece:
+    """The last piece of a short generation: the engine still serves."""
+    async for piece in engine.generate(Generation("hello", max_tokens=2)):  # noqa: B007
+        pass
+    return piece
+
+
+def run_and_close(engine: LlamaEngine, run: Any) -> Any:
+    """What the coroutine ``run()`` gives, the engine freed after it."""
     try:
-        assert asyncio.run(run()).finish_reason in ("stop", "length")
+        return asyncio.run(run())
     finally:
         asyncio.run(engine.aclose())
 
