@@ -19,17 +19,22 @@ SCALARS = (
     | st.booleans()
     | st.none()
 )
-VALUES = st.recursive(
+TREES = st.recursive(
     SCALARS,
     lambda inner: (
         st.lists(inner, max_size=40)
         | st.tuples(inner, inner)
         | st.dictionaries(st.text(max_size=5) | st.integers(), inner, max_size=8)
-        | inner.map(lambda v: [v] * 70)  # a reference repeated past the walk's small path
-        | inner.map(lambda v: {"a": v, "b": [v, v]}.items())
         | inner.map(lambda v: jinja2.utils.Namespace(a=v))
     ),
     max_leaves=60,
+)
+# shared references at the top only: repeated inside the recursion, a value could grow
+# exponentially with its depth (a rare draw that took minutes and gigabytes to print)
+VALUES = (
+    TREES
+    | TREES.map(lambda v: [v] * 70)  # a reference repeated past the walk's small path
+    | TREES.map(lambda v: {"a": v, "b": [v, v]}.items())
 )
 
 
