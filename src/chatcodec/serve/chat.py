@@ -189,8 +189,9 @@ class Reply:
     def __post_init__(self) -> None:
         self._scanner = StopScanner(self.stops)
         self._stream = self.turn.stream()
-        self._text: list[str] = []  # the reply as read, for a degraded message
-        self._content: list[str] = []  # the content sent
+        # kept only for a degraded message: the reply as read, the content sent
+        self._text: list[str] = []
+        self._content: list[str] = []
         self._reasoning_sent = False
         self._held: list[Delta] | None = [] if self.degrade and self.streamed else None
 
@@ -202,7 +203,8 @@ class Reply:
         async for piece in pieces:
             text = self._scanner.feed(piece.text)
             if text:
-                self._text.append(text)
+                if self.degrade:
+                    self._text.append(text)
                 yield self._sent(stream.feed(text))
             if piece.finish_reason is not None:
                 self.finish_reason = piece.finish_reason
@@ -238,7 +240,13 @@ class Reply:
         return [Delta(content=rest)] if rest else []
 
     def _sent(self, deltas: list[Delta]) -> list[Delta]:
-        """``deltas`` less the tool-call ones held back, noting what goes out."""
+        """``deltas`` less the tool-call ones held back, noting what goes out (what was sent
+        matters only to a reply that may be degraded)."""
+        if not self.degrade:
+            for delta in deltas:
+                if delta.tool_call is not None:
+                    self.calls = max(self.calls, delta.tool_call.index + 1)
+            return deltas
         out = []
         for delta in deltas:
             if delta.tool_call is not None:
