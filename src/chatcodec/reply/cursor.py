@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .description import Balance
-from .mapper import CallMapper, MappedCall
+from .mapper import CallMapper, MappedCall, json_escape_inner
 from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until, is_c_space
 
@@ -162,6 +162,17 @@ class Cursor:
 # only when its text has doubled since the last try or its closing marker may have come: a
 # bounded cost per chunk, and linear in all
 PREVIEW_WINDOW = 1024
+
+
+def retry_due(unread: int, tried: int, out: Output) -> bool:
+    """Whether a call in progress last tried on ``tried`` characters is worth parsing again
+    now that it has ``unread``, short of its closing marker: always within PREVIEW_WINDOW;
+    past it once its text has doubled, or, after a string value that grew as written closed,
+    when what came after it may have opened the next argument (OpenString.due)."""
+    if unread <= PREVIEW_WINDOW or unread >= 2 * tried:
+        return True
+    opened = out.open_arguments
+    return isinstance(opened, OpenString) and opened.due(tried)
 
 
 class CommitWatch:
@@ -328,6 +339,61 @@ class OpenArguments:
         return n
 
 
+class OpenString:
+    """The last argument of the call in progress while it is a raw string value left open
+    (XML-style parameters): a partial parse shows its text, JSON-escaped, up to its closing
+    delimiter or up to a prefix of one the text ends with. What arrives before the
+    delimiter extends the arguments as it comes, with no parse (past PREVIEW_WINDOW).
+
+    ``take(chunk)`` is the text the shown arguments grow by with ``chunk``; ``closed`` once
+    the delimiter went by (the quote it closes is the next parse's). After it, the call is
+    parsed again when ``after`` (what came since) reaches ``wait``, 64 characters, doubled
+    at each parse that shows no new value open, up to PREVIEW_WINDOW: the next argument
+    opens shortly after, and a long one then grows as written too. Only if the value grew
+    by at least half the call text tried before it (``due``): each value's few extra parses
+    then cost a bounded amount per character of it, linear in all.
+    """
+
+    __slots__ = ("until", "held", "closed", "grown", "after", "wait", "worth")
+
+    def __init__(self, until: Until, held: str) -> None:
+        self.until = until
+        self.held = held  # a prefix of a delimiter the text ends with: not shown (yet)
+        self.closed = False
+        self.grown = 0  # value characters taken
+        self.after = 0  # characters since the delimiter began
+        self.wait = 64
+        self.worth: bool | None = None  # whether parses after the close pay (due decides)
+
+    def take(self, chunk: str) -> str:
+        if self.closed:
+            self.after += len(chunk)
+            return ""
+        text = self.held + chunk
+        stop, self.closed = self.until.find(text, 0)
+        self.held = text[stop:] if not self.closed else ""
+        if self.closed:
+            self.after = len(text) - stop
+        self.grown += stop
+        return json_escape_inner(text[:stop])
+
+    def due(self, tried: int) -> bool:
+        """Whether the call, last tried on ``tried`` characters, is worth parsing again."""
+        if not self.closed:
+            return False
+        if self.worth is None:  # (first asked before any parse since the value opened)
+            self.worth = 2 * self.grown >= tried
+        return self.worth and self.after >= self.wait
+
+    def waits_on(self) -> OpenString | None:
+        """After a parse that showed no new value open: this one, waiting twice as long, or
+        None once it waited PREVIEW_WINDOW characters."""
+        if not (self.closed and self.worth) or self.wait >= PREVIEW_WINDOW:
+            return None
+        self.wait *= 2
+        return self
+
+
 class Waiting:
     """Set by the step that returned WAIT, read by the engine's ``feed`` before it runs the
     step again: ``out``/``until`` when all the step waits for is plain text (it goes to ``out``
@@ -369,7 +435,7 @@ class Output:
     failure: Failure | None = None
     # the last provisional call's arguments while they grow with the text (OpenArguments),
     # and what the last chunk added to them
-    open_arguments: OpenArguments | None = None
+    open_arguments: OpenArguments | OpenString | None = None
     arguments_fragment: str = ""
 
     def emit(self, target: str, text: str, at: int) -> None:
@@ -415,7 +481,12 @@ class Output:
                 stack.extend(reversed(node.children))
 
     def preview_calls(
-        self, nodes: list[Node], text: str, names: frozenset[str], ids: bool = False
+        self,
+        nodes: list[Node],
+        text: str,
+        names: frozenset[str],
+        ids: bool = False,
+        value_stops: Until | None = None,
     ) -> None:
         """A partial parse of the call in progress: what llama.cpp's partial parse of the text
         so far shows after the committed calls, mapped on a fork of the mapper (the mapper
@@ -423,7 +494,8 @@ class Output:
         ``names`` when the format knows them; and, where the format's calls may carry the
         model's own id (``ids``), once that id has come (a call id is announced once and
         never changes: Mistral Nemo writes it after the arguments, and such a call is shown
-        whole)."""
+        whole). ``value_stops``: what ends the format's raw string argument values, when
+        one ``Until`` ends them all (string_value_stops)."""
         mapper = self.mapper.fork()
         mapper.visit(nodes, text)
         mapper.flush()
@@ -434,13 +506,24 @@ class Output:
                 break
             kept += 1
         self.provisional[:] = shown[:kept]
-        self.open_arguments = None
+        previous, self.open_arguments = self.open_arguments, None
+        if not kept or kept != len(shown):
+            return
         span = mapper.raw_arguments
-        if kept and kept == len(shown) and span is not None:
+        if span is not None:
             # (the parse stops before an escape the text ends inside: the rest shows nothing)
             opened = OpenArguments(text[span[0] : span[1]])
             if opened.shown == shown[-1].arguments and not opened.take(text[span[1] :]):
                 self.open_arguments = None if opened.closed else opened
+        elif mapper.open_string is not None and value_stops is not None:
+            start, end = mapper.open_string
+            held = text[end:]  # all of it a delimiter's prefix, or the value is not open
+            if value_stops.find(held, 0) == (0, False) and shown[-1].arguments.endswith(
+                json_escape_inner(text[start:end])
+            ):
+                self.open_arguments = OpenString(value_stops, held)
+        if self.open_arguments is None and isinstance(previous, OpenString):
+            self.open_arguments = previous.waits_on()
 
     def extend_arguments(self, chunk: str) -> bool:
         """Whether ``chunk`` extends the open arguments of the call in progress (then by

@@ -6,8 +6,9 @@ calls, the frame's markers, the end), each run over the ``Cursor`` until it retu
 call in progress, which is parsed (by the small PEG engine) on every chunk while it is within
 PREVIEW_WINDOW characters (its partial parse is the stream's preview of the call), then only
 when it may have completed: when its closing marker arrives, when its text has doubled since
-the last try, or at the end; between those tries, raw JSON arguments the last preview left
-open grow with each chunk as written (``Output.extend_arguments``, FED_ARGUMENTS).
+the last try, or at the end (cursor.retry_due); between those tries, raw JSON arguments or a
+raw string value the last preview left open grow with each chunk as written
+(``Output.extend_arguments``, FED_ARGUMENTS).
 Every result equals llama.cpp's parse of the same whole text (lenient: a cut-short structure is
 NEED_MORE, never a failure).
 """
@@ -22,7 +23,6 @@ from .cursor import (
     FAILED,
     JUMP,
     NEXT,
-    PREVIEW_WINDOW,
     STOP,
     WAIT,
     BalanceWatch,
@@ -33,6 +33,7 @@ from .cursor import (
     Outcome,
     Output,
     Waiting,
+    retry_due,
 )
 from .description import (
     Balance,
@@ -53,8 +54,8 @@ from .description import (
     Whitespace,
 )
 from .flow import FlowRunner
-from .mapper import CallMapper, MappedCall, carries_call_ids
-from .peg import FAIL, NEED_MORE, SUCCESS, Until
+from .mapper import CallMapper, MappedCall, carries_call_ids, string_value_stops
+from .peg import FAIL, NEED_MORE, SUCCESS, Node, Parser, Until
 
 __all__ = [
     "ReplyEngine",
@@ -620,7 +621,7 @@ class ReplyEngine:
         if result.status == SUCCESS and section.settle and result.end >= len(cur.buf):
             if not cur.eof:  # a call that ends with the text may go on
                 if not self._thought_call:
-                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names, self._ids)
+                    self._preview(result.nodes, section, grammar)
                 return self._wait_for_call()
         if result.status == SUCCESS:
             self._thought_call = False
@@ -632,7 +633,7 @@ class ReplyEngine:
         if result.status == NEED_MORE:
             if not cur.eof:
                 if not self._thought_call:  # (a call in a thought may prove to be thought)
-                    self.out.preview_calls(result.nodes, cur.buf, section.tool_names, self._ids)
+                    self._preview(result.nodes, section, grammar)
                 return self._wait_for_call()
             if self.out.close_calls(result.nodes, cur.buf, cur.base):
                 cur.pos = len(cur.buf)
@@ -654,6 +655,10 @@ class ReplyEngine:
         self._call_failed = True
         return NEXT
 
+    def _preview(self, nodes: list[Node], section: CallSection, grammar: Parser) -> None:
+        stops = string_value_stops(grammar)
+        self.out.preview_calls(nodes, self.cursor.buf, section.tool_names, self._ids, stops)
+
     def _wait_for_call(self) -> Outcome:
         cur = self.cursor
         self._tried_len = len(cur.buf) - cur.pos
@@ -665,8 +670,7 @@ class ReplyEngine:
     def _call_ready(self) -> bool:
         """Whether the call in progress may have changed its outcome since it was last tried."""
         assert self._watch is not None
-        unread = self.cursor.unread()
-        return self._watch.hit or unread >= 2 * self._tried_len or unread <= PREVIEW_WINDOW
+        return self._watch.hit or retry_due(self.cursor.unread(), self._tried_len, self.out)
 
     # ------------------------------------------------------------------ dropped text
 

@@ -14,7 +14,6 @@ from enum import Enum
 
 from .cursor import (
     NEXT,
-    PREVIEW_WINDOW,
     STOP,
     WAIT,
     CallMarkers,
@@ -23,9 +22,10 @@ from .cursor import (
     Outcome,
     Output,
     Waiting,
+    retry_due,
 )
 from .description import CallMessage, Flow, FlowState, TextMessage
-from .mapper import carries_call_ids
+from .mapper import carries_call_ids, string_value_stops
 from .peg import FAIL, NEED_MORE, Until
 
 __all__ = ["FlowRunner"]
@@ -117,8 +117,7 @@ class FlowRunner:
 
     def _call_ready(self) -> bool:
         """Whether the call in progress may have changed its outcome since it was last tried."""
-        unread = self.cursor.unread()
-        return self.watch.hit or unread >= 2 * self.tried_len or unread <= PREVIEW_WINDOW
+        return self.watch.hit or retry_due(self.cursor.unread(), self.tried_len, self.out)
 
     def _boundary(self) -> Outcome | None:
         cur = self.cursor
@@ -163,7 +162,8 @@ class FlowRunner:
                     cur.pos = len(buf)
                 return STOP
             ids = carries_call_ids(option.call)
-            self.out.preview_calls(result.nodes, buf, self.flow.tool_names, ids)
+            stops = string_value_stops(option.call)
+            self.out.preview_calls(result.nodes, buf, self.flow.tool_names, ids, stops)
             self.tried_len = len(buf) - at
             self.watch = CommitWatch(option.commit)
             self.watch.restart(buf, at)

@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .peg import Node, Parser, is_c_space, tags_in
+from .peg import Node, Parser, Tag, Until, is_c_space, parsers_in, tags_in
 
 __all__ = [
     "TOOL",
@@ -27,6 +27,7 @@ __all__ = [
     "MARKUP",
     "markup_tag",
     "carries_call_ids",
+    "string_value_stops",
     "CallMapper",
     "MappedCall",
     "json_escape_inner",
@@ -70,8 +71,31 @@ def carries_call_ids(parser: Parser) -> bool:
     return known
 
 
+_VALUE_STOPS: weakref.WeakKeyDictionary[Parser, Until | None] = weakref.WeakKeyDictionary()
+
+
+def string_value_stops(parser: Parser) -> Until | None:
+    """What ends a raw string argument value of the calls ``parser`` reads (an ``Until``
+    tagged ``TOOL_ARG_STRING_VALUE``), when every such value of the grammar ends the same
+    way; None when there is none or they differ. Remembered per parser while it lives."""
+    if parser in _VALUE_STOPS:
+        return _VALUE_STOPS[parser]
+    values = [
+        p.child for p in parsers_in(parser) if isinstance(p, Tag) and p.tag == TOOL_ARG_STRING_VALUE
+    ]
+    ends = {v.delimiters: v for v in values if isinstance(v, Until)}
+    same = len(ends) == 1 and all(isinstance(v, Until) for v in values)
+    found = _VALUE_STOPS[parser] = next(iter(ends.values())) if same else None
+    return found
+
+
+_ESCAPED = re.compile(r'[\x00-\x1f"\\]')  # what JSON escapes when non-ASCII stays raw
+
+
 def json_escape_inner(s: str) -> str:
     """JSON string escaping without the quotes (nlohmann rules: non-ASCII raw, `/` kept)."""
+    if _ESCAPED.search(s) is None:
+        return s
     return json.dumps(s, ensure_ascii=False)[1:-1]
 
 
@@ -204,6 +228,9 @@ class CallMapper:
         self.skipped: list[tuple[int, int, str]] = []
         # where the last call's arguments were read as one raw JSON object (start, end)
         self.raw_arguments: tuple[int, int] | None = None
+        # where the last node mapped was a raw string value left open (start, end): the
+        # arguments end inside its quotes
+        self.open_string: tuple[int, int] | None = None
 
     def fork(self) -> CallMapper:
         """A copy that maps on from this state without touching it, its ``calls`` only the
@@ -248,6 +275,7 @@ class CallMapper:
 
     def _map(self, node: Node, text: str) -> None:
         tag = node.tag
+        self.open_string = None
         if not tag.startswith("tool"):
             if tag.startswith(MARKUP):  # call markup: what the format does not write is lost
                 said = text[node.start : node.end]
@@ -308,6 +336,7 @@ class CallMapper:
                         add = '"'
                         self.quote_pending = True
                     add += json_escape_inner(value)
+                self.open_string = (node.start, node.end)  # its quote closes at ARG_CLOSE
             elif value:
                 add = normalize_quotes_to_json(value)
             self._target_set(self._target_get() + add)

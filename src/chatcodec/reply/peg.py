@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "tags_in",
+    "parsers_in",
     "SUCCESS",
     "FAIL",
     "NEED_MORE",
@@ -330,10 +331,10 @@ def atomic_tag(tag: str, parser: Parser) -> Parser:
     return Atomic(Tag(tag, parser))
 
 
-def tags_in(parser: Parser) -> frozenset[str]:
-    """Every tag a parser's nodes may carry (its tree walked once; recursion through a
-    ``Ref`` is followed once)."""
-    found: set[str] = set()
+def parsers_in(parser: Parser) -> list[Parser]:
+    """``parser`` and every parser below it, each once (recursion through a ``Ref`` is
+    followed once)."""
+    found: list[Parser] = []
     seen: set[int] = set()
     stack = [parser]
     while stack:
@@ -341,14 +342,18 @@ def tags_in(parser: Parser) -> frozenset[str]:
         if id(p) in seen:
             continue
         seen.add(id(p))
-        if isinstance(p, Tag):
-            found.add(p.tag)
+        found.append(p)
         for name in ("child", "target", "scalar", "key"):
             inner = getattr(p, name, None)
             if isinstance(inner, Parser):
                 stack.append(inner)
         stack.extend(c for c in getattr(p, "children", ()) if isinstance(c, Parser))
-    return frozenset(found)
+    return found
+
+
+def tags_in(parser: Parser) -> frozenset[str]:
+    """Every tag a parser's nodes may carry."""
+    return frozenset(p.tag for p in parsers_in(parser) if isinstance(p, Tag))
 
 
 class Ref(Parser):
