@@ -65,6 +65,7 @@ sys.path.insert(0, {root!r})
 from tests._standin import StandIn
 engine = StandIn(seed=1)
 engine.reply = {reply!r}
+engine.pace = {pace!r}
 fixed = engine.chunks(engine.reply)
 engine.chunks = lambda text: fixed  # every stream gets the same pieces
 uvicorn.run(engine.app, host="127.0.0.1", port={port}, log_level="error")
@@ -98,24 +99,29 @@ def start(command: list[str], port: int) -> subprocess.Popen[bytes]:
             time.sleep(0.05)
 
 
-async def direct(client: httpx.AsyncClient, url: str) -> tuple[float, int, bool]:
+Stream = tuple[float, float, int, bool]  # seconds in all, seconds to the first delta, deltas, ok
+
+
+async def direct(client: httpx.AsyncClient, url: str) -> Stream:
     body = {"prompt": "x", "stream": True, "max_tokens": 4096}
-    start_time, deltas, text = time.perf_counter(), 0, []
+    start_time, first, deltas, text = time.perf_counter(), 0.0, 0, []
     async with client.stream("POST", url + "/v1/completions", json=body) as response:
         async for line in response.aiter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 event = json.loads(line[6:])
                 for choice in event["choices"]:
                     if choice["text"]:
+                        first = first or time.perf_counter() - start_time
                         deltas += 1
                         text.append(choice["text"])
-    return time.perf_counter() - start_time, deltas, "".join(text) == PROSE + CALL
+    ok = "".join(text) == PROSE + CALL
+    return time.perf_counter() - start_time, first, deltas, ok
 
 
-async def chat(client: httpx.AsyncClient, url: str) -> tuple[float, int, bool]:
+async def chat(client: httpx.AsyncClient, url: str) -> Stream:
     body = {"model": "bench", "messages": [{"role": "user", "content": "Weather?"}]}
     body |= {"tools": TOOLS, "stream": True}
-    start_time, deltas, text, calls = time.perf_counter(), 0, [], []
+    start_time, first, deltas, text, calls = time.perf_counter(), 0.0, 0, [], []
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
         async for line in response.aiter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
@@ -123,6 +129,7 @@ async def chat(client: httpx.AsyncClient, url: str) -> tuple[float, int, bool]:
                 for choice in event["choices"]:
                     delta = choice["delta"]
                     if delta.get("content") or delta.get("tool_calls"):
+                        first = first or time.perf_counter() - start_time
                         deltas += 1
                         text.append(delta.get("content") or "")
                         calls += delta.get("tool_calls") or []
@@ -133,7 +140,11 @@ async def chat(client: httpx.AsyncClient, url: str) -> tuple[float, int, bool]:
         merged[call["index"]].append(function.get("arguments") or "")
     got = [(parts[0], json.loads("".join(parts[1:]))) for _, parts in sorted(merged.items())]
     ok = "".join(text) == PROSE and got == [("get_weather", {"city": "Paris"})]
-    return time.perf_counter() - start_time, deltas, ok
+    return time.perf_counter() - start_time, first, deltas, ok
+
+
+def _p99(values: list[float]) -> float:
+    return sorted(values)[min(len(values) - 1, int(0.99 * len(values)))]
 
 
 async def run(kind: str, url: str, clients: int) -> dict[str, float]:
@@ -144,14 +155,17 @@ async def run(kind: str, url: str, clients: int) -> dict[str, float]:
         results = await asyncio.gather(*(call(client, url) for _ in range(clients)))
         wall = time.perf_counter() - begin
     pieces = len(standin_chunks())
-    per_delta = sorted(1000 * t / pieces for t, _, _ in results)
-    bad = sum(1 for _, _, ok in results if not ok)
+    per_delta = [1000 * t / pieces for t, _, _, _ in results]
+    steady = [1000 * (t - first) / (pieces - 1) for t, first, _, _ in results]
     return {
         "req/s": clients / wall,
-        "out": statistics.median(n for _, n, _ in results),
+        "out": statistics.median(n for _, _, n, _ in results),
+        "first": statistics.median(1000 * first for _, first, _, _ in results),
         "p50": statistics.median(per_delta),
-        "p99": per_delta[min(len(per_delta) - 1, int(0.99 * len(per_delta)))],
-        "bad": bad,
+        "p99": _p99(per_delta),
+        "steady": statistics.median(steady),
+        "steady99": _p99(steady),
+        "bad": sum(1 for _, _, _, ok in results if not ok),
     }
 
 
@@ -255,16 +269,13 @@ def gguf_comparison(clients: int, rounds: int) -> None:
     print(f"chatcodec req/s / llama-cpp-python req/s: {ours / theirs:.2f} (goal >= 1.00)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--gguf-clients", type=int, default=200)
-    parser.add_argument("--no-gguf", action="store_true", help="skip the GGUF comparison")
-    args = parser.parse_args()
+def relay_comparison(clients: int, rounds: int, pace_ms: float) -> tuple[float, float]:
+    """The clients straight to the stand-in, then through ``chatcodec serve --backend`` in
+    front of it (the stand-in waiting ``pace_ms`` before each piece); the added time per
+    delta at p50, over the whole stream and after the first delta."""
     reply = PROSE + CALL
     engine_port, serve_port = free_port(), free_port()
-    code = STANDIN.format(root=str(ROOT), reply=reply, port=engine_port)
+    code = STANDIN.format(root=str(ROOT), reply=reply, port=engine_port, pace=pace_ms / 1000)
     engine = start([sys.executable, "-c", code], engine_port)
     template = str(SHARED_TEMPLATE if SHARED_TEMPLATE.exists() else ROOT / "examples/chatml-tiny")
     serve = [sys.executable, "-m", "chatcodec", "serve", template, "--model-name", "bench"]
@@ -272,29 +283,63 @@ def main() -> None:
     server = start([*serve, "--log-level", "error"], serve_port)
     try:
         rows = []
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             engine_url = f"http://127.0.0.1:{engine_port}"
-            rows.append(("direct", asyncio.run(run("direct", engine_url, args.clients))))
+            rows.append(("direct", asyncio.run(run("direct", engine_url, clients))))
             serve_url = f"http://127.0.0.1:{serve_port}"
-            rows.append(("chatcodec", asyncio.run(run("chat", serve_url, args.clients))))
-        print(
-            f"{args.clients} concurrent streaming clients, reply {len(reply)} characters "
-            f"in {len(standin_chunks())} pieces"
-        )
-        print(f"{'':10} {'req/s':>8} {'ms/delta p50':>13} {'p99':>8} {'out':>6} {'bad':>4}")
-        for name, row in rows:
-            print(
-                f"{name:10} {row['req/s']:8.1f} {row['p50']:13.3f} {row['p99']:8.3f} "
-                f"{row['out']:6.0f} {int(row['bad']):4}"
-            )
-        direct_p50 = statistics.median(r["p50"] for n, r in rows if n == "direct")
-        chat_p50 = statistics.median(r["p50"] for n, r in rows if n == "chatcodec")
-        print(f"added time per delta (p50): {chat_p50 / direct_p50:.2f}x direct (goal <= 1.10)")
+            rows.append(("chatcodec", asyncio.run(run("chat", serve_url, clients))))
     finally:
         server.terminate()
         engine.terminate()
         server.wait()
         engine.wait()
+    paced = f", the engine waiting {pace_ms:g} ms before each" if pace_ms else " (no wait)"
+    print(
+        f"\n{clients} concurrent streaming clients, reply {len(reply)} characters "
+        f"in {len(standin_chunks())} pieces{paced}"
+    )
+    print(
+        f"{'':10} {'req/s':>7} {'first ms':>9} {'ms/delta p50':>13} {'p99':>7} "
+        f"{'after first p50':>16} {'p99':>7} {'out':>4} {'bad':>4}"
+    )
+    for name, row in rows:
+        print(
+            f"{name:10} {row['req/s']:7.1f} {row['first']:9.1f} {row['p50']:13.3f} "
+            f"{row['p99']:7.3f} {row['steady']:16.3f} {row['steady99']:7.3f} "
+            f"{row['out']:4.0f} {int(row['bad']):4}"
+        )
+
+    def ratio(key: str) -> float:
+        ours = statistics.median(r[key] for n, r in rows if n == "chatcodec")
+        return ours / statistics.median(r[key] for n, r in rows if n == "direct")
+
+    whole, steady = ratio("p50"), ratio("steady")
+    print(
+        f"added time per delta (p50): {whole:.2f}x direct over the whole stream, "
+        f"{steady:.2f}x after the first delta (goal <= 1.10)"
+    )
+    return whole, steady
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--pace-ms",
+        default="0,20,40",
+        help="the stand-in's wait before each piece, ms, comma-separated: one table each "
+        "(0: as fast as it can; default 0,20,40)",
+    )
+    parser.add_argument("--gguf-clients", type=int, default=200)
+    parser.add_argument("--no-gguf", action="store_true", help="skip the GGUF comparison")
+    args = parser.parse_args()
+    paces = [float(p) for p in args.pace_ms.split(",") if p.strip()]
+    added = {pace: relay_comparison(args.clients, args.rounds, pace) for pace in paces}
+    if len(added) > 1:
+        print("\nadded time per delta (p50) by engine pace: whole stream, after the first delta")
+        for pace, (whole, steady) in added.items():
+            print(f"  {pace:6g} ms/piece  {whole:.2f}x  {steady:.2f}x")
     if not args.no_gguf:
         gguf_comparison(args.gguf_clients, args.rounds)
 

@@ -4,7 +4,8 @@
 the test sets, in chunks of seeded varying sizes, cut at the request's stop strings as
 engines cut them. It records every request body, can answer with an error status, and in
 ``endless`` mode streams text, ``stall`` mode only SSE comments, until the client goes away
-(``closed`` is set then, as it is when a stream ends); ``delay`` waits before answering.
+(``closed`` is set then, as it is when a stream ends); ``delay`` waits before answering;
+``pace`` waits before each streamed piece (an engine's time per token).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class StandIn:
         self.endless = False
         self.stall = False  # stream nothing but SSE comments until the client goes away
         self.delay = 0.0  # seconds to wait before answering
+        self.pace = 0.0  # seconds to wait before each streamed piece
         self.closed = threading.Event()
         self.app = Starlette(routes=[Route("/v1/completions", self.completions, methods=["POST"])])
 
@@ -108,6 +110,8 @@ class StandIn:
                     yield _event({"choices": [{"index": 0, "text": "x", "finish_reason": None}]})
                     await asyncio.sleep(0.001)
             for chunk in self.chunks(text):
+                if self.pace:
+                    await asyncio.sleep(self.pace)
                 yield _event({"choices": [{"index": 0, "text": chunk, "finish_reason": None}]})
             yield _event({"choices": [{"index": 0, "text": "", "finish_reason": reason}]})
             yield _event({"choices": [], "usage": usage})
