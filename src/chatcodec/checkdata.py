@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ChatCodecError
+from .strings import common_prefix_length
 from .template.render import ChatTemplate
 
 if TYPE_CHECKING:
@@ -382,10 +383,7 @@ def _reply_start(text: str, prompt: str, opening: str, span: Span) -> int:
     inside a marker, or before the header); else at the span's start."""
     if text.startswith(prompt) and len(prompt) <= span.end:
         return len(prompt)
-    common = 0
-    limit = min(len(text), len(prompt))
-    while common < limit and text[common] == prompt[common]:
-        common += 1
+    common = common_prefix_length(text, prompt)
     # not inside a marker: `<think>` and `</think>` share `<`, `[INST]` and `[TOOL_CALLS]` `[`
     opened = max(text.rfind(mark, 0, common) for mark in "<[")
     if opened > max(text.rfind(mark, 0, common) for mark in ">]"):

@@ -16,6 +16,7 @@ from .errors import (
     TemplateNotFoundError,
     TokenizerError,
 )
+from .strings import common_prefix_length
 from .template import ChatTemplate, Limits, RenderedChat
 from .template.render import request_lists
 
@@ -483,10 +484,7 @@ def _llama_generation_prompt(
             kind=exc.kind,
             lineno=exc.lineno,
         ) from None
-    common = 0
-    limit = min(len(with_prompt), len(without))
-    while common < limit and with_prompt[common] == without[common]:
-        common += 1
+    common = common_prefix_length(with_prompt, without)
     return with_prompt[common:], with_prompt, without
 
 

@@ -173,10 +173,9 @@ class ReplyEngine:
             self._markers = CallMarkers(
                 calls.openers, calls.name_marker, calls.name_marker_end, calls.tool_names
             )
-        # whether the calls may carry the model's own id (a call is then shown with it)
-        self._ids = calls is not None and any(
-            carries_call_ids(p) for p in (calls.first, calls.next) if p is not None
-        )
+        # whether the calls may carry the model's own id (a call is then shown with it):
+        # known at the first preview of a call
+        self._ids: bool | None = None
         self._limit_reached = False
         self._call_failed = False
         self._flow = FlowRunner(flow, self.cursor, self.out, self.waiting) if flow else None
@@ -656,8 +655,13 @@ class ReplyEngine:
         return NEXT
 
     def _preview(self, nodes: list[Node], section: CallSection, grammar: Parser) -> None:
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = any(
+                carries_call_ids(p) for p in (section.first, section.next) if p is not None
+            )
         stops = string_value_stops(grammar)
-        self.out.preview_calls(nodes, self.cursor.buf, section.tool_names, self._ids, stops)
+        self.out.preview_calls(nodes, self.cursor.buf, section.tool_names, ids, stops)
 
     def _wait_for_call(self) -> Outcome:
         cur = self.cursor

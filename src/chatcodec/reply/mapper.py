@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .peg import Node, Parser, Tag, Until, is_c_space, parsers_in, tags_in
+from .peg import Node, Parser, Tag, Until, is_c_space, parsers_in
 
 __all__ = [
     "TOOL",
@@ -59,34 +59,40 @@ def markup_tag(pattern: str) -> str:
     return MARKUP + pattern
 
 
-_CARRIES_IDS: weakref.WeakKeyDictionary[Parser, bool] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True)
+class _Facts:
+    ids: bool
+    value_stops: Until | None
 
 
-def carries_call_ids(parser: Parser) -> bool:
-    """Whether the calls ``parser`` reads may carry the model's own id (a ``TOOL_ID`` node);
-    remembered per parser while it lives."""
-    known = _CARRIES_IDS.get(parser)
+_FACTS: weakref.WeakKeyDictionary[Parser, _Facts] = weakref.WeakKeyDictionary()
+
+
+def _facts(parser: Parser) -> _Facts:
+    """What the streams of the calls ``parser`` reads need to know of it, from one walk of
+    its tree, remembered per parser while it lives (a request's format is built for it, so
+    this is asked once per stream that previews a call)."""
+    known = _FACTS.get(parser)
     if known is None:
-        known = _CARRIES_IDS[parser] = TOOL_ID in tags_in(parser)
+        tags = [p for p in parsers_in(parser) if isinstance(p, Tag)]
+        values = [p.child for p in tags if p.tag == TOOL_ARG_STRING_VALUE]
+        ends = {v.delimiters: v for v in values if isinstance(v, Until)}
+        same = len(ends) == 1 and all(isinstance(v, Until) for v in values)
+        ids = any(p.tag == TOOL_ID for p in tags)
+        known = _FACTS[parser] = _Facts(ids, next(iter(ends.values())) if same else None)
     return known
 
 
-_VALUE_STOPS: weakref.WeakKeyDictionary[Parser, Until | None] = weakref.WeakKeyDictionary()
+def carries_call_ids(parser: Parser) -> bool:
+    """Whether the calls ``parser`` reads may carry the model's own id (a ``TOOL_ID`` node)."""
+    return _facts(parser).ids
 
 
 def string_value_stops(parser: Parser) -> Until | None:
     """What ends a raw string argument value of the calls ``parser`` reads (an ``Until``
     tagged ``TOOL_ARG_STRING_VALUE``), when every such value of the grammar ends the same
-    way; None when there is none or they differ. Remembered per parser while it lives."""
-    if parser in _VALUE_STOPS:
-        return _VALUE_STOPS[parser]
-    values = [
-        p.child for p in parsers_in(parser) if isinstance(p, Tag) and p.tag == TOOL_ARG_STRING_VALUE
-    ]
-    ends = {v.delimiters: v for v in values if isinstance(v, Until)}
-    same = len(ends) == 1 and all(isinstance(v, Until) for v in values)
-    found = _VALUE_STOPS[parser] = next(iter(ends.values())) if same else None
-    return found
+    way; None when there is none or they differ."""
+    return _facts(parser).value_stops
 
 
 _ESCAPED = re.compile(r'[\x00-\x1f"\\]')  # what JSON escapes when non-ASCII stays raw

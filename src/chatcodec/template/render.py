@@ -36,6 +36,7 @@ from ..errors import (
     TemplateUndefinedError,
     UnusedVariableWarning,
 )
+from ..strings import common_prefix_length
 from .environment import (
     ChatSandbox,
     FilterMemo,
@@ -814,21 +815,6 @@ def _prefix_render(template: ChatTemplate, inputs: _Inputs, n: int, prompt: bool
         return None
 
 
-def _common_length(a: str, b: str) -> int:
-    """``len(os.path.commonprefix([a, b]))``, comparing slices in C rather than characters
-    in Python (which made locating the turns of a long prompt quadratic)."""
-    low, high = 0, min(len(a), len(b))
-    if a[:high] == b[:high]:
-        return high
-    while high - low > 1:  # a[:low] == b[:low] and a[:high] != b[:high]
-        middle = (low + high) // 2
-        if a[low:middle] == b[low:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
 def _turn_start(head: str, turn: str) -> int:
     """Where the assistant's text begins in the render of the conversation up to its turn."""
     if turn.startswith(head):
@@ -836,7 +822,7 @@ def _turn_start(head: str, turn: str) -> int:
     # The generation prompt differs from the turn's opening (a `<think>` the prompt opens, a
     # system text folded into the last user turn): the turn starts after the longest tail
     # of the prompt that the turn repeats, or after what both share, whichever is later
-    shared = _common_length(head, turn)
+    shared = common_prefix_length(head, turn)
     low, high = 0, len(head)
     while low < high:
         middle = (low + high + 1) // 2
@@ -857,7 +843,7 @@ def _locate_turn(text: str, head: str, turn: str, cursor: int, anchor: str) -> S
     generated = turn[_turn_start(head, turn) :].rstrip()
     if not generated:
         return None
-    start = max(cursor, _common_length(head, text))
+    start = max(cursor, common_prefix_length(head, text))
     if text.startswith(generated, start):
         return Span(start, start + len(generated))
     # Templates render a past turn differently from the last one (Qwen3 drops the empty
@@ -876,7 +862,7 @@ def _locate_turn(text: str, head: str, turn: str, cursor: int, anchor: str) -> S
         return Span(max(start, found - (len(generated) - low)), found + low)
     # The turn ends differently in history (gpt-oss: <|end|>, not <|return|>): keep what
     # both agree on, and at least the message's own text
-    agreed = _common_length(generated, text[start : start + len(generated)])
+    agreed = common_prefix_length(generated, text[start : start + len(generated)])
     if anchor:
         at = text.find(anchor, start, start + len(generated) + _SLACK)
         if at < 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...strings import common_prefix_length
+
 __all__ = [
     "TEXT",
     "MARKER",
@@ -70,15 +72,6 @@ def segmentize(text: str) -> list[Segment]:
 
 def prune_whitespace(segments: list[Segment]) -> list[Segment]:
     return [seg for seg in segments if trim(seg.value)]
-
-
-def common_prefix_length(a: str, b: str) -> int:
-    """How many leading characters ``a`` and ``b`` share."""
-    n = 0
-    limit = min(len(a), len(b))
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def _common_suffix(a: str, b: str) -> int:
