@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .description import Balance
-from .mapper import CallMapper, MappedCall, json_escape_inner
+from .mapper import (
+    TOOL_ARG_NAME,
+    TOOL_ARGS,
+    TOOL_ID,
+    TOOL_NAME,
+    CallMapper,
+    MappedCall,
+    json_escape_inner,
+)
 from .message import Dropped
 from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until, is_c_space
 
@@ -394,6 +402,18 @@ class OpenString:
         return self
 
 
+# tags of text read up to a marker that is no argument value
+_NOT_VALUES = frozenset({TOOL_NAME, TOOL_ID, TOOL_ARGS, TOOL_ARG_NAME})
+
+
+def _last_leaf(nodes: list[Node]) -> Node | None:
+    """The node a parse read last: the last node's last child, down to one without."""
+    node = nodes[-1] if nodes else None
+    while node is not None and node.children:
+        node = node.children[-1]
+    return node
+
+
 class Waiting:
     """Set by the step that returned WAIT, read by the engine's ``feed`` before it runs the
     step again: ``out``/``until`` when all the step waits for is plain text (it goes to ``out``
@@ -481,12 +501,7 @@ class Output:
                 stack.extend(reversed(node.children))
 
     def preview_calls(
-        self,
-        nodes: list[Node],
-        text: str,
-        names: frozenset[str],
-        ids: bool = False,
-        value_stops: Until | None = None,
+        self, nodes: list[Node], text: str, names: frozenset[str], ids: bool = False
     ) -> None:
         """A partial parse of the call in progress: what llama.cpp's partial parse of the text
         so far shows after the committed calls, mapped on a fork of the mapper (the mapper
@@ -494,8 +509,8 @@ class Output:
         ``names`` when the format knows them; and, where the format's calls may carry the
         model's own id (``ids``), once that id has come (a call id is announced once and
         never changes: Mistral Nemo writes it after the arguments, and such a call is shown
-        whole). ``value_stops``: what ends the format's raw string argument values, when
-        one ``Until`` ends them all (string_value_stops)."""
+        whole). Arguments the text leaves open where they may grow as written (raw JSON,
+        or a raw string value last) are kept in ``open_arguments``."""
         mapper = self.mapper.fork()
         mapper.visit(nodes, text)
         mapper.flush()
@@ -510,18 +525,20 @@ class Output:
         if not kept or kept != len(shown):
             return
         span = mapper.raw_arguments
+        last = _last_leaf(nodes)
         if span is not None:
             # (the parse stops before an escape the text ends inside: the rest shows nothing)
             opened = OpenArguments(text[span[0] : span[1]])
             if opened.shown == shown[-1].arguments and not opened.take(text[span[1] :]):
                 self.open_arguments = None if opened.closed else opened
-        elif mapper.open_string is not None and value_stops is not None:
-            start, end = mapper.open_string
-            held = text[end:]  # all of it a delimiter's prefix, or the value is not open
-            if value_stops.find(held, 0) == (0, False) and shown[-1].arguments.endswith(
-                json_escape_inner(text[start:end])
-            ):
-                self.open_arguments = OpenString(value_stops, held)
+        elif last is not None and last.until is not None and last.tag not in _NOT_VALUES:
+            # a raw string value, open at the end if all after it may begin its delimiter and
+            # the arguments end in its quotes (whatever the mapper: the generic one, MiniMax-M3's
+            # nested elements, Gemma 4's strings)
+            held = text[last.end :]
+            value = '"' + json_escape_inner(text[last.start : last.end])
+            if last.until.find(held, 0) == (0, False) and shown[-1].arguments.endswith(value):
+                self.open_arguments = OpenString(last.until, held)
         if self.open_arguments is None and isinstance(previous, OpenString):
             self.open_arguments = previous.waits_on()
 

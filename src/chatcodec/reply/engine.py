@@ -54,8 +54,8 @@ from .description import (
     Whitespace,
 )
 from .flow import FlowRunner
-from .mapper import CallMapper, MappedCall, carries_call_ids, string_value_stops
-from .peg import FAIL, NEED_MORE, SUCCESS, Node, Parser, Until
+from .mapper import CallMapper, MappedCall, carries_call_ids
+from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until
 
 __all__ = [
     "ReplyEngine",
@@ -620,7 +620,7 @@ class ReplyEngine:
         if result.status == SUCCESS and section.settle and result.end >= len(cur.buf):
             if not cur.eof:  # a call that ends with the text may go on
                 if not self._thought_call:
-                    self._preview(result.nodes, section, grammar)
+                    self._preview(result.nodes, section)
                 return self._wait_for_call()
         if result.status == SUCCESS:
             self._thought_call = False
@@ -632,7 +632,7 @@ class ReplyEngine:
         if result.status == NEED_MORE:
             if not cur.eof:
                 if not self._thought_call:  # (a call in a thought may prove to be thought)
-                    self._preview(result.nodes, section, grammar)
+                    self._preview(result.nodes, section)
                 return self._wait_for_call()
             if self.out.close_calls(result.nodes, cur.buf, cur.base):
                 cur.pos = len(cur.buf)
@@ -654,14 +654,13 @@ class ReplyEngine:
         self._call_failed = True
         return NEXT
 
-    def _preview(self, nodes: list[Node], section: CallSection, grammar: Parser) -> None:
+    def _preview(self, nodes: list[Node], section: CallSection) -> None:
         ids = self._ids
         if ids is None:
             ids = self._ids = any(
                 carries_call_ids(p) for p in (section.first, section.next) if p is not None
             )
-        stops = string_value_stops(grammar)
-        self.out.preview_calls(nodes, self.cursor.buf, section.tool_names, ids, stops)
+        self.out.preview_calls(nodes, self.cursor.buf, section.tool_names, ids)
 
     def _wait_for_call(self) -> Outcome:
         cur = self.cursor

@@ -25,7 +25,7 @@ from .cursor import (
     retry_due,
 )
 from .description import CallMessage, Flow, FlowState, TextMessage
-from .mapper import carries_call_ids, string_value_stops
+from .mapper import carries_call_ids
 from .peg import FAIL, NEED_MORE, Until
 
 __all__ = ["FlowRunner"]
@@ -162,8 +162,7 @@ class FlowRunner:
                     cur.pos = len(buf)
                 return STOP
             ids = carries_call_ids(option.call)
-            stops = string_value_stops(option.call)
-            self.out.preview_calls(result.nodes, buf, self.flow.tool_names, ids, stops)
+            self.out.preview_calls(result.nodes, buf, self.flow.tool_names, ids)
             self.tried_len = len(buf) - at
             self.watch = CommitWatch(option.commit)
             self.watch.restart(buf, at)

@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .peg import Node, Parser, Tag, Until, is_c_space, parsers_in
+from .peg import Node, Parser, is_c_space, tags_in
 
 __all__ = [
     "TOOL",
@@ -27,7 +27,6 @@ __all__ = [
     "MARKUP",
     "markup_tag",
     "carries_call_ids",
-    "string_value_stops",
     "CallMapper",
     "MappedCall",
     "json_escape_inner",
@@ -59,40 +58,17 @@ def markup_tag(pattern: str) -> str:
     return MARKUP + pattern
 
 
-@dataclass(frozen=True)
-class _Facts:
-    ids: bool
-    value_stops: Until | None
-
-
-_FACTS: weakref.WeakKeyDictionary[Parser, _Facts] = weakref.WeakKeyDictionary()
-
-
-def _facts(parser: Parser) -> _Facts:
-    """What the streams of the calls ``parser`` reads need to know of it, from one walk of
-    its tree, remembered per parser while it lives (a request's format is built for it, so
-    this is asked once per stream that previews a call)."""
-    known = _FACTS.get(parser)
-    if known is None:
-        tags = [p for p in parsers_in(parser) if isinstance(p, Tag)]
-        values = [p.child for p in tags if p.tag == TOOL_ARG_STRING_VALUE]
-        ends = {v.delimiters: v for v in values if isinstance(v, Until)}
-        same = len(ends) == 1 and all(isinstance(v, Until) for v in values)
-        ids = any(p.tag == TOOL_ID for p in tags)
-        known = _FACTS[parser] = _Facts(ids, next(iter(ends.values())) if same else None)
-    return known
+_CARRIES_IDS: weakref.WeakKeyDictionary[Parser, bool] = weakref.WeakKeyDictionary()
 
 
 def carries_call_ids(parser: Parser) -> bool:
-    """Whether the calls ``parser`` reads may carry the model's own id (a ``TOOL_ID`` node)."""
-    return _facts(parser).ids
-
-
-def string_value_stops(parser: Parser) -> Until | None:
-    """What ends a raw string argument value of the calls ``parser`` reads (an ``Until``
-    tagged ``TOOL_ARG_STRING_VALUE``), when every such value of the grammar ends the same
-    way; None when there is none or they differ."""
-    return _facts(parser).value_stops
+    """Whether the calls ``parser`` reads may carry the model's own id (a ``TOOL_ID`` node);
+    remembered per parser while it lives (a request's format is built for it, so a stream
+    asks at its first preview of a call)."""
+    known = _CARRIES_IDS.get(parser)
+    if known is None:
+        known = _CARRIES_IDS[parser] = TOOL_ID in tags_in(parser)
+    return known
 
 
 _ESCAPED = re.compile(r'[\x00-\x1f"\\]')  # what JSON escapes when non-ASCII stays raw
@@ -234,9 +210,6 @@ class CallMapper:
         self.skipped: list[tuple[int, int, str]] = []
         # where the last call's arguments were read as one raw JSON object (start, end)
         self.raw_arguments: tuple[int, int] | None = None
-        # where the last node mapped was a raw string value left open (start, end): the
-        # arguments end inside its quotes
-        self.open_string: tuple[int, int] | None = None
 
     def fork(self) -> CallMapper:
         """A copy that maps on from this state without touching it, its ``calls`` only the
@@ -281,7 +254,6 @@ class CallMapper:
 
     def _map(self, node: Node, text: str) -> None:
         tag = node.tag
-        self.open_string = None
         if not tag.startswith("tool"):
             if tag.startswith(MARKUP):  # call markup: what the format does not write is lost
                 said = text[node.start : node.end]
@@ -342,7 +314,6 @@ class CallMapper:
                         add = '"'
                         self.quote_pending = True
                     add += json_escape_inner(value)
-                self.open_string = (node.start, node.end)  # its quote closes at ARG_CLOSE
             elif value:
                 add = normalize_quotes_to_json(value)
             self._target_set(self._target_get() + add)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "tags_in",
-    "parsers_in",
     "SUCCESS",
     "FAIL",
     "NEED_MORE",
@@ -62,13 +61,16 @@ def is_c_space(ch: str) -> bool:
 
 @dataclass(frozen=True)
 class Node:
-    """An AST node: a tag, the text span it covers, whether it was cut by the end of input."""
+    """An AST node: a tag, the text span it covers, whether it was cut by the end of input;
+    ``until``: what ends its text, when it is the text of an ``Until`` (a raw string value
+    the stream may extend as it comes)."""
 
     tag: str
     start: int
     end: int
     partial: bool
     children: tuple[Node, ...] = ()
+    until: Until | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -298,12 +300,13 @@ class Tag(Parser):
 
     def __init__(self, tag: str, child: Parser) -> None:
         self.tag, self.child = tag, child
+        self.until = child if isinstance(child, Until) else None
 
     def parse(self, text: str, pos: int) -> Result:
         r = self.child.parse(text, pos)
         if r.status == FAIL:
             return r
-        node = Node(self.tag, pos, r.end, r.status == NEED_MORE, tuple(r.nodes))
+        node = Node(self.tag, pos, r.end, r.status == NEED_MORE, tuple(r.nodes), self.until)
         return Result(r.status, r.end, [node])
 
 
@@ -331,10 +334,10 @@ def atomic_tag(tag: str, parser: Parser) -> Parser:
     return Atomic(Tag(tag, parser))
 
 
-def parsers_in(parser: Parser) -> list[Parser]:
-    """``parser`` and every parser below it, each once (recursion through a ``Ref`` is
-    followed once)."""
-    found: list[Parser] = []
+def tags_in(parser: Parser) -> frozenset[str]:
+    """Every tag a parser's nodes may carry (its tree walked once; recursion through a
+    ``Ref`` is followed once)."""
+    found: set[str] = set()
     seen: set[int] = set()
     stack = [parser]
     while stack:
@@ -342,18 +345,14 @@ def parsers_in(parser: Parser) -> list[Parser]:
         if id(p) in seen:
             continue
         seen.add(id(p))
-        found.append(p)
+        if isinstance(p, Tag):
+            found.add(p.tag)
         for name in ("child", "target", "scalar", "key"):
             inner = getattr(p, name, None)
             if isinstance(inner, Parser):
                 stack.append(inner)
         stack.extend(c for c in getattr(p, "children", ()) if isinstance(c, Parser))
-    return found
-
-
-def tags_in(parser: Parser) -> frozenset[str]:
-    """Every tag a parser's nodes may carry."""
-    return frozenset(p.tag for p in parsers_in(parser) if isinstance(p, Tag))
+    return frozenset(found)
 
 
 class Ref(Parser):
