@@ -247,6 +247,45 @@ def test_a_second_long_string_value_streams_once_the_call_is_read_again() -> Non
             assert sent == shown, (at, text[at - 20 : at])
 
 
+def test_many_short_values_after_a_long_one_cost_linear_parsing() -> None:
+    """A long value earns the call a few early parses once it closes; thousands of short
+    values after it do not (each would otherwise cost parses of the whole call): the call's
+    text is parsed a bounded number of times its length in all."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "note",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"body": {"type": "string"}, "tag": {"type": "string"}},
+                    "required": ["body"],
+                },
+            },
+        }
+    ]
+    turn = Codec(QWEN3_CODER).prepare(MESSAGES, tools=tools)
+    long = _body(4 * PREVIEW_WINDOW, seed=3)
+    params = f"<parameter=body>\n{long}\n</parameter>\n"
+    params += "<parameter=tag>\nx\n</parameter>\n" * 2000
+    text = f"<tool_call>\n<function=note>\n{params}</function>\n</tool_call>"
+    grammar = turn.format.calls.first
+    parsed = [0]
+    parse = grammar.parse
+
+    def counted(buf: str, pos: int) -> Any:
+        parsed[0] += len(buf) - pos
+        return parse(buf, pos)
+
+    grammar.parse = counted  # type: ignore[method-assign]
+    stream = turn.stream()
+    deltas = [d for i in range(0, len(text), 4) for d in stream.feed(text[i : i + 4])]
+    deltas += stream.finish().deltas
+    assert fold(deltas).tool_calls == turn.parse(text).tool_calls
+    # the window's per-chunk parses (~PREVIEW_WINDOW**2 / 8) plus a few times the text
+    assert parsed[0] <= PREVIEW_WINDOW**2 // 8 + 8 * len(text), (parsed[0], len(text))
+
+
 def _lag_past_window(turn: Turn, text: str, arguments: str, sizes: list[int]) -> int:
     """Stream ``text`` in chunks of ``sizes`` (cycled) and return the most the arguments sent
     lagged behind the raw ``arguments`` written so far, past PREVIEW_WINDOW characters of
