@@ -429,6 +429,25 @@ def test_every_raw_string_family_streams_long_values_as_written(
             assert sent == shown, (at, text[at - 20 : at])
 
 
+@pytest.mark.skipif(not PARSE_CASES.exists(), reason="../shared is not present")
+def test_a_cdata_value_streams_as_written_too() -> None:
+    """MiniCPM5 writes a string value raw or in ``<![CDATA[...]]>`` (two endings): the
+    stream extends the one the partial parse is in, up to its own ending."""
+    found = [c for c in _raw_string_cases() if c[0]["template"].startswith("openbmb-MiniCPM5")]
+    assert found, "the corpus has a MiniCPM5 call with a raw string value"
+    case, key, old = found[0]
+    body = ("a </param> ]] > ]]x " * (3 * PREVIEW_WINDOW))[: 3 * PREVIEW_WINDOW]
+    text = case["outputs"][0]["text"].replace(old, f"<![CDATA[{body}]]>")
+    turn = prepare_request(case)
+    (call,) = turn.parse(text).tool_calls
+    assert json.loads(call.arguments)[key] == body
+    start = text.index(body)
+    for at, sent, shown in _sent_against_partial_parses(turn, text, [3, 1, 5]):
+        assert shown.startswith(sent), at
+        if start + PREVIEW_WINDOW < at < start + len(body):
+            assert sent == shown, (at, text[at - 20 : at])
+
+
 def test_an_announced_call_that_does_not_parse_fails_the_stream() -> None:
     """A call is announced once its name is complete; if it then proves malformed, the
     deltas stand and the stream fails with StreamedCallError (llama.cpp's server: its diff
