@@ -525,20 +525,22 @@ class Output:
         if not kept or kept != len(shown):
             return
         span = mapper.raw_arguments
-        last = _last_leaf(nodes)
         if span is not None:
             # (the parse stops before an escape the text ends inside: the rest shows nothing)
             opened = OpenArguments(text[span[0] : span[1]])
             if opened.shown == shown[-1].arguments and not opened.take(text[span[1] :]):
                 self.open_arguments = None if opened.closed else opened
-        elif last is not None and last.until is not None and last.tag not in _NOT_VALUES:
-            # a raw string value, open at the end if all after it may begin its delimiter and
-            # the arguments end in its quotes (whatever the mapper: the generic one, MiniMax-M3's
-            # nested elements, Gemma 4's strings)
-            held = text[last.end :]
-            value = '"' + json_escape_inner(text[last.start : last.end])
-            if last.until.find(held, 0) == (0, False) and shown[-1].arguments.endswith(value):
-                self.open_arguments = OpenString(last.until, held)
+        else:
+            # a raw string value read last: open at the end if all after it may begin its
+            # delimiter and the arguments end in its quotes (whatever the mapper: the generic
+            # one, MiniMax-M3's nested elements, Gemma 4's strings)
+            last = _last_leaf(nodes)
+            until = last.until if last is not None and last.tag not in _NOT_VALUES else None
+            if last is not None and until is not None:
+                held = text[last.end :]
+                value = '"' + json_escape_inner(text[last.start : last.end])
+                if until.find(held, 0) == (0, False) and shown[-1].arguments.endswith(value):
+                    self.open_arguments = OpenString(until, held)
         if self.open_arguments is None and isinstance(previous, OpenString):
             self.open_arguments = previous.waits_on()
 
