@@ -15,6 +15,7 @@ from .message import (
     Delta,
     ToolCall,
     ToolCallDelta,
+    arguments_delta,
     content_delta,
     reasoning_delta,
 )
@@ -128,7 +129,7 @@ class ReplyStream:
                 return []
             fragment = engine.out.arguments_fragment
             self._grown.append(fragment)
-            return [Delta(tool_call=ToolCallDelta(index=index, arguments=fragment))]
+            return [arguments_delta(index, fragment)]
         elif fed is FED_NOTHING:
             if self._content_taken == len(engine.content_pieces) and self._reasoning_taken == len(
                 engine.reasoning_pieces
