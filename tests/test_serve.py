@@ -323,6 +323,50 @@ def test_engine_events_split_and_merged_across_reads() -> None:
     assert len(got) <= 4  # one piece per read that completed an event, then the finish
 
 
+def test_a_long_string_argument_streams_chunk_by_chunk(standin: tuple[StandIn, str]) -> None:
+    """Qwen3-Coder's raw string value, 3,000 characters, the engine writing a piece every
+    millisecond: the client gets an argument delta per piece well past the decoder's
+    1,024-character preview window, and they add up to the call's arguments."""
+    from ._requests import QWEN3_CODER
+
+    engine, url = standin
+    value = "".join(f'line {i}: "quoted" \\ text\n' for i in range(120))[:3000]
+    reset(
+        engine,
+        f"<tool_call>\n<function=write>\n<parameter=body>\n{value}\n</parameter>\n"
+        "</function>\n</tool_call>",
+    )
+    engine.pace = 0.001
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "write",
+            "parameters": {"type": "object", "properties": {"body": {"type": "string"}}},
+        },
+    }
+    try:
+        with served(Codec(QWEN3_CODER, eos_token="<|im_end|>"), RemoteEngine(url)) as root:
+            client = openai.OpenAI(base_url=root, api_key="unused", max_retries=0)
+            stream = client.chat.completions.create(
+                model=MODEL, messages=USER, tools=[tool], stream=True
+            )
+            fragments = [
+                call.function.arguments or ""
+                for chunk in stream
+                for call in chunk.choices[0].delta.tool_calls or ()
+            ]
+    finally:
+        engine.pace = 0.0
+    arguments = "".join(fragments)
+    assert json.loads(arguments) == {"body": value}
+    past_window, sent = 0, 0
+    for fragment in fragments:
+        sent += len(fragment)
+        past_window += sent > 1200 and sent < len(arguments) - 20
+    # pieces are 1-7 characters: ~450 of them carry the value past the window
+    assert past_window > 200, past_window
+
+
 def test_models_and_health(standin: tuple[StandIn, str]) -> None:
     _, url = standin
     with served(qwen(), RemoteEngine(url), api_key="sesame") as root:
