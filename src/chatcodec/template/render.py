@@ -790,7 +790,14 @@ def _spans_from_shared_inputs(
             if not isinstance(message, Mapping) or message.get("role") != "assistant":
                 continue
             head = _prefix_render(template, inputs, index, True) if index else ""
-            turn = None if head is None else _prefix_render(template, inputs, index + 1, False)
+            if head is None:
+                turn = None
+            elif (
+                index + 1 == len(inputs.chat) and inputs.variables["add_generation_prompt"] is False
+            ):
+                turn = text  # the full render is this prefix's: same inputs, same flags
+            else:
+                turn = _prefix_render(template, inputs, index + 1, False)
             if head is None or turn is None:
                 continue  # a prefix this template refuses (e.g. it must start with a user turn)
             content = message.get("content")
