@@ -417,7 +417,8 @@ def test_every_raw_string_family_streams_long_values_as_written(
     mapper: the generic one, MiniMax-M3's nested elements, Gemma 4's quoted strings;
     MiniCPM5's raw and CDATA values alike)."""
     case, key, old = chosen
-    body = ('ab "c\\d\n\u00e9 ' * (3 * PREVIEW_WINDOW))[: 3 * PREVIEW_WINDOW]
+    # (ending in spaces: what the value ends with is its own, never trimmed at its close)
+    body = ('ab "c\\d\n\u00e9 ' * (3 * PREVIEW_WINDOW))[: 3 * PREVIEW_WINDOW] + " \t "
     text = case["outputs"][0]["text"].replace(old, body)
     turn = prepare_request(case)
     (call,) = turn.parse(text).tool_calls
