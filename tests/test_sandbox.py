@@ -103,6 +103,12 @@ PAYLOADS: list[tuple[str, str, Any]] = [
     ("format-filter-globals", "{{ '%s'|format(raise_exception.__globals__) }}", _renders("")),
     ("printf-unsafe-attr", "{{ '%s' % cycler.__init__ }}", _renders("")),
     ("format-map-attr", "{{ '{x.__class__.__base__}'.format_map({'x': 1}) }}", SECURITY),
+    (
+        "format-through-loop-item",
+        "{% for f in ['{0.__class__.__mro__}'.format] * 2 %}"
+        "{{ loop.nextitem(messages) if loop.first else loop.previtem(messages) }}{% endfor %}",
+        SECURITY,
+    ),
     ("format-map-index", "{{ '{m[0].__class__}'.format_map({'m': messages}) }}", _renders("")),
     # --- mutation of the caller's data -----------------------------------------------------
     ("messages-append", "{{ messages.append({'role': 'system'}) }}", SECURITY),
@@ -619,6 +625,15 @@ SAME_AS_JINJA: list[str] = [
     "{{ (('word ' * 30000 ~ '\\n') * 3)|wordwrap(13)|length }}",
     "{{ (('word ' * 30000 ~ '\\r\\n\\n') * 3)|wordwrap(7, wrapstring='<br>')|length }}",
     "{{ items|map('upper')|first }} {{ 'x'.encode() * 3 }} {{ '%s%d'.encode() % ('a'.encode(), 1) }}",
+    # the loop object's values (read by a shortcut of the sandbox's getattr)
+    "{% for m in messages + messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"
+    "{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.depth }}"
+    "{{ loop.depth0 }}{{ loop.previtem }}{{ loop.nextitem }}{{ loop.cycle('a', 'b') }}"
+    "{{ loop.changed(m) }}{{ loop._iterator is defined }}{% endfor %}",
+    "{% for f in ['{0}!'.format, '{0}?'.format] %}{{ loop.nextitem('y') if loop.first }}"
+    "{{ loop.previtem('z') if loop.last }}{% endfor %}",
+    "{% for x in [[1, [2]]] recursive %}{{ loop.depth }}{{ loop(x[1:]) if x is iterable }}"
+    "{% endfor %}",
 ]
 
 

@@ -29,7 +29,7 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
-from jinja2.runtime import Macro
+from jinja2.runtime import LoopContext, Macro
 from jinja2.sandbox import (
     ImmutableSandboxedEnvironment,
     SandboxedEscapeFormatter,
@@ -591,6 +591,19 @@ class _GuardedEscapeFormatter(_GuardedFormatter, SandboxedEscapeFormatter):
 # and can never carry `unsafe_callable` / `alters_data` marks (builtin objects take no new
 # attributes). So the sandbox's verdicts on them depend on (type, name) alone.
 _PLAIN_TYPES = frozenset({str, int, float, bool, list, tuple, dict, type(None)})
+# the loop object's values a template reads in every pass (`loop.index0`, `loop.last`)
+_LOOP_ITEMS = frozenset({"previtem", "nextitem"})
+_LOOP_VALUES = _LOOP_ITEMS | {
+    "index",
+    "index0",
+    "revindex",
+    "revindex0",
+    "first",
+    "last",
+    "length",
+    "depth",
+    "depth0",
+}
 _BUILTIN_METHOD = type("".strip)
 _MACRO_TAKES_EVAL_CONTEXT = (
     jinja2.utils._PassArg.from_obj(Macro.__call__) is jinja2.utils._PassArg.eval_context
@@ -659,6 +672,16 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
                 return self.undefined(obj=obj, name=attribute)
             except TypeError:
                 pass
+        if kind is LoopContext and attribute in _LOOP_VALUES and self._stock_checks:
+            # `loop.index0`: the full path reads the property, finds no str.format in an int or
+            # a bool (an item may be one: wrapped as there), and passes jinja's checks, which
+            # for a loop object reduce to the name (no underscore; a loop is no function,
+            # method, type, code, frame or generator, nor a mutable ABC)
+            value = getattr(obj, attribute)
+            if attribute in _LOOP_ITEMS:
+                wrapped = self.wrap_str_format(value)
+                return value if wrapped is None else wrapped
+            return value
         shortcut = self._plain_attributes.get((kind, attribute))
         if shortcut:
             # `content.strip`, `message.get`: the full path (see _remember_plain_attribute)
