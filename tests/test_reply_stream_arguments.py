@@ -286,6 +286,42 @@ def test_many_short_values_after_a_long_one_cost_linear_parsing() -> None:
     assert parsed[0] <= PREVIEW_WINDOW**2 // 8 + 8 * len(text), (parsed[0], len(text))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_random_long_values_stream_to_the_parse(seed: int) -> None:
+    """Seeded random Qwen3-Coder calls whose two values (50 to 2,500 characters) are full of
+    the closing tag's beginnings and look-alikes, some cut short, fed in random 1-9
+    character chunks: the deltas fold to the parse, and a stream fails only where the
+    parse loses a call it announced."""
+    import random
+
+    rng = random.Random(seed)
+    turn = _turn(QWEN3_CODER)
+    pieces = [*_BODY_CHARS, "</parameter>", "\n</parameter", "</function>", "<parameter=x>"]
+    for _ in range(15):
+        values = []
+        for _ in range(2):
+            size, parts = rng.choice([50, 1100, 2500]), []
+            while sum(map(len, parts)) < size:
+                parts.append(rng.choice(pieces))
+            values.append("".join(parts))
+        text = _xml_call(("path", values[0]), ("content", values[1]))
+        if rng.random() < 0.3:
+            text = text[: rng.randrange(len(text))]
+        whole = turn.parse(text)
+        stream, deltas, at = turn.stream(), [], 0
+        try:
+            while at < len(text):
+                size = rng.randint(1, 9)
+                deltas += stream.feed(text[at : at + size])
+                at += size
+            deltas += stream.finish().deltas
+        except StreamedCallError:
+            assert len(whole.tool_calls) < len(fold(deltas).tool_calls), text
+            continue
+        folded = fold(deltas)
+        assert (folded.content, folded.tool_calls) == (whole.content, whole.tool_calls), text
+
+
 def _lag_past_window(turn: Turn, text: str, arguments: str, sizes: list[int]) -> int:
     """Stream ``text`` in chunks of ``sizes`` (cycled) and return the most the arguments sent
     lagged behind the raw ``arguments`` written so far, past PREVIEW_WINDOW characters of
