@@ -455,6 +455,48 @@ def test_a_template_exception_is_a_400_naming_messages(standin: tuple[StandIn, s
         assert error["param"] == "messages" and "users first!" in error["message"]
 
 
+class RecordingCodec(Codec):
+    """A real Codec that notes the tools of every request it prepares."""
+
+    prepared: list[Any]
+
+    def prepare(self, messages: Any, tools: Any = None, *args: Any, **kwargs: Any) -> Any:
+        self.prepared.append(tools)
+        return super().prepare(messages, tools, *args, **kwargs)
+
+
+def test_the_server_prepares_two_requests_before_taking_connections(
+    standin: tuple[StandIn, str],
+) -> None:
+    engine, url = standin
+    reset(engine, "Sunny.")
+    codec = RecordingCodec(template_source(QWEN), eos_token="<|im_end|>")
+    codec.prepared = []
+    with served(codec, RemoteEngine(url)) as root:
+        # compiled and read once without tools and once with one, before any client
+        names = [t and [x["function"]["name"] for x in t] for t in codec.prepared]
+        assert names == [None, ["lookup"]]
+        body = {"model": MODEL, "messages": USER}
+        assert post(root, body).json()["choices"][0]["message"]["content"] == "Sunny."
+    assert len(codec.prepared) == 3
+
+
+def test_a_template_that_refuses_the_warm_up_requests_still_serves(
+    standin: tuple[StandIn, str],
+) -> None:
+    engine, url = standin
+    reset(engine, "Sunny.")
+    source = (
+        "{% if messages|length < 2 %}{{ raise_exception('a system message first!') }}{% endif %}"
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    )
+    with served(Codec(source), RemoteEngine(url)) as root:
+        error = error_of(post(root, {"model": MODEL, "messages": USER}), 400)
+        assert error["param"] == "messages" and "a system message first!" in error["message"]
+        body = {"model": MODEL, "messages": [{"role": "system", "content": "Be brief."}, *USER]}
+        assert post(root, body).json()["choices"][0]["message"]["content"] == "Sunny."
+
+
 def test_engine_failures_are_502_and_504(standin: tuple[StandIn, str]) -> None:
     engine, url = standin
     good = {"model": MODEL, "messages": USER}

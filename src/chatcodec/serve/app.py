@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import anyio
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import ReplyError
+from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
 from .chat import Reply, prepare
 from .engine import Engine, EngineError, EngineTimeout, Piece
@@ -34,6 +35,11 @@ __all__ = ["ServeConfig", "create_app"]
 log = logging.getLogger("chatcodec.serve")
 
 T = TypeVar("T")
+_WARM_MESSAGE = {"role": "user", "content": "Hello."}
+_WARM_TOOL = {
+    "type": "function",
+    "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+}
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 
 
@@ -68,6 +74,8 @@ def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await asyncio.to_thread(server.warm)
+        await anyio.sleep(0)  # loads anyio's event loop backend, which httpx and Starlette use
         yield
         await engine.aclose()
 
@@ -96,6 +104,21 @@ class _Server:
         self.engine = engine
         self.config = config
         self.created = int(time.time())
+
+    def warm(self) -> None:
+        """Prepare two small requests (without tools and with one) and read a reply to each,
+        before the server takes connections: the template's compiling and the decoder's
+        modules are loaded then, not on the first client's time (~0.2 s). A template that
+        refuses them is fine: the clients' own requests will say why."""
+        for tools in (None, [_WARM_TOOL]):
+            body = {"model": self.config.model_name, "messages": [_WARM_MESSAGE], "tools": tools}
+            try:
+                turn, _ = prepare(self.codec, ChatRequest.model_validate(body), self.engine)
+                stream = turn.stream()
+                stream.feed("Hello.")
+                stream.finish()
+            except (APIError, ChatCodecError) as exc:
+                log.debug("warm-up request refused: %s", exc)
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
