@@ -204,6 +204,15 @@ def test_the_command_passes_a_clean_dataset(tmp_path: Path) -> None:
     assert run.stdout.endswith("\n0 of 1 conversations have a turn that does not read back\n")
 
 
+def test_the_report_names_a_line_that_cannot_be_read_by_its_place(tmp_path: Path) -> None:
+    path = tmp_path / "broken.jsonl"
+    path.write_text("not json\n", encoding="utf-8")
+    run = _run(str(path))
+    assert run.returncode == 1, run.stderr
+    assert f"\n{path}: line 1 is not valid JSON: " in run.stdout
+    assert "conversation None" not in run.stdout
+
+
 @pytest.mark.parametrize("bad", [["--jobs", "x"], ["--var", "messages=[]"]])
 def test_the_command_refuses_bad_options(bad: list[str], tmp_path: Path) -> None:
     run = _run(str(_dataset(tmp_path)), *bad)

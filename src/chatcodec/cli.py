@@ -700,8 +700,9 @@ def _print_check_report(report: Any, failed: list[Any]) -> None:
             + row[5]
         )
     for check in failed:
-        if check.error:
-            print(f"\nconversation {check.id}: {check.error}")
+        if check.error:  # a line that could not be read has no id: its error names the line
+            label = "" if check.id is None else f"conversation {check.id}: "
+            print(f"\n{label}{check.error}")
         for turn in check.turns:
             if not turn.ok:
                 print(f"\nconversation {check.id}, message {turn.index}: {', '.join(turn.reasons)}")
