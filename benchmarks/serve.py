@@ -1,6 +1,8 @@
-"""Serve benchmark: N concurrent streaming clients through ``chatcodec serve --backend`` and
-straight to the engine it fronts, in the same run; then ``chatcodec serve MODEL.gguf`` against
-llama-cpp-python's own chat server on the same tiny GGUF.
+"""Serve benchmark: N concurrent streaming clients through ``chatcodec serve --backend``,
+straight to the engine it fronts, and through a bare pass-through relay (the engine's bytes
+forwarded by httpx and Starlette on uvicorn, as chatcodec's server is built: the least such a
+relay adds), in the same run; then ``chatcodec serve MODEL.gguf`` against llama-cpp-python's
+own chat server on the same tiny GGUF.
 
     python benchmarks/serve.py [--clients 200] [--rounds 1] [--gguf-clients 200] [--no-gguf]
 
@@ -69,6 +71,38 @@ engine.pace = {pace!r}
 fixed = engine.chunks(engine.reply)
 engine.chunks = lambda text: fixed  # every stream gets the same pieces
 uvicorn.run(engine.app, host="127.0.0.1", port={port}, log_level="error")
+"""
+
+# The least any relay built on httpx and Starlette/uvicorn adds: the engine's SSE bytes passed
+# through as they arrive, nothing read, decoded or rewritten (the clients read them as direct)
+PASSTHROUGH = """
+import httpx, uvicorn
+from starlette.applications import Starlette
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+client = httpx.AsyncClient(timeout=600, limits=limits)
+
+
+async def completions(request):
+    sent = client.build_request(
+        "POST", {url!r}, content=await request.body(), headers={{"content-type": "application/json"}}
+    )
+    response = await client.send(sent, stream=True)
+
+    async def relay():
+        try:
+            async for data in response.aiter_bytes():
+                yield data
+        finally:
+            await response.aclose()
+
+    return StreamingResponse(relay(), media_type="text/event-stream")
+
+
+app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+uvicorn.run(app, host="127.0.0.1", port={port}, log_level="error")
 """
 
 
@@ -270,13 +304,17 @@ def gguf_comparison(clients: int, rounds: int) -> None:
 
 
 def relay_comparison(clients: int, rounds: int, pace_ms: float) -> tuple[float, float]:
-    """The clients straight to the stand-in, then through ``chatcodec serve --backend`` in
-    front of it (the stand-in waiting ``pace_ms`` before each piece); the added time per
-    delta at p50, over the whole stream and after the first delta."""
+    """The clients straight to the stand-in, through a bare pass-through relay, then through
+    ``chatcodec serve --backend`` in front of it (the stand-in waiting ``pace_ms`` before
+    each piece); chatcodec's added time per delta at p50, over the whole stream and after the
+    first delta."""
     reply = PROSE + CALL
-    engine_port, serve_port = free_port(), free_port()
+    engine_port, serve_port, relay_port = free_port(), free_port(), free_port()
     code = STANDIN.format(root=str(ROOT), reply=reply, port=engine_port, pace=pace_ms / 1000)
     engine = start([sys.executable, "-c", code], engine_port)
+    engine_url = f"http://127.0.0.1:{engine_port}"
+    code = PASSTHROUGH.format(url=engine_url + "/v1/completions", port=relay_port)
+    relay = start([sys.executable, "-c", code], relay_port)
     template = str(SHARED_TEMPLATE if SHARED_TEMPLATE.exists() else ROOT / "examples/chatml-tiny")
     serve = [sys.executable, "-m", "chatcodec", "serve", template, "--model-name", "bench"]
     serve += ["--backend", f"http://127.0.0.1:{engine_port}/v1", "--port", str(serve_port)]
@@ -284,39 +322,40 @@ def relay_comparison(clients: int, rounds: int, pace_ms: float) -> tuple[float, 
     try:
         rows = []
         for _ in range(rounds):
-            engine_url = f"http://127.0.0.1:{engine_port}"
             rows.append(("direct", asyncio.run(run("direct", engine_url, clients))))
+            relay_url = f"http://127.0.0.1:{relay_port}"
+            rows.append(("pass-through", asyncio.run(run("direct", relay_url, clients))))
             serve_url = f"http://127.0.0.1:{serve_port}"
             rows.append(("chatcodec", asyncio.run(run("chat", serve_url, clients))))
     finally:
-        server.terminate()
-        engine.terminate()
-        server.wait()
-        engine.wait()
+        for process in (server, relay, engine):
+            process.terminate()
+            process.wait()
     paced = f", the engine waiting {pace_ms:g} ms before each" if pace_ms else " (no wait)"
     print(
         f"\n{clients} concurrent streaming clients, reply {len(reply)} characters "
         f"in {len(standin_chunks())} pieces{paced}"
     )
     print(
-        f"{'':10} {'req/s':>7} {'first ms':>9} {'ms/delta p50':>13} {'p99':>7} "
+        f"{'':12} {'req/s':>7} {'first ms':>9} {'ms/delta p50':>13} {'p99':>7} "
         f"{'after first p50':>16} {'p99':>7} {'out':>4} {'bad':>4}"
     )
     for name, row in rows:
         print(
-            f"{name:10} {row['req/s']:7.1f} {row['first']:9.1f} {row['p50']:13.3f} "
+            f"{name:12} {row['req/s']:7.1f} {row['first']:9.1f} {row['p50']:13.3f} "
             f"{row['p99']:7.3f} {row['steady']:16.3f} {row['steady99']:7.3f} "
             f"{row['out']:4.0f} {int(row['bad']):4}"
         )
 
-    def ratio(key: str) -> float:
-        ours = statistics.median(r[key] for n, r in rows if n == "chatcodec")
+    def ratio(key: str, relay: str = "chatcodec") -> float:
+        ours = statistics.median(r[key] for n, r in rows if n == relay)
         return ours / statistics.median(r[key] for n, r in rows if n == "direct")
 
     whole, steady = ratio("p50"), ratio("steady")
     print(
         f"added time per delta (p50): {whole:.2f}x direct over the whole stream, "
-        f"{steady:.2f}x after the first delta (goal <= 1.10)"
+        f"{steady:.2f}x after the first delta (goal <= 1.10); a bare pass-through relay: "
+        f"{ratio('p50', 'pass-through'):.2f}x, {ratio('steady', 'pass-through'):.2f}x"
     )
     return whole, steady
 
