@@ -26,11 +26,20 @@ from chatcodec import (
 )
 from chatcodec.template import probe_capabilities, to_template_messages
 
+from ._request_strategies import (
+    CONTINUE,
+    MESSAGES,
+    NAMED,
+    REPLIES,
+    RESPONSE_FORMAT,
+    TOOL_CHOICE,
+    TOOLS,
+    maybe,
+)
 from .conftest import ROOT
 
 CHECKPOINT = ROOT / "examples" / "chatml-tiny"
 HI = [{"role": "user", "content": "Hi"}]
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
 TOOL = {
     "type": "function",
     "function": {
@@ -141,98 +150,6 @@ def test_a_valid_request_still_prepares_and_parses() -> None:
 
 # --- any JSON value anywhere in a request -------------------------------------------------
 
-_KEYS = st.sampled_from(
-    ["role", "content", "type", "text", "function", "name", "arguments", "tool_calls"]
-    + ["parameters", "properties", "required", "json_schema", "schema", "reasoning_content"]
-)
-_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False)
-    | st.text(max_size=6)
-    | st.sampled_from(["user", "assistant", "system", "tool", "function", "text", "object"])
-)
-JSON = st.recursive(
-    _SCALARS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS | st.text(max_size=3), inner),
-    max_leaves=10,
-)
-
-
-def _maybe(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """Mostly the valid shape (so the checks behind the first are reached), one time in
-    eight any JSON value."""
-    return st.sampled_from([True] * 7 + [False]).flatmap(lambda ok: valid if ok else JSON)
-
-
-_ROLE = _maybe(st.sampled_from(["user", "assistant", "system", "tool"]))
-_CALL = st.fixed_dictionaries(
-    {
-        "type": _maybe(st.just("function")),
-        "function": _maybe(
-            st.fixed_dictionaries({"name": _maybe(st.just("get_weather")), "arguments": JSON})
-        ),
-    }
-)
-_MESSAGE = _maybe(
-    st.fixed_dictionaries(
-        {"role": _ROLE},
-        optional={
-            "content": _maybe(st.text(max_size=8)),
-            "tool_calls": _maybe(st.lists(_maybe(_CALL), max_size=2)),
-            "reasoning_content": _maybe(st.text(max_size=8)),
-        },
-    )
-)
-MESSAGES = _maybe(st.lists(_MESSAGE, min_size=1, max_size=3))
-_PARAMETERS = st.fixed_dictionaries(
-    {"type": _maybe(st.just("object"))},
-    optional={
-        "properties": _maybe(
-            st.dictionaries(
-                st.sampled_from(["city", "n"]),
-                _maybe(st.fixed_dictionaries({"type": _maybe(st.just("string"))})),
-                max_size=2,
-            )
-        ),
-        "required": _maybe(st.lists(st.sampled_from(["city", "n"]), max_size=2)),
-    },
-)
-_TOOL = _maybe(
-    st.fixed_dictionaries(
-        {
-            "type": _maybe(st.just("function")),
-            "function": _maybe(
-                st.fixed_dictionaries(
-                    {"name": _maybe(st.just("get_weather"))},
-                    optional={"parameters": _maybe(_PARAMETERS)},
-                )
-            ),
-        }
-    )
-)
-TOOLS = st.none() | _maybe(st.lists(_TOOL, max_size=2))
-TOOL_CHOICE = _maybe(
-    st.sampled_from(
-        ["auto", "auto", "auto", "required", "none", NAMED, NAMED]
-        + [{"type": "function", "function": {"name": 5}}, {"type": "function"}]
-    )
-)
-RESPONSE_FORMAT = st.none() | _maybe(
-    st.fixed_dictionaries(
-        {"type": _maybe(st.sampled_from(["text", "json_object", "json_schema"]))},
-        optional={"schema": _maybe(_PARAMETERS), "json_schema": _maybe(st.just({"schema": {}}))},
-    )
-)
-CONTINUE = _maybe(st.sampled_from([None, False, True, "content", "reasoning_content"]))
-REPLIES = (
-    "Hello",
-    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-    '{"city": "Paris"}',
-    "<think>hm</think>{",
-)
-
 _PROPERTY = settings(
     max_examples=150,
     deadline=None,
@@ -290,7 +207,7 @@ def test_prepare_and_parse_raise_only_chatcodec_errors(
 @given(
     messages=MESSAGES,
     tools=TOOLS,
-    documents=st.none() | _maybe(st.just([{"title": "T", "text": "x"}])),
+    documents=st.none() | maybe(st.just([{"title": "T", "text": "x"}])),
     continuation=CONTINUE,
     add_generation_prompt=st.booleans(),
 )
