@@ -18,6 +18,10 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("starlette")
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
+httpx = pytest.importorskip("httpx")
+
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 import chatcodec  # noqa: E402
 from chatcodec.serve import (  # noqa: E402
@@ -31,6 +35,7 @@ from chatcodec.serve import (  # noqa: E402
 from chatcodec.serve.llama import LlamaEngine  # noqa: E402
 
 from ._llama import write_chat_model  # noqa: E402
+from ._request_strategies import maybe  # noqa: E402
 from ._standin import ServerThread  # noqa: E402
 from .conftest import template_source  # noqa: E402
 
@@ -424,3 +429,199 @@ def test_in_front_of_llama_cpp_pythons_server_auto_sends_no_grammar(fronted: Any
     )
     choice = reply.choices[0]
     assert choice.finish_reason in ("stop", "length", "tool_calls")
+
+
+# ------------------------------------------------------------------ random constraints
+
+_LEAF_SCHEMAS = [
+    {},
+    {"type": "string"},
+    {"type": "integer"},
+    {"type": "number"},
+    {"type": "boolean"},
+    {"type": "null"},
+    {"enum": ["a", 1, None]},
+    {"const": "x"},
+    {"type": "string", "minLength": 1, "maxLength": 3},
+    {"type": "string", "pattern": "^[a-c]+$"},
+    {"type": "integer", "minimum": -5, "maximum": 5},
+    {"type": "number", "exclusiveMinimum": 0},
+    {"type": "string", "format": "date"},
+    {"type": ["string", "null"]},
+]
+_NAMES = st.sampled_from(["a", "b", "c"])
+
+
+def _object(inner: Any) -> Any:
+    """An object schema; its required names are among its properties (satisfiable)."""
+    return st.dictionaries(_NAMES, inner, max_size=3).flatmap(
+        lambda properties: st.fixed_dictionaries(
+            {"type": st.just("object"), "properties": st.just(properties)},
+            optional={
+                "required": st.lists(st.sampled_from(sorted(properties) or ["a"]), unique=True)
+                if properties
+                else st.just([]),
+                "additionalProperties": st.booleans(),
+            },
+        )
+    )
+
+
+def _array(inner: Any) -> Any:
+    """An array schema; at most as many items as at least (satisfiable)."""
+    return st.tuples(inner, st.integers(0, 2), st.integers(0, 2), st.booleans()).map(
+        lambda t: (
+            {"type": "array", "items": t[0]}
+            | ({"minItems": t[1], "maxItems": t[1] + t[2]} if t[3] else {})
+        )
+    )
+
+
+SCHEMA = st.recursive(
+    st.sampled_from(_LEAF_SCHEMAS),
+    lambda inner: (
+        _object(inner)
+        | _array(inner)
+        | st.lists(inner, min_size=1, max_size=3).map(lambda options: {"anyOf": options})
+    ),
+    max_leaves=6,
+)
+PARAMETERS = _object(SCHEMA) | maybe(st.just({"type": "object"}))
+_TOOL = st.fixed_dictionaries(
+    {
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {"name": st.sampled_from(["get_weather", "get_time"])},
+            optional={"parameters": PARAMETERS},
+        ),
+    }
+)
+CONSTRAINED = st.fixed_dictionaries(
+    {
+        "model": st.just(MODEL),
+        "messages": st.just(USER),
+        # one token per byte of text here: a call needs about 80
+        "max_tokens": st.sampled_from([1, 12, 200, 200, 200]),
+        "seed": st.integers(0, 3),
+        "stream": st.booleans(),
+        "tools": st.lists(_TOOL, min_size=1, max_size=2),
+        "tool_choice": st.sampled_from(
+            ["required", "required", {"type": "function", "function": {"name": "get_time"}}]
+            + ["auto", "none"]
+        ),
+    },
+    optional={
+        "parallel_tool_calls": st.booleans(),
+        "response_format": st.sampled_from([{"type": "json_object"}, {"type": "text"}])
+        | SCHEMA.map(lambda s: {"type": "json_schema", "json_schema": {"name": "r", "schema": s}}),
+    },
+)
+RESPONSE = st.fixed_dictionaries(
+    {
+        "model": st.just(MODEL),
+        "messages": st.just(USER),
+        "max_tokens": st.just(200),
+        "seed": st.integers(0, 3),
+        "stream": st.booleans(),
+        "response_format": SCHEMA.map(
+            lambda s: {"type": "json_schema", "json_schema": {"name": "r", "schema": s}}
+        ),
+    }
+)
+
+
+def _valid_schema(schema: Any) -> bool:
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError:
+        return False
+    return True
+
+
+def _message_of(response: Any, streamed: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """(the message, the finish reason) of a 200; (None, None) for a stream that ended with an
+    error event."""
+    if not streamed:
+        choice = response.json()["choices"][0]
+        return choice["message"], choice["finish_reason"]
+    events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    if "error" in chunks[-1]:
+        return None, None
+    assert events[-1] == "[DONE]"
+    content, calls, finish = "", {}, None
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            delta = choice["delta"]
+            content += delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:
+                entry = calls.setdefault(call["index"], {"name": "", "arguments": ""})
+                entry["name"] += call.get("function", {}).get("name") or ""
+                entry["arguments"] += call.get("function", {}).get("arguments") or ""
+            finish = choice["finish_reason"] or finish
+    message = {
+        "content": content,
+        "tool_calls": [{"function": c} for _, c in sorted(calls.items())] or None,
+    }
+    return message, finish
+
+
+_FUZZ = settings(
+    deadline=None,
+    derandomize=True,  # the same requests on every run: a failure here is reproducible
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@settings(_FUZZ, max_examples=50)
+@given(body=CONSTRAINED)
+def test_random_tools_and_tool_choices_never_break_the_server(
+    body: dict[str, Any], client: Any
+) -> None:
+    """Random tool schemas and tool choices (and response formats beside them) through the
+    grammar to llama.cpp: a 200 whose finished calls validate against their tool's schema, a
+    400 naming the field, or a 502 for a reply that does not parse; and the server (llama.cpp
+    in its process) still answers afterwards."""
+    _exchange(body, client)
+
+
+@settings(_FUZZ, max_examples=25)
+@given(body=RESPONSE)
+def test_random_response_formats_never_break_the_server(body: dict[str, Any], client: Any) -> None:
+    """Random JSON schemas as the response format: a finished answer validates against its
+    schema; otherwise as above."""
+    _exchange(body, client)
+
+
+def _exchange(body: dict[str, Any], client: Any) -> None:
+    root = str(client.base_url).rstrip("/")
+    content = json.dumps(body).encode()
+    headers = {"content-type": "application/json"}
+    with httpx.stream("POST", root + "/chat/completions", content=content, headers=headers) as r:
+        if r.status_code != 200:
+            r.read()
+            assert r.status_code in (400, 502), r.text
+            error = r.json()["error"]
+            assert error["message"] and (r.status_code == 502) == (error["type"] == "server_error")
+            event(f"{r.status_code} {error['param'] or error['code']}")
+        else:
+            if not body["stream"]:
+                r.read()
+            message, finish = _message_of(r, body["stream"])
+            event(f"200 {finish or 'error event'}")
+            if message is not None and finish == "tool_calls":
+                declared = {t["function"]["name"]: t["function"] for t in body.get("tools", [])}
+                for call in message["tool_calls"]:
+                    function = declared[call["function"]["name"]]
+                    schema = function.get("parameters") or {"type": "object"}
+                    if _valid_schema(schema):
+                        jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
+                        event("a call validated")
+            format_ = body.get("response_format") or {}
+            if message is not None and finish == "stop" and format_.get("type") == "json_schema":
+                schema = format_["json_schema"]["schema"]
+                if _valid_schema(schema) and not body.get("tools"):
+                    jsonschema.validate(json.loads(message["content"]), schema)
+                    event("a JSON answer validated")
+    assert httpx.get(root.removesuffix("/v1") + "/health").status_code == 200
