@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from chatcodec import Codec, Encoding, MissingExtraError, Span, TokenizerError, load
 from chatcodec.encoding import assistant_token_mask
@@ -259,6 +261,72 @@ def test_encode_matches_transformers_on_templates_written_here(
             if name == "tagged":
                 assert got.assistant_masks == expected["assistant_masks"]
                 assert any(got.assistant_masks) == any(m["role"] == "assistant" for m in messages)
+
+
+# text a conversation may hold: words, whitespace runs, accents and combining marks, CJK,
+# emoji, and the markers the templates and tokenizers treat specially, written as plain text
+_PIECES = st.sampled_from(
+    ["Hello", " world", "  ", "\n", "\n\n", "\t", " ", "Café", "e\u0301", "你好", "🙂", "🚀x"]
+    + ["<|im_end|>", "<|im_start|>", "<|end|>", "<|assistant|>", "<think>", "</think>", "▁"]
+    + ['{"a": 1}', "2 + 2", "x" * 40, "Привет", "\u00a0", "\r\n"]
+)
+_TEXT = st.lists(_PIECES, max_size=8).map("".join)
+_TURNS = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "system"]), "content": _TEXT},
+        optional={"reasoning_content": _TEXT},
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@pytest.fixture(scope="module")
+def written_kinds(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
+    return {
+        (name, kind): write_checkpoint(
+            tmp_path_factory.mktemp("kinds") / f"{name}-{kind}", source, SPECIAL, kind=kind
+        )
+        for name, source in WRITTEN.items()
+        for kind in ("byte_level", "metaspace")
+    }
+
+
+@pytest.mark.parametrize("kind", ["byte_level", "metaspace"])
+@pytest.mark.parametrize("name", sorted(WRITTEN))
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,  # the same conversations on every run: a failure here is reproducible
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(messages=_TURNS, prompt=st.booleans())
+def test_encode_matches_transformers_on_random_texts(
+    name: str,
+    kind: str,
+    messages: list[dict[str, Any]],
+    prompt: bool,
+    written_kinds: dict[tuple[str, str], Path],
+    pinned_clock: type[_Clock],
+) -> None:
+    """Random texts (markers written as plain text, whitespace runs, combining marks,
+    characters a SentencePiece-style vocabulary does not know) encode to transformers' ids,
+    and to its masks on the tag template."""
+    folder = written_kinds[name, kind]
+    case = {"messages": messages, "add_generation_prompt": prompt}
+    expected, got = _reference(folder, case), _encode(load(folder), case)
+    assert (expected is None) == (got is None)
+    if expected is None or got is None:
+        event("both refuse it")
+        return
+    event("some tokens masked" if any(got.assistant_masks) else "no token masked")
+    assert got.input_ids == expected["input_ids"]
+    assert got.attention_mask == expected["attention_mask"]
+    starts = [a for a, _ in got.offsets]
+    assert all(0 <= a <= b <= len(got.text) for a, b in got.offsets) and starts == sorted(starts)
+    if name == "tagged":
+        assert got.assistant_masks == expected["assistant_masks"]
 
 
 # ------------------------------------------------------------------ what the mask covers
