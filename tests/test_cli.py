@@ -123,6 +123,12 @@ def test_render_spans_prints_json() -> None:
         # a --tool-choice other than auto/required/none names the one tool to call
         (["parse", "{ckpt}", "--tool-choice", "sometimes"], "x", 1, "names the tool 'sometimes'"),
         (["parse", "{ckpt}", "--reasoning-format", "xyz"], "x", 2, "invalid choice"),
+        (["serve", "{ckpt}", "--backend", "notaurl"], "", 2, "--backend: not an http:// or"),
+        (["serve", "{ckpt}", "--backend", "ftp://h/v1"], "", 2, "--backend: not an http:// or"),
+        (["serve", "{ckpt}", "--backend", "http://[::1/v1"], "", 2, "--backend: not an http://"),
+        (["serve", "{ckpt}", "--backend", "http://h/v1", "--port", "70000"], "", 2, "at most"),
+        (["serve", "{ckpt}", "--backend", "http://h/v1", "--port", "0"], "", 2, "at least 1"),
+        (["serve", "{ckpt}", "--backend", "http://h/v1", "--api-key", " "], "", 2, "not be empty"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_command_and_the_file(

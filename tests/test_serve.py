@@ -497,6 +497,12 @@ def test_a_template_that_refuses_the_warm_up_requests_still_serves(
         assert post(root, body).json()["choices"][0]["message"]["content"] == "Sunny."
 
 
+@pytest.mark.parametrize("url", ["notaurl", "ftp://host/v1", "http://", "http://[::1/v1"])
+def test_a_remote_engine_needs_an_http_url(url: str) -> None:
+    with pytest.raises(ValueError, match="URL"):
+        RemoteEngine(url)
+
+
 def test_engine_failures_are_502_and_504(standin: tuple[StandIn, str]) -> None:
     engine, url = standin
     good = {"model": MODEL, "messages": USER}

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import sys
 import time
+import urllib.parse
 import warnings
 from collections import Counter
 from datetime import datetime
@@ -749,7 +750,10 @@ def _add_serve(
         "a server speaking OpenAI's /v1/completions (--backend).",
     )
     serve.add_argument(
-        "--backend", metavar="URL", help="the engine's OpenAI root, e.g. http://127.0.0.1:8080/v1"
+        "--backend",
+        metavar="URL",
+        type=_http_url,
+        help="the engine's OpenAI root, e.g. http://127.0.0.1:8080/v1",
     )
     serve.add_argument(
         "--backend-kind",
@@ -771,9 +775,9 @@ def _add_serve(
         help="ask the backend for whole completions instead of a stream",
     )
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_positive_int, default=8000)
+    serve.add_argument("--port", type=_port, default=8000)
     serve.add_argument("--model-name", help="the model id clients name (default: CHECKPOINT)")
-    serve.add_argument("--api-key", help="the bearer token clients must send")
+    serve.add_argument("--api-key", type=_nonempty, help="the bearer token clients must send")
     serve.add_argument(
         "--max-body", type=_positive_int, default=8 * 1024 * 1024, help="largest body, bytes"
     )
@@ -857,6 +861,33 @@ def _positive_int(raw: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _nonempty(raw: str) -> str:
+    if not raw.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return raw
+
+
+def _port(raw: str) -> int:
+    value = _positive_int(raw)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is at most 65535, not {value}")
+    return value
+
+
+def _http_url(raw: str) -> str:
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed [IPv6 address
+        usable = False
+    if not usable:
+        raise argparse.ArgumentTypeError(
+            f"not an http:// or https:// URL with a host: {raw!r} (the engine's OpenAI root, "
+            "e.g. http://127.0.0.1:8080/v1)"
+        )
+    return raw
 
 
 def _positive_float(raw: str) -> float:

@@ -39,6 +39,14 @@ class RemoteEngine:
     ) -> None:
         if kind not in BACKEND_KINDS:
             raise ValueError(f"backend kind must be one of {BACKEND_KINDS}, not {kind!r}")
+        try:
+            url = httpx.URL(base_url)
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"the engine's URL {base_url!r} is not a URL: {exc}") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(
+                f"the engine's URL must be http:// or https:// with a host: {base_url!r}"
+            )
         if kind == "sglang" and max_tokens_default is None:
             raise ValueError(
                 "SGLang's /v1/completions gives 16 tokens unless told more and takes no null: "
