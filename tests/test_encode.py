@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from chatcodec import Codec, Encoding, MissingExtraError, Span, TokenizerError, load
 from chatcodec.encoding import assistant_token_mask
 from chatcodec.tokenizer import JsonTokenizer, Tokenized, load_tokenizer
 
+from ._hypothesis import SEEDED
 from ._reply_oracle import RENDER_CASES
 from ._tokenizer import write_checkpoint
 from .conftest import TEMPLATES, read_jsonl, template_source
@@ -294,13 +295,7 @@ def written_kinds(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, s
 
 @pytest.mark.parametrize("kind", ["byte_level", "metaspace"])
 @pytest.mark.parametrize("name", sorted(WRITTEN))
-@settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,  # the same conversations on every run: a failure here is reproducible
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(SEEDED, max_examples=40)
 @given(messages=_TURNS, prompt=st.booleans())
 def test_encode_matches_transformers_on_random_texts(
     name: str,

@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chatcodec import (
@@ -26,12 +26,13 @@ from chatcodec import (
 )
 from chatcodec.template import probe_capabilities, to_template_messages
 
-from ._request_strategies import (
+from ._hypothesis import (
     CONTINUE,
     MESSAGES,
     NAMED,
     REPLIES,
     RESPONSE_FORMAT,
+    SEEDED,
     TOOL_CHOICE,
     TOOLS,
     maybe,
@@ -150,13 +151,7 @@ def test_a_valid_request_still_prepares_and_parses() -> None:
 
 # --- any JSON value anywhere in a request -------------------------------------------------
 
-_PROPERTY = settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,  # the same examples on every run: a failure here is reproducible
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+_PROPERTY = settings(SEEDED, max_examples=150)
 
 
 @pytest.mark.parametrize("codec", [_codec, _inline], ids=["chatml-tiny", "inline"])

@@ -3,7 +3,7 @@ shape, a 400 in OpenAI's error shape, or the documented 502 for a whole reply th
 parse; never a 500.
 
 The bodies are mostly valid in shape with any JSON value now and then
-(tests/_request_strategies.py), plus the sampling fields with values in and out of range.
+(tests/_hypothesis.py), plus the sampling fields with values in and out of range.
 The engine stand-in answers each with the next of a few replies (text, a call, JSON, a
 cut-short thought; every other one the call where the prompt offers its tool), so calls and
 streams that end with an unparseable reply are reached too. Runs without ``../shared``
@@ -24,18 +24,19 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
 
 from chatcodec import Codec, load  # noqa: E402
 from chatcodec.serve import RemoteEngine, ServeConfig, create_app  # noqa: E402
 
-from ._request_strategies import (  # noqa: E402
+from ._hypothesis import (  # noqa: E402
     JSON,
     MESSAGES,
     REPLIES,
     RESPONSE_FORMAT,
+    SEEDED,
     TOOL_CHOICE,
     TOOLS,
     maybe,
@@ -135,13 +136,7 @@ def check_stream(response: Any) -> str:
 
 
 @pytest.mark.parametrize("name", ["chatml-tiny", "inline"])
-@settings(
-    max_examples=120,
-    deadline=None,
-    derandomize=True,  # the same bodies on every run: a failure here is reproducible
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@settings(SEEDED, max_examples=120)
 @given(body=BODY)
 def test_any_body_is_answered_in_openais_shape(
     name: str, body: dict[str, Any], servers: dict[str, str]

@@ -20,7 +20,7 @@ openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 httpx = pytest.importorskip("httpx")
 
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import chatcodec  # noqa: E402
@@ -34,8 +34,8 @@ from chatcodec.serve import (  # noqa: E402
 )
 from chatcodec.serve.llama import LlamaEngine  # noqa: E402
 
+from ._hypothesis import SEEDED, maybe  # noqa: E402
 from ._llama import write_chat_model  # noqa: E402
-from ._request_strategies import maybe  # noqa: E402
 from ._standin import ServerThread  # noqa: E402
 from .conftest import template_source  # noqa: E402
 
@@ -566,15 +566,7 @@ def _message_of(response: Any, streamed: bool) -> tuple[dict[str, Any] | None, s
     return message, finish
 
 
-_FUZZ = settings(
-    deadline=None,
-    derandomize=True,  # the same requests on every run: a failure here is reproducible
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-
-
-@settings(_FUZZ, max_examples=50)
+@settings(SEEDED, max_examples=50)
 @given(body=CONSTRAINED)
 def test_random_tools_and_tool_choices_never_break_the_server(
     body: dict[str, Any], client: Any
@@ -586,7 +578,7 @@ def test_random_tools_and_tool_choices_never_break_the_server(
     _exchange(body, client)
 
 
-@settings(_FUZZ, max_examples=25)
+@settings(SEEDED, max_examples=25)
 @given(body=RESPONSE)
 def test_random_response_formats_never_break_the_server(body: dict[str, Any], client: Any) -> None:
     """Random JSON schemas as the response format: a finished answer validates against its

@@ -1,12 +1,25 @@
-"""Hypothesis strategies for chat requests: mostly the valid shape of each field, now and
-then any JSON value, so that the checks behind the first one are reached too (shared by the
-library's robustness tests and the server's)."""
+"""Hypothesis for the tests: the seeded settings every property test here runs under, and
+strategies for chat requests (mostly the valid shape of each field, now and then any JSON
+value, so that the checks behind the first one are reached too)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+# the same examples on every run, so a failure is reproducible; no example database
+SEEDED = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
