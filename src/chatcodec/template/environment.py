@@ -48,6 +48,9 @@ __all__ = [
     "ChatSandbox",
     "GuardedCodeGenerator",
     "LimitExceeded",
+    "MARK_PREFIX",
+    "loop_source",
+    "marker_statement",
     "new_environment",
     "render_state",
 ]
@@ -492,11 +495,44 @@ def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
         yield item
 
 
+def loop_source(loop: jinja2.nodes.For) -> jinja2.nodes.Node:
+    """What a parsed ``{% for %}`` walks, without the time check ``_parse`` wraps it in."""
+    walked = loop.iter
+    if isinstance(walked, jinja2.nodes.Filter) and walked.name == _LOOP_GUARD and walked.node:
+        return walked.node
+    return walked
+
+
 _OUT = "__chatcodec_out"  # the generated code's temporary for one printed value
+MARK_PREFIX = "__chatcodec_mark"  # how the render variables a marker statement calls begin
+
+
+def marker_statement(hook: str, item: jinja2.nodes.Expr) -> jinja2.nodes.Stmt:
+    """A statement that calls the render variable ``hook`` (a ``MARK_PREFIX`` name) with the
+    context and the value of ``item`` where it stands, without the sandbox's checks of a
+    template's own calls (template/resume.py marks a render's steps with them). jinja allows
+    no new node types: it is an expression statement no template can write (this
+    environment has no ``do`` tag) of a pair the code generator knows."""
+    assert hook.startswith(MARK_PREFIX)
+    return jinja2.nodes.ExprStmt(jinja2.nodes.Tuple([jinja2.nodes.Const(hook), item], "load"))
 
 
 class GuardedCodeGenerator(CodeGenerator):
     # String concatenation (`~`) goes through the size check instead of a bare join
+
+    def visit_ExprStmt(self, node: jinja2.nodes.ExprStmt, frame: Frame) -> None:
+        marked = node.node
+        if not (
+            isinstance(marked, jinja2.nodes.Tuple)
+            and len(marked.items) == 2
+            and isinstance(marked.items[0], jinja2.nodes.Const)
+            and str(marked.items[0].value).startswith(MARK_PREFIX)
+        ):
+            super().visit_ExprStmt(node, frame)
+            return
+        self.writeline(f"context.parent[{marked.items[0].value!r}](context, ")  # marker_statement
+        self.visit(marked.items[1], frame)
+        self.write(")")
 
     def _output_child_pre(self, node: jinja2.nodes.Expr, frame: Frame, finalize: Any) -> None:
         # `{{ value }}`: a string is printed as is (the common case pays one type test);

@@ -8,6 +8,7 @@ every input to plain data all happen the way transformers does them, so the byte
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -16,7 +17,7 @@ import sys
 import time
 import types
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -46,8 +47,9 @@ from .environment import (
     render_state,
     utc_instant,
 )
+from .resume import ResumePlan, Watch
 
-__all__ = ["ChatTemplate", "RenderedChat", "Span", "derive_spans_by_prefixes"]
+__all__ = ["ChatTemplate", "PrefixRenders", "RenderedChat", "Span", "derive_spans_by_prefixes"]
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 # render's own options: a keyword close to one of these is most likely a typo of it
@@ -166,6 +168,7 @@ class ChatTemplate:
                 kind=type(exc).__name__,
             ) from None
         self._variables: frozenset[str] | None = None
+        self._plan: ResumePlan | None | bool = False  # False: not looked for yet
         # A name token reading exactly `generation` is that word followed by no word
         # character (jinja's names extend over all of them): without one, lexing finds none
         self.has_generation_tag = _GENERATION_WORD.search(source) is not None and (
@@ -256,12 +259,26 @@ class ChatTemplate:
         inputs = self._inputs(
             messages, tools, documents, add_generation_prompt, False, now, context
         )
-        text = self._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
         if isinstance(messages, (list, tuple)) and self._environment().immutable_inputs:
-            derived = _spans_from_shared_inputs(self, text, messages, inputs)
-        else:  # the template may change what it is given: each prefix gets its own copy
-            derived = derive_spans_by_prefixes(self, text, messages, tools, documents, now, context)
+            prefixes = PrefixRenders(self, inputs, self._resume_plan())
+            derived = _spans_from_shared_inputs(prefixes, messages)
+            return RenderedChat(prefixes.text, derived, "derived")
+        # the template may change what it is given: each prefix gets its own copy
+        text = self._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
+        derived = derive_spans_by_prefixes(self, text, messages, tools, documents, now, context)
         return RenderedChat(text, derived, "derived")
+
+    def _resume_plan(self) -> ResumePlan | None:
+        """How prefixes of a conversation resume from its render (template/resume.py)."""
+        if self._plan is False:
+            env = self._environment()
+            try:
+                self._plan = ResumePlan.build(
+                    env.parse(self.source), lambda tree: _compile(env, tree, self.limits)
+                )
+            except Exception:  # noqa: BLE001 - a shape it cannot take: prefixes render whole
+                self._plan = None
+        return self._plan  # type: ignore[return-value]
 
     def _warn_unread(self, context: Mapping[str, Any]) -> None:
         unread = context.keys() - self.variables  # variables: parsed once, then cached
@@ -433,8 +450,10 @@ class ChatTemplate:
         now: datetime | None,
         spans: list[tuple[int, int]] | None,
         made: list[Any] | None = None,
+        compiled: tuple[jinja2.Template, dict[str, Any]] | None = None,
     ) -> str:
-        template = self._template
+        # compiled: another compilation of this template (a plan's watched one), its globals
+        template, globals_ = compiled or (self._template, self._globals)
         state = render_state
         limit = self.limits.max_output_chars
         # The caller's containers, which an immutable sandbox keeps as they are: printing one
@@ -455,11 +474,7 @@ class ChatTemplate:
             # globals_keys are the globals' keys; the flattened globals are kept from compile
             env = template.environment
             context = env.context_class(
-                env,
-                dict(self._globals, **variables),
-                template.name,
-                template.blocks,
-                globals=self._globals,
+                env, dict(globals_, **variables), template.name, template.blocks, globals=globals_
             )
             if spans is None:  # nothing reads state.position without spans to record
                 for chunk in template.root_render_func(context):
@@ -509,13 +524,19 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FOLDED_CHARS = 1 << 16
 
 
-def _compile(env: ChatSandbox, source: str, limits: Limits) -> jinja2.Template:
+def _compile(
+    env: ChatSandbox, source: str | jinja2.nodes.Template, limits: Limits
+) -> jinja2.Template:
+    """``source`` compiled (text, or a tree ``env.parse`` gave and a plan rewrote)."""
     state = render_state
     saved = (state.deadline, state.max_chars)
     state.deadline = time.monotonic() + limits.max_seconds
     state.max_chars = min(limits.max_output_chars, _FOLDED_CHARS)
     try:
-        return env.from_string(source)
+        if isinstance(source, str):
+            return env.from_string(source)
+        code = env.compile(source)
+        return env.template_class.from_code(env, code, env.make_globals(None), None)
     finally:
         state.deadline, state.max_chars = saved
 
@@ -770,34 +791,127 @@ def derive_spans_by_prefixes(
     return tuple(spans)
 
 
-def _spans_from_shared_inputs(
-    template: ChatTemplate, text: str, messages: Sequence[Any], inputs: _Inputs
-) -> tuple[Span, ...]:
-    """derive_spans_by_prefixes's spans, the prefixes rendered from the inputs of the full
-    render instead of fresh copies, with tojson's results on them remembered.
+class PrefixRenders:
+    """The render of one conversation, and the renders of its first ``n`` messages.
 
-    A prefix's inputs are the first messages of the full render's: every copy and check of
+    A prefix is rendered from the full render's copy of the inputs (a list of the first
+    ``n`` messages, like the one _prepare gives a template): every copy and check of
     ``_prepare`` works message by message, and the sandbox is immutable, so no render can
-    change what the next one reads. ``|tojson`` of one of those inputs (a tool schema, a
-    call's arguments) gives the same text in every render, so it is computed once.
+    change what the next one reads. Where the template has a plan (template/resume.py) the
+    full render is watched and a prefix resumes from it; a prefix it cannot resume is
+    rendered from the start. ``resumed`` and ``rendered`` count the two.
     """
-    saved = render_state.memo
-    render_state.memo = FilterMemo(inputs.made)
-    try:
-        spans: list[Span] = []
-        cursor = 0
+
+    def __init__(self, template: ChatTemplate, inputs: _Inputs, plan: ResumePlan | None) -> None:
+        self.template, self.inputs, self.plan = template, inputs, plan
+        self.flag: bool = inputs.variables["add_generation_prompt"]
+        self.resumed = self.rendered = 0
+        self._watched: dict[bool, tuple[Watch, str] | None] = {}
+        self._names: dict[str, Any] | None = None
+        if plan is None:
+            self.text = template._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
+        else:
+            self.text = self._watch(self.flag, raising=True)[1]  # type: ignore[index]
+
+    def _watch(self, flag: bool, raising: bool = False) -> tuple[Watch, str] | None:
+        """The watched render of the whole conversation with this generation-prompt flag."""
+        if flag in self._watched:
+            return self._watched[flag]
+        inputs, plan = self.inputs, self.plan
+        assert plan is not None
+        watch = Watch(inputs.chat)
+        variables = dict(inputs.variables, messages=watch.messages, add_generation_prompt=flag)
+        variables.update(watch.hooks(self.template._globals["namespace"]))
+        compiled = (plan.watched, plan.watched_globals)
+        try:
+            text = self.template._run(inputs.chat, variables, inputs.now, [], inputs.made, compiled)
+        except TemplateError:
+            if raising:
+                raise
+            self._watched[flag] = None
+            return None
+        self._watched[flag] = (watch, text)
+        return watch, text
+
+    @classmethod
+    def of(
+        cls,
+        template: ChatTemplate,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Any = None,
+        documents: Any = None,
+        add_generation_prompt: bool = False,
+        now: float | int | datetime | None = None,
+        **context: Any,
+    ) -> PrefixRenders:
+        """The renders of one conversation's prefixes, as ``render_with_spans`` makes them."""
+        inputs = template._inputs(
+            messages, tools, documents, add_generation_prompt, False, now, context
+        )
+        return cls(template, inputs, template._resume_plan())
+
+    def render(self, n: int, prompt: bool) -> str | None:
+        """The render of the first ``n`` messages; None when the template refuses it. Runs
+        inside ``resuming``."""
+        plan, inputs = self.plan, self.inputs
+        if plan is not None:
+            watched = self._watch(prompt if plan.reads_flag_early else self.flag)
+            if watched is not None:
+                if self._names is None:
+                    self._names = plan.context_names(inputs.variables)
+                resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
+                if resumed is not None:
+                    self.resumed += 1
+                    return resumed
+        self.rendered += 1
+        chat = inputs.chat[:n]
+        variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
+        try:
+            return self.template._run(chat, variables, inputs.now, None, inputs.made)
+        except TemplateError:
+            return None
+
+    @contextlib.contextmanager
+    def resuming(self) -> Iterator[None]:
+        """The state prefix renders run in: a render's (limits, clock, inputs), with
+        ``|tojson`` of the shared inputs remembered across them."""
+        limits, inputs = self.template.limits, self.inputs
+        saved = render_state.begin(
+            time.monotonic() + limits.max_seconds,
+            limits.max_output_chars,
+            None,
+            inputs.now,
+            inputs.made,
+        )
+        memo = render_state.memo
+        render_state.memo = FilterMemo(inputs.made)
+        try:
+            yield
+        finally:
+            render_state.memo = memo
+            render_state.end(saved)
+
+
+def _spans_from_shared_inputs(prefixes: PrefixRenders, messages: Sequence[Any]) -> tuple[Span, ...]:
+    """derive_spans_by_prefixes's spans, the prefixes rendered (or resumed) from the inputs
+    of the full render instead of fresh copies, with tojson's results on them remembered:
+    ``|tojson`` of one of those inputs (a tool schema, a call's arguments) gives the same
+    text in every render, so it is computed once.
+    """
+    inputs, text = prefixes.inputs, prefixes.text
+    spans: list[Span] = []
+    cursor = 0
+    with prefixes.resuming():
         for index, message in enumerate(messages):
             if not isinstance(message, Mapping) or message.get("role") != "assistant":
                 continue
-            head = _prefix_render(template, inputs, index, True) if index else ""
+            head = prefixes.render(index, True) if index else ""
             if head is None:
                 turn = None
-            elif (
-                index + 1 == len(inputs.chat) and inputs.variables["add_generation_prompt"] is False
-            ):
+            elif index + 1 == len(inputs.chat) and prefixes.flag is False:
                 turn = text  # the full render is this prefix's: same inputs, same flags
             else:
-                turn = _prefix_render(template, inputs, index + 1, False)
+                turn = prefixes.render(index + 1, False)
             if head is None or turn is None:
                 continue  # a prefix this template refuses (e.g. it must start with a user turn)
             content = message.get("content")
@@ -806,20 +920,7 @@ def _spans_from_shared_inputs(
             if span is not None:
                 spans.append(span)
                 cursor = span.end
-        return tuple(spans)
-    finally:
-        render_state.memo = saved
-
-
-def _prefix_render(template: ChatTemplate, inputs: _Inputs, n: int, prompt: bool) -> str | None:
-    """The render of the first ``n`` messages of ``inputs``; None when the template refuses
-    it. The list is new, like the one _prepare gives a template (not one of the inputs)."""
-    chat = inputs.chat[:n]
-    variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
-    try:
-        return template._run(chat, variables, inputs.now, None, inputs.made)
-    except TemplateError:
-        return None
+    return tuple(spans)
 
 
 def _turn_start(head: str, turn: str) -> int:

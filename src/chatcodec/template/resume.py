@@ -1,0 +1,534 @@
+"""Prefix renders resumed from one render of the whole conversation (``render_with_spans``).
+
+Derived spans need, for every assistant turn, the render of the conversation before the turn
+(with a generation prompt) and of the conversation up to it. Rendering each prefix from the
+start runs the conversation's start (system prompt, tools) and every earlier turn again, so
+a conversation costs a number of renders that grows with its length.
+
+Most templates are a start, one loop over the messages, and an end. The render of
+``messages[:k]`` runs exactly as the render of all the messages did until the loop begins
+message ``k - 1``, *as long as nothing before that point read message ``k`` or later, or
+how many messages there are*. From there on it is one pass of the loop (on message
+``k - 1``, now the last) and the template's end. So one render of the whole conversation,
+watched, gives each such prefix for the price of one pass and the end:
+
+- the template gets the messages as a ``WatchedMessages`` list, which notes the furthest
+  message any read reached (a length, a negative index, a reversed walk or a comparison
+  reach them all); slices that keep the start are watched views;
+- a mark before each top-level statement of the start and at the start of every pass of
+  the loop records how much text is out, the top-level variables, the fields of every
+  ``namespace()`` and how far the reads since the last mark reached;
+- ``messages[:k]`` resumes at the mark of message ``k - 1``: the text out so far, then the
+  loop's body alone on message ``k - 1`` (with the loop variables of a loop over ``k``
+  messages), then the template's end, both on the prefix's own inputs, with the
+  namespaces put back as they were at the mark.
+
+That is exact when no read before the mark reached message ``k``. The passes of the loop
+before it must not have; statements of the start that did (a scan for the last user
+query, a count of the messages) are run again on the prefix's inputs, from their marks,
+and must leave the same text and state (variables and namespaces, compared by type and
+value) as they left in the whole render. Everything else a render can see is the same in
+both: the inputs are shared and immutable, and a template's only mutable state is its
+namespaces (a loop's body cannot assign variables outside it). A prefix that cannot be
+resumed (no mark, a pass that read too far, a rerun that differs, a resumed part that
+reads past its own messages or raises) is rendered from the start. So a resumed prefix is
+the prefix's render, not an estimate; the tests hold every result to
+``derive_spans_by_prefixes``.
+
+Templates whose shape this cannot follow get no plan (``ResumePlan.build`` returns None):
+no top-level ``{% for %}`` over a variable, a loop with ``break``/``continue``,
+``loop.changed``, a filter or an ``else``, recursive loops, ``cycler``/``joiner`` (state
+outside namespaces), or a name the end assigns that the start assigns too.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.idtracking import VAR_LOAD_UNDEFINED, symbols_for_node
+from jinja2.runtime import LoopContext
+from jinja2.utils import missing
+
+from .environment import MARK_PREFIX, loop_source, marker_statement, render_state
+
+__all__ = ["ResumePlan", "Watch", "WatchedMessages"]
+
+_WHOLE = 1 << 62  # "read as far as the end": a length, a negative index, a full walk
+_PASS = MARK_PREFIX + "_pass"  # the render variables the marks call
+_STEP = MARK_PREFIX + "_step"
+_ITEMS = "__chatcodec_items"
+_STATEFUL = frozenset({"cycler", "joiner"})
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class GivenUp(Exception):
+    """A resumed prefix read past its own messages."""
+
+
+@dataclass(slots=True)
+class Mark:
+    """The render's state at a mark."""
+
+    item: Any  # the pass's message, or the statement's index
+    position: int  # characters out
+    names: dict[str, Any]  # the template's top-level variables
+    spaces: list[tuple[Any, dict[str, Any]]]  # each namespace made so far and its fields
+    furthest: int  # the furthest message read so far
+    reach: int  # the furthest read since the last mark of a statement
+
+
+class Watch:
+    """What one watched render read, and its marks."""
+
+    def __init__(self, chat: list[Any]) -> None:
+        self.chat = chat
+        self.messages = WatchedMessages(chat, self)
+        self.furthest = -1
+        self.reach = -1
+        self.limit = _WHOLE + 1  # while a prefix of k messages resumes: k
+        self.passes: dict[int, Mark] = {}  # by the id of the pass's message
+        self.steps: list[Mark] = []  # before each statement of the start, then the loop's
+        self.spaces: list[Any] = []  # every namespace the render made, in order
+
+    def see(self, index: int) -> None:
+        if index >= self.limit:
+            raise GivenUp
+        if index > self.furthest:
+            self.furthest = index
+        if index > self.reach:
+            self.reach = index
+
+    def hooks(self, make_namespace: Callable[..., Any]) -> dict[str, Any]:
+        """The render variables the watched template's marks and namespaces call."""
+
+        def on_step(context: Any, index: int) -> None:
+            self.steps.append(self._mark(index, dict(context.vars)))
+            self.reach = -1
+
+        def on_pass(context: Any, item: Any) -> None:
+            # a loop's body cannot assign top-level variables: the loop's start saw them all
+            self.passes[id(item)] = self._mark(item, self.steps[-1].names)
+
+        def namespace(*args: Any, **kwargs: Any) -> Any:
+            space = make_namespace(*args, **kwargs)
+            self.spaces.append(space)
+            return space
+
+        return {_STEP: on_step, _PASS: on_pass, "namespace": namespace}
+
+    def _mark(self, item: Any, names: dict[str, Any]) -> Mark:
+        spaces = [(space, dict(_fields(space))) for space in self.spaces]
+        return Mark(item, render_state.position, names, spaces, self.furthest, self.reach)
+
+
+def _fields(space: Any) -> dict[str, Any]:
+    # jinja's Namespace keeps its fields in one private dict (jinja2 is pinned in pyproject)
+    fields: dict[str, Any] = space._Namespace__attrs
+    return fields
+
+
+def _restore(spaces: list[tuple[Any, dict[str, Any]]]) -> None:
+    for space, fields in spaces:
+        kept = _fields(space)
+        kept.clear()
+        kept.update(fields)
+
+
+class WatchedMessages(list):  # type: ignore[type-arg]
+    """The conversation's messages, noting the furthest message a template read.
+
+    Every read of a plain list goes through these methods (the sandbox refuses the ones
+    that change a list); ``base`` is where a view made by ``messages[i:]`` starts.
+    """
+
+    __slots__ = ("watch", "base")
+
+    def __init__(self, items: list[Any], watch: Watch, base: int = 0) -> None:
+        list.__init__(self, items)
+        self.watch = watch
+        self.base = base
+
+    def _see(self, index: int) -> None:
+        self.watch.see(self.base + index if index < _WHOLE else _WHOLE)
+
+    def prefix(self, k: int) -> list[Any]:
+        """This list as the render of the first ``k`` messages has it."""
+        return list.__getitem__(self, slice(0, max(0, k - self.base)))
+
+    def __len__(self) -> int:
+        self._see(_WHOLE)
+        return list.__len__(self)
+
+    def __bool__(self) -> bool:
+        size = list.__len__(self)
+        self._see(0 if size else _WHOLE)
+        return size > 0
+
+    def __iter__(self) -> Iterator[Any]:
+        get = list.__getitem__
+        for index in range(list.__len__(self)):
+            self._see(index)
+            yield get(self, index)
+        self._see(_WHOLE)
+
+    def __reversed__(self) -> Iterator[Any]:
+        self._see(_WHOLE)
+        return list.__reversed__(self)
+
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is int and 0 <= key < list.__len__(self):
+            self._see(key)
+            return list.__getitem__(self, key)
+        if type(key) is slice and key.stop is None and key.step in (None, 1):
+            start = key.start or 0
+            if type(start) is int and 0 <= start:
+                kept = list.__getitem__(self, key)
+                return WatchedMessages(kept, self.watch, self.base + start)
+        self._see(_WHOLE)
+        return list.__getitem__(self, key)
+
+    def _whole(name: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
+        method = getattr(list, name)
+
+        def read_all(self: WatchedMessages, *args: Any, **kwargs: Any) -> Any:
+            self._see(_WHOLE)
+            return method(self, *args, **kwargs)
+
+        read_all.__name__ = name
+        return read_all
+
+    # each reads every message (C code reading a list's items directly, bypassing __iter__)
+    __contains__ = _whole("__contains__")
+    __eq__ = _whole("__eq__")
+    __ne__ = _whole("__ne__")
+    __lt__ = _whole("__lt__")
+    __le__ = _whole("__le__")
+    __gt__ = _whole("__gt__")
+    __ge__ = _whole("__ge__")
+    __add__ = _whole("__add__")
+    __mul__ = _whole("__mul__")
+    __rmul__ = _whole("__rmul__")
+    __repr__ = _whole("__repr__")
+    __str__ = _whole("__str__")
+    __format__ = _whole("__format__")
+    __reduce_ex__ = _whole("__reduce_ex__")
+    __sizeof__ = _whole("__sizeof__")
+    index = _whole("index")
+    count = _whole("count")
+    copy = _whole("copy")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __radd__(self, other: Any) -> Any:  # `[x] + messages` would read the items in C
+        self._see(_WHOLE)
+        return NotImplemented if not isinstance(other, list) else list(other) + list(self)
+
+    del _whole
+
+
+_pending = threading.local()  # the loop context the next resumed pass starts with
+
+
+def _resumed_loop(iterable: Any, *args: Any) -> Any:
+    # Stands for LoopContext in the compiled body template: its own loop (over the one-item
+    # list made for the pass) gets the context prepared for it, loops nested in the body a
+    # new one as usual
+    start = getattr(_pending, "start", None)
+    if start is not None and iterable is start[0]:
+        return start[1]
+    return LoopContext(iterable, *args)
+
+
+@dataclass
+class _Part:
+    """Top-level statements compiled alone: what they assign that starts unset in them."""
+
+    template: jinja2.Template
+    fresh: frozenset[str]
+
+
+@dataclass
+class ResumePlan:
+    """How to resume prefix renders of one template (see the module's text)."""
+
+    watched: jinja2.Template  # the template with its marks
+    body: jinja2.Template  # the loop alone, for one pass
+    end: jinja2.Template  # what follows the loop
+    iterable: str  # the name the loop walks
+    unset_names: frozenset[str]  # top-level names that read as unset until assigned
+    reads_flag_early: bool  # add_generation_prompt is read before the loop ends
+    start: list[nodes.Node]  # the statements before the loop
+    compile_tree: Callable[[nodes.Template], jinja2.Template]
+    root: Any  # jinja's symbols of the whole template
+    watched_globals: dict[str, Any] = field(default_factory=dict)  # as renders take them
+    _globals: dict[str, Any] = field(default_factory=dict)
+    _parts: dict[tuple[int, int], _Part | None] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, tree: nodes.Template, compile_tree: Callable[[nodes.Template], jinja2.Template]
+    ) -> ResumePlan | None:
+        """The plan for a template's parsed ``tree``; None when its shape does not allow one."""
+        if any(n.name in _STATEFUL for n in tree.find_all(nodes.Name)):
+            return None
+        if any(tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport))):
+            return None
+        found = _main_loop(tree)
+        if found is None:
+            return None
+        index, loop, iterable = found
+        start, rest = tree.body[:index], tree.body[index + 1 :]
+        root, end = symbols_for_node(tree), symbols_for_node(nodes.Template(rest))
+        start_names = symbols_for_node(nodes.Template(start)).stores
+        for name in end.stores:
+            if name in start_names or _initial(end, name) != _initial(root, name):
+                return None  # the end alone would not see the value the whole one sees
+        reads_flag = any(
+            n.name == "add_generation_prompt"
+            for part in (*start, *loop.body)
+            for n in part.find_all(nodes.Name)
+        )
+        body = nodes.For(
+            copy.deepcopy(loop.target),
+            nodes.Name(_ITEMS, "load"),
+            copy.deepcopy(loop.body),
+            [],
+            None,
+            False,
+        )
+        watched = copy.deepcopy(tree)
+        item = nodes.Name(loop.target.name, "load")  # type: ignore[attr-defined]
+        watched.body[index].body.insert(0, marker_statement(_PASS, item))  # type: ignore[attr-defined]
+        for at in range(index, -1, -1):
+            watched.body.insert(at, marker_statement(_STEP, nodes.Const(at)))
+        plan = cls(
+            compile_tree(watched),
+            compile_tree(nodes.Template([body])),
+            compile_tree(nodes.Template(copy.deepcopy(rest))),
+            iterable,
+            frozenset(n for n in root.stores if _initial(root, n) == VAR_LOAD_UNDEFINED),
+            reads_flag,
+            copy.deepcopy(start),
+            compile_tree,
+            root,
+        )
+        plan.body.root_render_func.__globals__["LoopContext"] = _resumed_loop
+        plan._globals = dict(plan.body.globals)
+        plan.watched_globals = dict(plan.watched.globals)
+        return plan
+
+    def context_names(self, variables: dict[str, Any]) -> dict[str, Any]:
+        """What every resumed prefix of a render with ``variables`` starts its context from."""
+        return dict(self._globals, **variables)
+
+    def resume(
+        self, watch: Watch, text: str, names: dict[str, Any], k: int, prompt: bool
+    ) -> str | None:
+        """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
+        resumed at the watched render's mark of message ``k - 1`` (``text``: that render's
+        text; ``names``: ``context_names`` of the render's variables); None when it cannot
+        be resumed there. Runs inside a render's state (``render_state.begin``)."""
+        chat = watch.chat
+        item = chat[k - 1] if 0 < k <= len(chat) else None
+        mark = watch.passes.get(id(item))
+        # the whole conversation's render can read all of it: its prefix is itself
+        bound = k if k < len(chat) else _WHOLE + 1
+        if mark is None or mark.item is not item or mark.reach >= bound:
+            return None
+        walked = mark.names[self.iterable] if self.iterable in mark.names else None
+        if walked is None and self.iterable == "messages":
+            walked = watch.messages
+        if not isinstance(walked, WatchedMessages) or k - 1 < walked.base:
+            return None
+        names = names.copy()
+        names["messages"] = chat[:k]
+        names["add_generation_prompt"] = prompt
+        watch.limit = bound
+        try:
+            if mark.furthest >= bound and not self._rerun_start(watch, text, names, k):
+                return None
+            _restore(mark.spaces)
+            _enter(names, mark.names, self.unset_names, k)
+            items = [item]
+            names[_ITEMS] = items
+            context = self._context(names)
+            loop = _loop_at(walked.prefix(k), k - 1 - walked.base, self.body.environment)
+            _pending.start = (items, loop)
+            out = [text[: mark.position]]
+            size = mark.position
+            for template in (self.body, self.end):
+                size += _run(template, context, out, size)
+        except Exception:  # noqa: BLE001 - read too far, or raised: rendered from the start
+            return None
+        finally:
+            watch.limit = _WHOLE + 1
+            _pending.start = None
+        return "".join(out)
+
+    def _context(self, names: dict[str, Any]) -> Any:
+        environment = self.body.environment
+        return environment.context_class(environment, names, None, {}, globals=self._globals)
+
+    def _rerun_start(self, watch: Watch, text: str, base: dict[str, Any], k: int) -> bool:
+        """Whether the statements of the start that read message ``k`` or later, run again
+        on the first ``k`` messages from their first mark, leave the same text and state."""
+        steps = watch.steps
+        read = [i for i in range(len(steps) - 1) if steps[i + 1].reach >= k]
+        if not read:
+            return True
+        first, last = read[0], read[-1]
+        part = self._part(first, last + 1)
+        before, after = steps[first], steps[last + 1]
+        if part is None or part.fresh & before.names.keys():
+            return False  # it would start unset a variable the whole render had set
+        _restore(before.spaces)
+        names = base.copy()
+        _enter(names, before.names, self.unset_names, k)
+        made: list[Any] = []
+        make = names["namespace"]
+
+        def namespace(*args: Any, **kwargs: Any) -> Any:
+            space = make(*args, **kwargs)
+            made.append(space)
+            return space
+
+        names["namespace"] = namespace
+        context = self._context(names)
+        out: list[str] = []
+        _run(part.template, context, out, after.position)
+        if "".join(out) != text[before.position : after.position]:
+            return False
+        return _same_state(before, after, dict(before.names, **context.vars), made, k)
+
+    def _part(self, first: int, stop: int) -> _Part | None:
+        """Statements ``first`` to ``stop - 1`` of the start compiled alone; None when a
+        variable they assign would start unset alone but not in the whole template."""
+        key = (first, stop)
+        if key not in self._parts:
+            tree = nodes.Template(copy.deepcopy(self.start[first:stop]))
+            symbols = symbols_for_node(tree)
+            fresh = frozenset(
+                name for name in symbols.stores if _initial(symbols, name) == VAR_LOAD_UNDEFINED
+            )
+            if any(_initial(self.root, name) != VAR_LOAD_UNDEFINED for name in fresh):
+                self._parts[key] = None
+            else:
+                self._parts[key] = _Part(self.compile_tree(tree), fresh)
+        return self._parts[key]
+
+
+def _enter(names: dict[str, Any], marked: dict[str, Any], unset: frozenset[str], k: int) -> None:
+    """The top-level variables of a mark, as the render of the first ``k`` messages has them."""
+    for name in unset.difference(marked):
+        names[name] = missing  # assigned later at the top level: unset until then
+    for name, value in marked.items():
+        names[name] = value.prefix(k) if isinstance(value, WatchedMessages) else value
+
+
+def _run(template: jinja2.Template, context: Any, out: list[str], size: int) -> int:
+    """Run ``template`` in ``context`` onto ``out``; the characters it added."""
+    limit = render_state.max_chars
+    added = 0
+    for chunk in template.root_render_func(context):
+        added += len(chunk)
+        if size + added > limit:
+            raise GivenUp  # too long: the prefix's own render reports it
+        out.append(chunk)
+    return added
+
+
+def _same_state(before: Mark, after: Mark, names: dict[str, Any], made: list[Any], k: int) -> bool:
+    """Whether a rerun's variables and namespaces equal the whole render's at ``after``."""
+    created = after.spaces[len(before.spaces) :]
+    if len(made) != len(created):
+        return False
+    pairs = {id(new): old for new, (old, _) in zip(made, created, strict=True)}
+    if names.keys() != after.names.keys():
+        return False
+    for name, value in names.items():
+        if not _same(value, after.names[name], pairs, k):
+            return False
+    for space, fields in after.spaces[: len(before.spaces)]:
+        if not _same(dict(_fields(space)), fields, pairs, k):
+            return False
+    return all(
+        _same(dict(_fields(new)), fields, pairs, k)
+        for new, (_, fields) in zip(made, created, strict=True)
+    )
+
+
+def _same(value: Any, whole: Any, pairs: dict[int, Any], k: int) -> bool:
+    """Whether ``value`` (of a rerun on ``k`` messages) is ``whole`` (of the whole render):
+    equal types and values, the rerun's namespaces standing for the whole render's."""
+    if value is whole:
+        return True
+    if isinstance(whole, WatchedMessages):
+        mine = whole.prefix(k)
+        return type(value) is list and len(value) == len(mine) and all(map(_is, value, mine))
+    kind = type(value)
+    if kind is not type(whole):
+        return False
+    if kind in _SCALARS:
+        return bool(value == whole)
+    if kind is list or kind is tuple:
+        return len(value) == len(whole) and all(
+            _same(a, b, pairs, k) for a, b in zip(value, whole, strict=True)
+        )
+    if kind is dict:
+        return (
+            len(value) == len(whole)
+            and all(_same(a, b, pairs, k) for a, b in zip(value, whole, strict=True))
+            and all(_same(value[a], whole[b], pairs, k) for a, b in zip(value, whole, strict=True))
+        )
+    return pairs.get(id(value)) is whole  # a namespace the rerun made; else only identity
+
+
+def _is(a: Any, b: Any) -> bool:
+    return a is b
+
+
+def _loop_at(sequence: list[Any], index: int, environment: Any) -> LoopContext:
+    # A loop over `sequence` whose next pass is the one on sequence[index] (its last item)
+    context = LoopContext(sequence, environment.undefined, None, 0)
+    context._iterator = itertools.islice(iter(sequence), index, None)
+    context.index0 = index - 1
+    context._current = sequence[index - 1] if index else missing
+    return context
+
+
+def _initial(symbols: Any, name: str) -> str:
+    """How jinja's compiled code starts a frame's variable: resolved from the context, or
+    unset until the frame assigns it (jinja's own analysis of the template)."""
+    load = symbols.loads.get(symbols.find_ref(name), (VAR_LOAD_UNDEFINED,))
+    return str(load[0])
+
+
+def _main_loop(tree: nodes.Template) -> tuple[int, nodes.For, str] | None:
+    """The last top-level loop over a variable, when its body can run as one pass alone."""
+    for index in range(len(tree.body) - 1, -1, -1):
+        node = tree.body[index]
+        if not isinstance(node, nodes.For):
+            continue
+        walked = loop_source(node)
+        if not (
+            isinstance(walked, nodes.Name)
+            and isinstance(node.target, nodes.Name)
+            and node.test is None
+            and not node.else_
+            and not node.recursive
+        ):
+            return None
+        for part in node.body:
+            if any(part.find_all((nodes.Break, nodes.Continue))):
+                return None
+            for got in part.find_all(nodes.Getattr):
+                if got.attr == "changed" and isinstance(got.node, nodes.Name):
+                    return None
+        return index, node, walked.name
+    return None

@@ -1,0 +1,330 @@
+"""Prefix renders resumed from a watched render (template/resume.py) are the prefixes' renders.
+
+Every prefix ``PrefixRenders`` gives (resumed or rendered from the start) must equal
+``ChatTemplate.render`` of the first ``n`` messages, with and without a generation prompt,
+refusals included. The cases below are the ways a template's start, loop and end can depend
+on the conversation's length; the property test builds templates out of them at random.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from chatcodec import ChatTemplate, TemplateError, UnusedVariableWarning
+from chatcodec.template.render import PrefixRenders
+
+EXAMPLES = max(60, int(os.environ.get("CHATCODEC_FUZZ", "0")) // 4)
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
+CONVERSATION = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "Q1"},
+    {"role": "assistant", "content": "A1"},
+    {"role": "user", "content": "Q2"},
+    {"role": "assistant", "content": "", "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "c1", "content": "R"},
+    {"role": "assistant", "content": "A2"},
+]
+CHATML_BODY = "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+GENERATION_PROMPT = "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+
+
+def _loop(body: str, start: str = "", end: str = GENERATION_PROMPT, over: str = "messages") -> str:
+    return f"{start}{{% for m in {over} %}}{body}{{% endfor %}}{end}"
+
+
+def _render(template: ChatTemplate, messages: list[Any], prompt: bool, **options: Any) -> Any:
+    try:
+        return template.render(messages, add_generation_prompt=prompt, **options)
+    except TemplateError:
+        return None
+
+
+def check(source: str, messages: list[dict[str, Any]] = CONVERSATION, **options: Any) -> int:
+    """Every prefix as rendered; the number of prefixes that were resumed."""
+    template = ChatTemplate(source)
+    resumed = 0
+    for prompt in (False, True):
+        try:
+            prefixes = PrefixRenders.of(template, messages, add_generation_prompt=prompt, **options)
+        except TemplateError:
+            assert _render(template, messages, prompt, **options) is None
+            continue
+        assert prefixes.text == _render(template, messages, prompt, **options)
+        with prefixes.resuming():
+            for n in range(1, len(messages) + 1):
+                for flag in (False, True):
+                    expected = _render(template, messages[:n], flag, **options)
+                    assert prefixes.render(n, flag) == expected, (n, flag)
+        resumed += prefixes.resumed
+    return resumed
+
+
+ALL = 2 * 2 * len(CONVERSATION)  # prefixes asked for: two flags, both ways of the whole
+
+
+def test_a_plain_loop_resumes_every_prefix() -> None:
+    assert check(_loop(CHATML_BODY)) == ALL
+
+
+def test_loop_values_that_peek_at_the_next_message() -> None:
+    body = (
+        "{{ loop.index }}{% if loop.first %}^{% endif %}{% if loop.last %}${% endif %}"
+        "{{ loop.previtem.role if loop.previtem }}>{{ loop.nextitem.role if loop.nextitem }}"
+        "{{ loop.cycle('a', 'b') }}{{ loop.depth }}" + CHATML_BODY
+    )
+    assert check(_loop(body)) == ALL
+
+
+@pytest.mark.parametrize("value", ["loop.length", "loop.revindex", "loop.revindex0"])
+def test_loop_values_that_count_the_messages(value: str) -> None:
+    # every pass reads how many messages there are: only the first message's prefix (its
+    # pass comes before any count) and the whole conversation's (it is the render) resume
+    assert check(_loop("{{ " + value + " }}" + CHATML_BODY)) == 2 * 2 * 2
+
+
+def test_namespaces_the_loop_changes() -> None:
+    start = "{% set ns = namespace(n=0, roles='') %}"
+    body = "{% set ns.n = ns.n + 1 %}{% set ns.roles = ns.roles ~ m.role[0] %}{{ ns.n }}"
+    end = "[{{ ns.n }} {{ ns.roles }}]" + GENERATION_PROMPT
+    assert check(_loop(body + CHATML_BODY, start, end)) == ALL
+
+
+def test_a_view_without_the_system_message() -> None:
+    start = (
+        "{% if messages[0].role == 'system' %}{% set system = messages[0].content %}"
+        "{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}"
+        "{% endif %}[{{ system }}]"
+    )
+    # the prefix of the system message alone has no pass to resume at
+    assert check(_loop(CHATML_BODY, start, over="loop_messages")) == ALL - 2 * 2
+
+
+def test_a_variable_the_end_assigns_is_unset_in_the_loop() -> None:
+    # jinja's own rule: a name the template assigns at its top level hides the one given
+    body = "{{ later is defined }}{{ later }}" + CHATML_BODY
+    end = "{% set later = 'L' %}{{ later }}" + GENERATION_PROMPT
+    with pytest.warns(UnusedVariableWarning, match="never reads 'later'"):
+        assert check(_loop(body, end=end), later="given") == ALL
+    assert check(_loop(body, end=end)) == ALL
+
+
+def test_a_variable_assigned_only_when_not_given() -> None:
+    start = "{% if budget is not defined %}{% set budget = -1 %}{% endif %}"
+    body = "{{ budget }}" + CHATML_BODY
+    assert check(_loop(body, start), budget=0) == ALL
+    assert check(_loop(body, start)) == ALL
+
+
+def test_a_variable_read_before_the_start_assigns_it() -> None:
+    start = "[{{ mode }}]{% set mode = 'm' %}"
+    assert check(_loop("{{ mode }}" + CHATML_BODY, start), mode="given") == ALL
+
+
+def test_a_macro_that_counts_the_messages_on_the_last_pass() -> None:
+    # the watched render never calls it where a prefix does: the resumed pass reads past its
+    # own messages, is given up and the prefix rendered from the start
+    start = "{% macro total() %}{{ messages | length }}{% endmacro %}"
+    body = CHATML_BODY + "{% if loop.last %}({{ total() }}){% endif %}"
+    assert check(_loop(body, start)) == 2 * 2  # the whole conversation's, which reads it all
+
+
+def test_a_macro_that_reads_the_first_message() -> None:
+    start = "{% macro first() %}{{ messages[0].role }}{% endmacro %}"
+    assert check(_loop("{{ first() }}" + CHATML_BODY, start)) == ALL
+
+
+def test_a_scan_for_the_last_user_message_with_one_user_message() -> None:
+    # Qwen3's scan: it reads every message, and leaves the same state in every prefix that
+    # contains the user's message, so those resume after running the scan again
+    start = (
+        "{% set ns = namespace(last=messages|length - 1, open=true) %}"
+        "{% for m in messages[::-1] %}{% set i = messages|length - 1 - loop.index0 %}"
+        "{% if ns.open and m.role == 'user' %}{% set ns.open = false %}{% set ns.last = i %}"
+        "{% endif %}{% endfor %}"
+    )
+    body = "{% if loop.index0 > ns.last %}*{% endif %}" + CHATML_BODY
+    messages = [CONVERSATION[1]] + [m for m in CONVERSATION if m["role"] not in ("user", "system")]
+    assert check(_loop(body, start), messages) == 2 * 2 * len(messages)
+    assert check(_loop(body, start)) > 0  # two user messages: the prefixes after the second
+
+
+def test_a_count_of_the_messages_in_the_start_is_run_again() -> None:
+    start = "{% set count = messages | length %}"
+    # a different count in each prefix but the whole conversation's
+    assert check(_loop("{{ count }}" + CHATML_BODY, start)) == 2 * 2
+    start = "{% set many = messages | length > 2 %}"
+    resumed = check(_loop("{{ many }}" + CHATML_BODY, start))
+    assert resumed == 2 * 2 * (len(CONVERSATION) - 2)  # the same answer from 3 messages on
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "messages | tojson",
+        "messages | string",
+        "messages | map(attribute='role') | join(',')",
+        "messages | selectattr('role', 'equalto', 'tool') | list | length",
+        "messages | last",
+        "messages | reverse | first",
+        "messages | batch(3) | list | length",
+        "messages | slice(2) | list | length",
+        "messages | sort(attribute='role') | first",
+        "messages | unique(attribute='role') | list | length",
+        "messages | count",
+        "'%s' | format(messages)",
+        "messages ~ ''",
+        "[1] + messages",
+        "messages + [1]",
+        "messages * 2",
+        "messages[-1]",
+        "messages[1:3]",
+        "messages[::2]",
+        "messages == []",
+        "[] == messages",
+        "messages[0] in messages",
+        "messages.index(messages[0])",
+        "messages.count(messages[0])",
+        "messages[100] is defined",
+        "messages is sequence",
+        "(messages | list)[-1]",
+    ],
+)
+def test_reads_of_the_whole_conversation_in_the_start(expression: str) -> None:
+    start = "{% set seen = " + expression + " %}"
+    source = _loop(CHATML_BODY, start, "[{{ seen }}]" + GENERATION_PROMPT)
+    check(source)
+
+
+def test_a_raise_in_the_end_refuses_the_prefix() -> None:
+    end = (
+        "{% if messages[-1].role == 'tool' %}{{ raise_exception('no tool last') }}{% endif %}"
+        + GENERATION_PROMPT
+    )
+    assert check(_loop(CHATML_BODY, end=end)) == ALL - 2 * 2  # the prefix ending on the tool
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        _loop("{% if m.role == 'tool' %}{% continue %}{% endif %}" + CHATML_BODY),
+        _loop("{% if m.role == 'tool' %}{% break %}{% endif %}" + CHATML_BODY),
+        _loop("{% if loop.changed(m.role) %}+{% endif %}" + CHATML_BODY),
+        _loop("{{ c.next() }}" + CHATML_BODY, "{% set c = cycler('a', 'b') %}"),
+        _loop(CHATML_BODY, end="{% set x = 1 %}", start="{% set x = 0 %}{{ x }}"),
+        "{% for m in messages if m.role != 'tool' %}" + CHATML_BODY + "{% endfor %}",
+        "{% for m in messages %}" + CHATML_BODY + "{% else %}empty{% endfor %}",
+        "{% for role, text in pairs %}{{ role }}{% endfor %}",
+    ],
+)
+def test_templates_without_a_plan_render_every_prefix(source: str) -> None:
+    assert ChatTemplate(source)._resume_plan() is None
+    assert check(source) == 0
+
+
+def test_render_with_spans_renders_a_conversation_once() -> None:
+    template = ChatTemplate(_loop(CHATML_BODY))
+    runs = 0
+    real = template._run
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        nonlocal runs
+        runs += 1
+        return real(*args, **kwargs)
+
+    template._run = counted  # type: ignore[method-assign]
+    rendered = template.render_with_spans(CONVERSATION)
+    assert runs == 1
+    assert [rendered.text[s.start : s.end] for s in rendered.spans] == [
+        "A1<|im_end|>",
+        "<|im_end|>",
+        "A2<|im_end|>",
+    ]
+
+
+# --- templates built at random from the pieces above ------------------------------------
+
+STARTS = [
+    "{% set count = messages | length %}",
+    "{% set first = messages[0].role %}",
+    "{% for m in messages %}{% if m.role == 'user' %}{% set ns.user = loop.index0 %}"
+    "{% endif %}{% endfor %}",
+    "{% for m in messages[::-1] %}{% if m.role == 'user' and ns.user < 0 %}"
+    "{% set ns.user = messages | length - 1 - loop.index0 %}{% endif %}{% endfor %}",
+    "{% set roles = messages | map(attribute='role') | join(',') %}",
+    "{% if tools %}T{{ tools | length }}{% endif %}",
+    "{% set many = messages | length > 3 %}",
+    "{% if messages[0].role == 'system' %}{% set sys = messages[0].content %}{% endif %}",
+    "{% set ns.kept = messages %}",
+    "[{{ messages | length }}]",
+    "{% set view = messages[1:] %}",
+    "{% if messages | length > 2 %}{% set ns.n = 10 %}{% endif %}",
+    "{% set later = 'early' %}",
+]
+BODIES = [
+    "{% if loop.last %}!{% endif %}",
+    "{{ loop.index0 }}",
+    "{{ loop.previtem.role if loop.previtem }}",
+    "{% if loop.nextitem %}>{{ loop.nextitem.role }}{% endif %}",
+    "{% set ns.n = ns.n + 1 %}{{ ns.n }}",
+    "{% if loop.index0 > ns.user %}*{% endif %}",
+    "{{ show(m) }}",
+    "{% if loop.last %}{{ total() }}{% endif %}",
+    "{% if messages[loop.index0 + 1] is defined %}+{% endif %}",
+    "{{ count | default('c') }}{{ first | default('f') }}{{ many | default('m') }}",
+    "{% if m.role == 'assistant' and loop.last and not add_generation_prompt %}<eos>{% endif %}",
+    "{{ later | default('u') }}",
+    "{{ sys | default('') }}",
+    "{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}",
+    "{% if ns.kept %}{{ ns.kept | length }}{% endif %}",
+    "{% if view is defined %}{{ view[loop.index0] is defined }}{% endif %}",
+    "{% set x = m.content ~ '.' %}{{ x }}",
+    "{% for c in m.tool_calls or [] %}{{ loop.index }}{{ loop.last }}{% endfor %}",
+    "{% if messages[loop.index0 + 2] is defined %}++{% endif %}",
+    "{% if loop.last %}{{ messages[-1].role }}{% endif %}",
+]
+ENDS = [
+    "{{ ns.n }}",
+    "{{ messages[-1].role }}",
+    "{% set later = 'L' %}{{ later }}",
+    "{{ roles | default('') }}",
+    "{% for m in messages %}{{ loop.index }}{% endfor %}",
+    "{% if ns.kept %}{{ ns.kept[-1].role }}{% endif %}",
+    "{% if messages[-1].role == 'tool' and add_generation_prompt %}"
+    "{{ raise_exception('no') }}{% endif %}",
+]
+FIXED = (
+    "{% set ns = namespace(n=0, user=-1, kept=none) %}"
+    "{% macro show(m) %}[{{ m.role }}]{% endmacro %}"
+    "{% macro total() %}{{ messages | length }}{% endmacro %}"
+)
+
+
+@st.composite
+def _templates(draw: st.DrawFn) -> str:
+    start = "".join(draw(st.lists(st.sampled_from(STARTS), max_size=3)))
+    body = "".join(draw(st.lists(st.sampled_from(BODIES), max_size=4)))
+    end = "".join(draw(st.lists(st.sampled_from(ENDS), max_size=2)))
+    return _loop(body + CHATML_BODY, FIXED + start, end + GENERATION_PROMPT)
+
+
+_MESSAGES = st.lists(
+    st.sampled_from(CONVERSATION[1:] + [{"role": "system", "content": "S2"}]),
+    min_size=1,
+    max_size=7,
+)
+
+
+@seed(5)
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+@given(_templates(), _MESSAGES, st.booleans())
+def test_random_templates(source: str, messages: list[dict[str, Any]], with_tools: bool) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    check(source, messages, tools=tools if with_tools else None)
