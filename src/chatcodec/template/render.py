@@ -807,6 +807,7 @@ class PrefixRenders:
         self.flag: bool = inputs.variables["add_generation_prompt"]
         self.resumed = self.rendered = 0
         self._watched: dict[bool, tuple[Watch, str] | None] = {}
+        self._anchors: dict[bool, tuple[Watch, str, int]] = {}  # and the first prefix it serves
         self._names: dict[str, Any] | None = None
         if plan is None:
             self.text = template._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
@@ -815,23 +816,54 @@ class PrefixRenders:
 
     def _watch(self, flag: bool, raising: bool = False) -> tuple[Watch, str] | None:
         """The watched render of the whole conversation with this generation-prompt flag."""
-        if flag in self._watched:
-            return self._watched[flag]
+        if flag not in self._watched:
+            self._watched[flag] = self._watched_render(len(self.inputs.chat), flag, raising)
+        return self._watched[flag]
+
+    def _watched_render(
+        self, n: int, flag: bool, raising: bool = False
+    ) -> tuple[Watch, str] | None:
+        """The render of the first ``n`` messages, watched; None when the template refuses it."""
         inputs, plan = self.inputs, self.plan
         assert plan is not None
-        watch = Watch(inputs.chat)
+        chat = inputs.chat[:n] if n < len(inputs.chat) else inputs.chat
+        watch = Watch(chat)
         variables = dict(inputs.variables, messages=watch.messages, add_generation_prompt=flag)
         variables.update(watch.hooks(self.template._globals["namespace"]))
         compiled = (plan.watched, plan.watched_globals)
         try:
-            text = self.template._run(inputs.chat, variables, inputs.now, [], inputs.made, compiled)
+            text = self.template._run(chat, variables, inputs.now, [], inputs.made, compiled)
         except TemplateError:
             if raising:
                 raise
-            self._watched[flag] = None
             return None
-        self._watched[flag] = (watch, text)
         return watch, text
+
+    def _anchored(self, flag: bool, n: int, prompt: bool) -> str | None:
+        """The render of the first ``n`` messages resumed from an anchor: a watched render of
+        a longer prefix whose start leaves the same state as this one's. For templates whose
+        start reads the whole conversation (the last user message, say), each run of
+        prefixes between two changes of that state shares one anchor."""
+        plan, names = self.plan, self._names
+        assert plan is not None and names is not None
+        whole = self._watch(flag)
+        assert whole is not None
+        reach = plan.start_reaches(whole[0], names, n, prompt)
+        if reach == n:
+            return None  # an anchor of this prefix alone would cost more than its render
+        anchor = self._watched_render(reach, flag)
+        if anchor is None:
+            return None
+        # every prefix from n to reach leaves the state the anchor's start left
+        self._anchors[flag] = (anchor[0], anchor[1], n)
+        return plan.resume(anchor[0], anchor[1], names, n, prompt, same_start=True)
+
+    def _from_anchor(self, flag: bool, n: int, prompt: bool) -> str | None:
+        anchor = self._anchors.get(flag)
+        if anchor is None or not anchor[2] <= n <= len(anchor[0].chat):
+            return None
+        assert self.plan is not None and self._names is not None
+        return self.plan.resume(anchor[0], anchor[1], self._names, n, prompt, same_start=True)
 
     @classmethod
     def of(
@@ -855,11 +887,16 @@ class PrefixRenders:
         inside ``resuming``."""
         plan, inputs = self.plan, self.inputs
         if plan is not None:
-            watched = self._watch(prompt if plan.reads_flag_early else self.flag)
+            flag = prompt if plan.reads_flag_early else self.flag
+            watched = self._watch(flag)
             if watched is not None:
                 if self._names is None:
                     self._names = plan.context_names(inputs.variables)
-                resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
+                resumed = self._from_anchor(flag, n, prompt)
+                if resumed is None:
+                    resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
+                if resumed is None and plan.start_differs(watched[0], n):
+                    resumed = self._anchored(flag, n, prompt)
                 if resumed is not None:
                     self.resumed += 1
                     return resumed

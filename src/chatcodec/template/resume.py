@@ -35,10 +35,16 @@ reads past its own messages or raises) is rendered from the start. So a resumed 
 the prefix's render, not an estimate; the tests hold every result to
 ``derive_spans_by_prefixes``.
 
+Where the start leaves a different state in a prefix (Qwen3's last user query is a later
+one in the whole conversation), ``start_reaches`` finds how far the prefix's state holds
+(running the same statements again on longer prefixes) and the caller watches the render of
+that longer prefix: an anchor, from which every prefix of that run of states resumes.
+
 Templates whose shape this cannot follow get no plan (``ResumePlan.build`` returns None):
-no top-level ``{% for %}`` over a variable, a loop with ``break``/``continue``,
-``loop.changed``, a filter or an ``else``, recursive loops, ``cycler``/``joiner`` (state
-outside namespaces), or a name the end assigns that the start assigns too.
+no top-level ``{% for %}`` over a variable or a slice of one from a start,
+``loop.changed``, a loop filter or ``else``, recursive loops, ``cycler``/``joiner`` (state
+outside namespaces), or a name the end assigns that the start assigns too. A ``break``
+needs nothing: the passes after it have no marks.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ __all__ = ["ResumePlan", "Watch", "WatchedMessages"]
 _WHOLE = 1 << 62  # "read as far as the end": a length, a negative index, a full walk
 _PASS = MARK_PREFIX + "_pass"  # the render variables the marks call
 _STEP = MARK_PREFIX + "_step"
+_WALK = MARK_PREFIX + "_walk"
 _ITEMS = "__chatcodec_items"
 _STATEFUL = frozenset({"cycler", "joiner"})
 _SCALARS = (str, int, float, bool, type(None))
@@ -96,6 +103,8 @@ class Watch:
         self.passes: dict[int, Mark] = {}  # by the id of the pass's message
         self.steps: list[Mark] = []  # before each statement of the start, then the loop's
         self.spaces: list[Any] = []  # every namespace the render made, in order
+        self.entered: tuple[dict[str, Any], dict[str, Any], list[Any], list[str]] | None = None
+        self.walked: Any = None  # what the main loop walks
 
     def see(self, index: int) -> None:
         if index >= self.limit:
@@ -112,6 +121,9 @@ class Watch:
             self.steps.append(self._mark(index, dict(context.vars)))
             self.reach = -1
 
+        def on_walk(context: Any, walked: Any) -> None:
+            self.walked = walked
+
         def on_pass(context: Any, item: Any) -> None:
             # a loop's body cannot assign top-level variables: the loop's start saw them all
             self.passes[id(item)] = self._mark(item, self.steps[-1].names)
@@ -121,7 +133,7 @@ class Watch:
             self.spaces.append(space)
             return space
 
-        return {_STEP: on_step, _PASS: on_pass, "namespace": namespace}
+        return {_STEP: on_step, _WALK: on_walk, _PASS: on_pass, "namespace": namespace}
 
     def _mark(self, item: Any, names: dict[str, Any]) -> Mark:
         spaces = [(space, dict(_fields(space))) for space in self.spaces]
@@ -246,6 +258,47 @@ def _resumed_loop(iterable: Any, *args: Any) -> Any:
 
 
 @dataclass
+class _Rerun:
+    """What statements of the start left when run again on a prefix's messages."""
+
+    text: str
+    assigned: dict[str, Any]  # the variables they assigned
+    made: list[Any]  # the namespaces they made
+    fields: list[dict[str, Any]]  # the fields of the namespaces made before them
+    known: int  # how many namespaces were made before them
+
+    def created(self, after: Mark) -> list[tuple[Any, dict[str, Any]]]:
+        """The namespaces the whole render made in the same statements."""
+        return after.spaces[self.known :]
+
+    def same(self, other: _Rerun) -> bool:
+        """Whether two reruns of the same statements left the same text and state."""
+        if self.text != other.text or self.assigned.keys() != other.assigned.keys():
+            return False
+        if len(self.made) != len(other.made):
+            return False
+        pairs = {id(mine): theirs for mine, theirs in zip(self.made, other.made, strict=True)}
+        return (
+            _same(self.assigned, other.assigned, pairs, 0)
+            and _same(self.fields, other.fields, pairs, 0)
+            and _same(
+                [dict(_fields(s)) for s in self.made],
+                [dict(_fields(s)) for s in other.made],
+                pairs,
+                0,
+            )
+        )
+
+
+def _reads_past(watch: Watch, k: int) -> tuple[int, int] | None:
+    """The statements of the start (first, stop) from the first to the last that read
+    message ``k`` or later in the watched render; None when none did."""
+    steps = watch.steps
+    read = [i for i in range(len(steps) - 1) if steps[i + 1].reach >= k]
+    return (read[0], read[-1] + 1) if read else None
+
+
+@dataclass
 class _Part:
     """Top-level statements compiled alone: what they assign that starts unset in them."""
 
@@ -258,9 +311,7 @@ class ResumePlan:
     """How to resume prefix renders of one template (see the module's text)."""
 
     watched: jinja2.Template  # the template with its marks
-    body: jinja2.Template  # the loop alone, for one pass
-    end: jinja2.Template  # what follows the loop
-    iterable: str  # the name the loop walks
+    tail: jinja2.Template  # the loop (for one pass) and what follows it
     unset_names: frozenset[str]  # top-level names that read as unset until assigned
     reads_flag_early: bool  # add_generation_prompt is read before the loop ends
     start: list[nodes.Node]  # the statements before the loop
@@ -282,7 +333,7 @@ class ResumePlan:
         found = _main_loop(tree)
         if found is None:
             return None
-        index, loop, iterable = found
+        index, loop, walked = found
         start, rest = tree.body[:index], tree.body[index + 1 :]
         root, end = symbols_for_node(tree), symbols_for_node(nodes.Template(rest))
         start_names = symbols_for_node(nodes.Template(start)).stores
@@ -305,21 +356,20 @@ class ResumePlan:
         watched = copy.deepcopy(tree)
         item = nodes.Name(loop.target.name, "load")  # type: ignore[attr-defined]
         watched.body[index].body.insert(0, marker_statement(_PASS, item))  # type: ignore[attr-defined]
+        watched.body.insert(index, marker_statement(_WALK, copy.deepcopy(walked)))
         for at in range(index, -1, -1):
             watched.body.insert(at, marker_statement(_STEP, nodes.Const(at)))
         plan = cls(
             compile_tree(watched),
-            compile_tree(nodes.Template([body])),
-            compile_tree(nodes.Template(copy.deepcopy(rest))),
-            iterable,
+            compile_tree(nodes.Template([body, *copy.deepcopy(rest)])),
             frozenset(n for n in root.stores if _initial(root, n) == VAR_LOAD_UNDEFINED),
             reads_flag,
             copy.deepcopy(start),
             compile_tree,
             root,
         )
-        plan.body.root_render_func.__globals__["LoopContext"] = _resumed_loop
-        plan._globals = dict(plan.body.globals)
+        plan.tail.root_render_func.__globals__["LoopContext"] = _resumed_loop
+        plan._globals = dict(plan.tail.globals)
         plan.watched_globals = dict(plan.watched.globals)
         return plan
 
@@ -328,12 +378,20 @@ class ResumePlan:
         return dict(self._globals, **variables)
 
     def resume(
-        self, watch: Watch, text: str, names: dict[str, Any], k: int, prompt: bool
+        self,
+        watch: Watch,
+        text: str,
+        names: dict[str, Any],
+        k: int,
+        prompt: bool,
+        same_start: bool = False,
     ) -> str | None:
         """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
         resumed at the watched render's mark of message ``k - 1`` (``text``: that render's
         text; ``names``: ``context_names`` of the render's variables); None when it cannot
-        be resumed there. Runs inside a render's state (``render_state.begin``)."""
+        be resumed there. ``same_start``: the prefix's start is known to leave the state
+        the watched render's did (``start_reaches`` showed it), so it is not run again.
+        Runs inside a render's state (``render_state.begin``)."""
         chat = watch.chat
         item = chat[k - 1] if 0 < k <= len(chat) else None
         mark = watch.passes.get(id(item))
@@ -341,29 +399,25 @@ class ResumePlan:
         bound = k if k < len(chat) else _WHOLE + 1
         if mark is None or mark.item is not item or mark.reach >= bound:
             return None
-        walked = mark.names[self.iterable] if self.iterable in mark.names else None
-        if walked is None and self.iterable == "messages":
-            walked = watch.messages
+        walked = watch.walked
         if not isinstance(walked, WatchedMessages) or k - 1 < walked.base:
             return None
-        names = names.copy()
-        names["messages"] = chat[:k]
-        names["add_generation_prompt"] = prompt
         watch.limit = bound
         try:
-            if mark.furthest >= bound and not self._rerun_start(watch, text, names, k):
+            if (
+                mark.furthest >= bound
+                and not same_start
+                and not self._rerun_start(watch, text, names, k, prompt)
+            ):
                 return None
             _restore(mark.spaces)
-            _enter(names, mark.names, self.unset_names, k)
+            names = self._entered(watch, names, mark.names, k, prompt)
             items = [item]
             names[_ITEMS] = items
-            context = self._context(names)
-            loop = _loop_at(walked.prefix(k), k - 1 - walked.base, self.body.environment)
+            loop = _loop_at(walked.prefix(k), k - 1 - walked.base, self.tail.environment)
             _pending.start = (items, loop)
             out = [text[: mark.position]]
-            size = mark.position
-            for template in (self.body, self.end):
-                size += _run(template, context, out, size)
+            _run(self.tail, self._context(names), out, mark.position)
         except Exception:  # noqa: BLE001 - read too far, or raised: rendered from the start
             return None
         finally:
@@ -372,23 +426,105 @@ class ResumePlan:
         return "".join(out)
 
     def _context(self, names: dict[str, Any]) -> Any:
-        environment = self.body.environment
+        environment = self.tail.environment
         return environment.context_class(environment, names, None, {}, globals=self._globals)
 
-    def _rerun_start(self, watch: Watch, text: str, base: dict[str, Any], k: int) -> bool:
+    def _entered(
+        self, watch: Watch, names: dict[str, Any], marked: dict[str, Any], k: int, prompt: bool
+    ) -> dict[str, Any]:
+        """``names`` with the loop's top-level variables ``marked``, as the render of the
+        first ``k`` messages has them (the part of that which is the same for every prefix
+        is worked out once per watched render)."""
+        if watch.entered is None or watch.entered[0] is not marked:
+            base = names.copy()
+            for name in self.unset_names.difference(marked):
+                base[name] = missing  # assigned later at the top level: unset until then
+            views = [(n, v) for n, v in marked.items() if isinstance(v, WatchedMessages)]
+            base.update((n, v) for n, v in marked.items() if not isinstance(v, WatchedMessages))
+            # the prefix's own inputs, unless the template has its own variables by the names
+            given = [
+                n
+                for n in ("messages", "add_generation_prompt")
+                if n not in marked and n not in self.unset_names
+            ]
+            watch.entered = (marked, base, views, given)
+        _, base, views, given = watch.entered
+        entered = base.copy()
+        for name in given:
+            entered[name] = watch.chat[:k] if name == "messages" else prompt
+        for name, view in views:
+            entered[name] = view.prefix(k)
+        return entered
+
+    def _rerun_start(
+        self, watch: Watch, text: str, base: dict[str, Any], k: int, prompt: bool
+    ) -> bool:
         """Whether the statements of the start that read message ``k`` or later, run again
         on the first ``k`` messages from their first mark, leave the same text and state."""
-        steps = watch.steps
-        read = [i for i in range(len(steps) - 1) if steps[i + 1].reach >= k]
-        if not read:
+        read = _reads_past(watch, k)
+        if read is None:
             return True
-        first, last = read[0], read[-1]
-        part = self._part(first, last + 1)
-        before, after = steps[first], steps[last + 1]
+        rerun = self._rerun(watch, base, k, prompt, read)
+        if rerun is None:
+            return False
+        before, after = watch.steps[read[0]], watch.steps[read[1]]
+        if rerun.text != text[before.position : after.position]:
+            return False
+        names = dict(before.names, **rerun.assigned)
+        if names.keys() != after.names.keys() or len(rerun.made) != len(rerun.created(after)):
+            return False
+        pairs = {
+            id(new): old for new, (old, _) in zip(rerun.made, rerun.created(after), strict=True)
+        }
+        return (
+            all(_same(value, after.names[name], pairs, k) for name, value in names.items())
+            and _same(rerun.fields, [f for _, f in after.spaces[: len(before.spaces)]], pairs, k)
+            and _same(
+                [dict(_fields(space)) for space in rerun.made],
+                [fields for _, fields in rerun.created(after)],
+                pairs,
+                k,
+            )
+        )
+
+    def start_differs(self, watch: Watch, k: int) -> bool:
+        """Whether only the start read past message ``k`` before the loop began message
+        ``k - 1`` (the passes before it did not): a longer prefix whose start leaves the
+        same state as this one's can stand in for the whole conversation."""
+        chat = watch.chat
+        mark = watch.passes.get(id(chat[k - 1])) if 0 < k < len(chat) else None
+        return mark is not None and mark.reach < k <= mark.furthest
+
+    def start_reaches(self, watch: Watch, names: dict[str, Any], k: int, prompt: bool) -> int:
+        """How many messages the render of the first ``k`` messages can take before the
+        state its start leaves (its reads past message ``k`` run again) changes: the
+        largest ``m >= k`` whose start, run again the same way, leaves the same text and
+        state (compared as reruns, a guess a resume checks again)."""
+        read = _reads_past(watch, k)
+        if read is None or not 0 < k < len(watch.chat):
+            return k
+        mine = self._rerun(watch, names, k, prompt, read)
+        reach = k
+        while mine is not None and reach + 1 < len(watch.chat):
+            theirs = self._rerun(watch, names, reach + 1, prompt, read)
+            if theirs is None or not mine.same(theirs):
+                break
+            reach += 1
+        return reach
+
+    def _rerun(
+        self, watch: Watch, base: dict[str, Any], k: int, prompt: bool, read: tuple[int, int]
+    ) -> _Rerun | None:
+        """Statements ``read[0]`` to ``read[1] - 1`` of the start run again on the first
+        ``k`` messages, from the whole render's state before them."""
+        part = self._part(*read)
+        before = watch.steps[read[0]]
         if part is None or part.fresh & before.names.keys():
-            return False  # it would start unset a variable the whole render had set
+            return None  # it would start unset a variable the whole render had set
         _restore(before.spaces)
         names = base.copy()
+        names["messages"] = watch.chat[:k]
+        names["add_generation_prompt"] = prompt
         _enter(names, before.names, self.unset_names, k)
         made: list[Any] = []
         make = names["namespace"]
@@ -401,10 +537,9 @@ class ResumePlan:
         names["namespace"] = namespace
         context = self._context(names)
         out: list[str] = []
-        _run(part.template, context, out, after.position)
-        if "".join(out) != text[before.position : after.position]:
-            return False
-        return _same_state(before, after, dict(before.names, **context.vars), made, k)
+        _run(part.template, context, out, before.position)
+        fields = [dict(_fields(space)) for space, _ in before.spaces]
+        return _Rerun("".join(out), dict(context.vars), made, fields, len(before.spaces))
 
     def _part(self, first: int, stop: int) -> _Part | None:
         """Statements ``first`` to ``stop - 1`` of the start compiled alone; None when a
@@ -441,26 +576,6 @@ def _run(template: jinja2.Template, context: Any, out: list[str], size: int) -> 
             raise GivenUp  # too long: the prefix's own render reports it
         out.append(chunk)
     return added
-
-
-def _same_state(before: Mark, after: Mark, names: dict[str, Any], made: list[Any], k: int) -> bool:
-    """Whether a rerun's variables and namespaces equal the whole render's at ``after``."""
-    created = after.spaces[len(before.spaces) :]
-    if len(made) != len(created):
-        return False
-    pairs = {id(new): old for new, (old, _) in zip(made, created, strict=True)}
-    if names.keys() != after.names.keys():
-        return False
-    for name, value in names.items():
-        if not _same(value, after.names[name], pairs, k):
-            return False
-    for space, fields in after.spaces[: len(before.spaces)]:
-        if not _same(dict(_fields(space)), fields, pairs, k):
-            return False
-    return all(
-        _same(dict(_fields(new)), fields, pairs, k)
-        for new, (_, fields) in zip(made, created, strict=True)
-    )
 
 
 def _same(value: Any, whole: Any, pairs: dict[int, Any], k: int) -> bool:
@@ -509,15 +624,17 @@ def _initial(symbols: Any, name: str) -> str:
     return str(load[0])
 
 
-def _main_loop(tree: nodes.Template) -> tuple[int, nodes.For, str] | None:
-    """The last top-level loop over a variable, when its body can run as one pass alone."""
+def _main_loop(tree: nodes.Template) -> tuple[int, nodes.For, nodes.Expr] | None:
+    """The last top-level loop, when it walks a variable or a slice of one from a start
+    (``messages``, ``messages[1:]``, ``messages[first:]``: nothing a second evaluation can
+    change) and its body can run as one pass alone."""
     for index in range(len(tree.body) - 1, -1, -1):
         node = tree.body[index]
         if not isinstance(node, nodes.For):
             continue
         walked = loop_source(node)
         if not (
-            isinstance(walked, nodes.Name)
+            _plain_walk(walked)
             and isinstance(node.target, nodes.Name)
             and node.test is None
             and not node.else_
@@ -525,10 +642,22 @@ def _main_loop(tree: nodes.Template) -> tuple[int, nodes.For, str] | None:
         ):
             return None
         for part in node.body:
-            if any(part.find_all((nodes.Break, nodes.Continue))):
-                return None
             for got in part.find_all(nodes.Getattr):
                 if got.attr == "changed" and isinstance(got.node, nodes.Name):
-                    return None
-        return index, node, walked.name
+                    return None  # loop.changed keeps state from pass to pass
+        return index, node, walked  # type: ignore[return-value]
     return None
+
+
+def _plain_walk(node: nodes.Node) -> bool:
+    if isinstance(node, nodes.Name):
+        return True
+    if not (isinstance(node, nodes.Getitem) and isinstance(node.node, nodes.Name)):
+        return False
+    cut = node.arg
+    return (
+        isinstance(cut, nodes.Slice)
+        and cut.stop is None
+        and cut.step is None
+        and (cut.start is None or isinstance(cut.start, (nodes.Const, nodes.Name)))
+    )
