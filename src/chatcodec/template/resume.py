@@ -271,6 +271,27 @@ class _Rerun:
         """The namespaces the whole render made in the same statements."""
         return after.spaces[self.known :]
 
+    def left(self, before: Mark, after: Mark, text: str, k: int) -> bool:
+        """Whether the rerun left what the whole render left between ``before`` and
+        ``after``: the same text, variables and namespace fields."""
+        if self.text != text[before.position : after.position]:
+            return False
+        names = dict(before.names, **self.assigned)
+        created = self.created(after)
+        if names.keys() != after.names.keys() or len(self.made) != len(created):
+            return False
+        pairs = {id(new): old for new, (old, _) in zip(self.made, created, strict=True)}
+        return (
+            all(_same(value, after.names[name], pairs, k) for name, value in names.items())
+            and _same(self.fields, [f for _, f in after.spaces[: self.known]], pairs, k)
+            and _same(
+                [dict(_fields(space)) for space in self.made],
+                [fields for _, fields in created],
+                pairs,
+                k,
+            )
+        )
+
     def same(self, other: _Rerun) -> bool:
         """Whether two reruns of the same statements left the same text and state."""
         if self.text != other.text or self.assigned.keys() != other.assigned.keys():
@@ -290,12 +311,18 @@ class _Rerun:
         )
 
 
-def _reads_past(watch: Watch, k: int) -> tuple[int, int] | None:
-    """The statements of the start (first, stop) from the first to the last that read
-    message ``k`` or later in the watched render; None when none did."""
+def _reads_past(watch: Watch, k: int) -> list[tuple[int, int]]:
+    """The runs of consecutive statements of the start (first, stop) that read message
+    ``k`` or later in the watched render."""
     steps = watch.steps
-    read = [i for i in range(len(steps) - 1) if steps[i + 1].reach >= k]
-    return (read[0], read[-1] + 1) if read else None
+    runs: list[tuple[int, int]] = []
+    for i in range(len(steps) - 1):
+        if steps[i + 1].reach >= k:
+            if runs and runs[-1][1] == i:
+                runs[-1] = (runs[-1][0], i + 1)
+            else:
+                runs.append((i, i + 1))
+    return runs
 
 
 @dataclass
@@ -460,32 +487,14 @@ class ResumePlan:
         self, watch: Watch, text: str, base: dict[str, Any], k: int, prompt: bool
     ) -> bool:
         """Whether the statements of the start that read message ``k`` or later, run again
-        on the first ``k`` messages from their first mark, leave the same text and state."""
-        read = _reads_past(watch, k)
-        if read is None:
-            return True
-        rerun = self._rerun(watch, base, k, prompt, read)
-        if rerun is None:
-            return False
-        before, after = watch.steps[read[0]], watch.steps[read[1]]
-        if rerun.text != text[before.position : after.position]:
-            return False
-        names = dict(before.names, **rerun.assigned)
-        if names.keys() != after.names.keys() or len(rerun.made) != len(rerun.created(after)):
-            return False
-        pairs = {
-            id(new): old for new, (old, _) in zip(rerun.made, rerun.created(after), strict=True)
-        }
-        return (
-            all(_same(value, after.names[name], pairs, k) for name, value in names.items())
-            and _same(rerun.fields, [f for _, f in after.spaces[: len(before.spaces)]], pairs, k)
-            and _same(
-                [dict(_fields(space)) for space in rerun.made],
-                [fields for _, fields in rerun.created(after)],
-                pairs,
-                k,
-            )
-        )
+        on the first ``k`` messages, leave the same text and state. Each run of consecutive
+        such statements runs from its mark and is compared at the next: the statements
+        between runs read nothing that differs, so they do the same in both renders."""
+        for read in _reads_past(watch, k):
+            rerun = self._rerun(watch, base, k, prompt, read)
+            if rerun is None or not rerun.left(watch.steps[read[0]], watch.steps[read[1]], text, k):
+                return False
+        return True
 
     def start_differs(self, watch: Watch, k: int) -> bool:
         """Whether only the start read past message ``k`` before the loop began message
@@ -499,14 +508,16 @@ class ResumePlan:
         """How many messages the render of the first ``k`` messages can take before the
         state its start leaves (its reads past message ``k`` run again) changes: the
         largest ``m >= k`` whose start, run again the same way, leaves the same text and
-        state (compared as reruns, a guess a resume checks again)."""
-        read = _reads_past(watch, k)
-        if read is None or not 0 < k < len(watch.chat):
+        state (compared as reruns, a guess a resume checks again). Only where those reads
+        are one run of consecutive statements: rerunning the statements between runs would
+        cost as much as the renders an anchor saves."""
+        reads = _reads_past(watch, k)
+        if len(reads) != 1 or not 0 < k < len(watch.chat):
             return k
-        mine = self._rerun(watch, names, k, prompt, read)
+        mine = self._rerun(watch, names, k, prompt, reads[0])
         reach = k
         while mine is not None and reach + 1 < len(watch.chat):
-            theirs = self._rerun(watch, names, reach + 1, prompt, read)
+            theirs = self._rerun(watch, names, reach + 1, prompt, reads[0])
             if theirs is None or not mine.same(theirs):
                 break
             reach += 1
