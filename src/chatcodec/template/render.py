@@ -169,6 +169,7 @@ class ChatTemplate:
             ) from None
         self._variables: frozenset[str] | None = None
         self._plan: ResumePlan | None | bool = False  # False: not looked for yet
+        self._resume_tally = [0, 0]  # prefixes resumed, rendered from the start, so far
         # A name token reading exactly `generation` is that word followed by no word
         # character (jinja's names extend over all of them): without one, lexing finds none
         self.has_generation_tag = _GENERATION_WORD.search(source) is not None and (
@@ -260,13 +261,24 @@ class ChatTemplate:
             messages, tools, documents, add_generation_prompt, False, now, context
         )
         if isinstance(messages, (list, tuple)) and self._environment().immutable_inputs:
-            prefixes = PrefixRenders(self, inputs, self._resume_plan())
+            worth = _worth_watching(messages, add_generation_prompt) and self._resuming_pays()
+            prefixes = PrefixRenders(self, inputs, self._resume_plan() if worth else None)
             derived = _spans_from_shared_inputs(prefixes, messages)
+            self._resume_tally[0] += prefixes.resumed
+            self._resume_tally[1] += prefixes.rendered
             return RenderedChat(prefixes.text, derived, "derived")
         # the template may change what it is given: each prefix gets its own copy
         text = self._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
         derived = derive_spans_by_prefixes(self, text, messages, tools, documents, now, context)
         return RenderedChat(text, derived, "derived")
+
+    def _resuming_pays(self) -> bool:
+        """Whether watching a render has paid on this template's conversations so far: a
+        template whose prefixes rarely resume (every pass counts the messages, say) saves
+        the watched render's cost by rendering its prefixes from the start. Either way the
+        spans are the same."""
+        resumed, rendered = self._resume_tally
+        return resumed + rendered < _TALLY_SEEN or resumed >= _TALLY_SHARE * (resumed + rendered)
 
     def _resume_plan(self) -> ResumePlan | None:
         """How prefixes of a conversation resume from its render (template/resume.py)."""
@@ -806,6 +818,7 @@ class PrefixRenders:
         self.template, self.inputs, self.plan = template, inputs, plan
         self.flag: bool = inputs.variables["add_generation_prompt"]
         self.resumed = self.rendered = 0
+        self._misses = 0  # prefixes in a row whose start, run again, differed
         self._watched: dict[bool, tuple[Watch, str] | None] = {}
         self._anchors: dict[bool, tuple[Watch, str, int]] = {}  # and the first prefix it serves
         self._names: dict[str, Any] | None = None
@@ -892,13 +905,19 @@ class PrefixRenders:
             if watched is not None:
                 if self._names is None:
                     self._names = plan.context_names(inputs.variables)
+                rerun = self._misses < _MISSES
                 resumed = self._from_anchor(flag, n, prompt)
                 if resumed is None:
-                    resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
-                if resumed is None and plan.start_differs(watched[0], n):
+                    resumed = plan.resume(
+                        watched[0], watched[1], self._names, n, prompt, rerun=rerun
+                    )
+                if resumed is None and rerun and plan.start_differs(watched[0], n):
                     resumed = self._anchored(flag, n, prompt)
+                    if resumed is None:
+                        self._misses += 1
                 if resumed is not None:
                     self.resumed += 1
+                    self._misses = 0
                     return resumed
         self.rendered += 1
         chat = inputs.chat[:n]
@@ -927,6 +946,30 @@ class PrefixRenders:
         finally:
             render_state.memo = memo
             render_state.end(saved)
+
+
+# After this many prefixes, a template that resumed less than this share of them stops
+# watching its renders (ChatTemplate._resuming_pays)
+_TALLY_SEEN, _TALLY_SHARE = 64, 0.25
+# After this many prefixes in a row whose start, run again, left another state (and no
+# anchor), a conversation's later prefixes that would need that are rendered from the
+# start without trying: what made them differ holds on (DeepSeek V4's last-message state)
+_MISSES = 4
+# A watched render costs about 1.3 renders; resuming a prefix a small part of one. Below
+# this many renders' worth of prefixes to render (each its share of the conversation), the
+# prefixes are cheaper rendered from the start (a short conversation's one or two turns).
+_WATCHING_PAYS = 2.0
+
+
+def _worth_watching(messages: Sequence[Any], add_generation_prompt: bool) -> bool:
+    """Whether the prefixes derived spans need would cost more rendered than resumed."""
+    total, cost = len(messages), 0.0
+    for index, message in enumerate(messages):
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            cost += index / total  # the prefix before the turn
+            if index + 1 < total or add_generation_prompt:
+                cost += (index + 1) / total  # the prefix up to it (the last is the render)
+    return cost >= _WATCHING_PAYS
 
 
 def _spans_from_shared_inputs(prefixes: PrefixRenders, messages: Sequence[Any]) -> tuple[Span, ...]:

@@ -412,12 +412,14 @@ class ResumePlan:
         k: int,
         prompt: bool,
         same_start: bool = False,
+        rerun: bool = True,
     ) -> str | None:
         """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
         resumed at the watched render's mark of message ``k - 1`` (``text``: that render's
         text; ``names``: ``context_names`` of the render's variables); None when it cannot
         be resumed there. ``same_start``: the prefix's start is known to leave the state
-        the watched render's did (``start_reaches`` showed it), so it is not run again.
+        the watched render's did (``start_reaches`` showed it), so it is not run again;
+        ``rerun=False``: a prefix whose start would have to run again is not resumed.
         Runs inside a render's state (``render_state.begin``)."""
         chat = watch.chat
         item = chat[k - 1] if 0 < k <= len(chat) else None
@@ -434,7 +436,7 @@ class ResumePlan:
             if (
                 mark.furthest >= bound
                 and not same_start
-                and not self._rerun_start(watch, text, names, k, prompt)
+                and not (rerun and self._rerun_start(watch, text, names, k, prompt))
             ):
                 return None
             _restore(mark.spaces)
