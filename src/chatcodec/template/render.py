@@ -818,9 +818,7 @@ class PrefixRenders:
         self.template, self.inputs, self.plan = template, inputs, plan
         self.flag: bool = inputs.variables["add_generation_prompt"]
         self.resumed = self.rendered = 0
-        self._misses = 0  # prefixes in a row whose start, run again, differed
         self._watched: dict[bool, tuple[Watch, str] | None] = {}
-        self._anchors: dict[bool, tuple[Watch, str, int]] = {}  # and the first prefix it serves
         self._names: dict[str, Any] | None = None
         if plan is None:
             self.text = template._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
@@ -828,55 +826,25 @@ class PrefixRenders:
             self.text = self._watch(self.flag, raising=True)[1]  # type: ignore[index]
 
     def _watch(self, flag: bool, raising: bool = False) -> tuple[Watch, str] | None:
-        """The watched render of the whole conversation with this generation-prompt flag."""
-        if flag not in self._watched:
-            self._watched[flag] = self._watched_render(len(self.inputs.chat), flag, raising)
-        return self._watched[flag]
-
-    def _watched_render(
-        self, n: int, flag: bool, raising: bool = False
-    ) -> tuple[Watch, str] | None:
-        """The render of the first ``n`` messages, watched; None when the template refuses it."""
+        """The watched render of the whole conversation with this generation-prompt flag;
+        None when the template refuses it."""
+        if flag in self._watched:
+            return self._watched[flag]
         inputs, plan = self.inputs, self.plan
         assert plan is not None
-        chat = inputs.chat[:n] if n < len(inputs.chat) else inputs.chat
-        watch = Watch(chat)
+        watch = Watch(inputs.chat)
         variables = dict(inputs.variables, messages=watch.messages, add_generation_prompt=flag)
         variables.update(watch.hooks(self.template._globals["namespace"]))
         compiled = (plan.watched, plan.watched_globals)
         try:
-            text = self.template._run(chat, variables, inputs.now, [], inputs.made, compiled)
+            text = self.template._run(inputs.chat, variables, inputs.now, [], inputs.made, compiled)
         except TemplateError:
             if raising:
                 raise
+            self._watched[flag] = None
             return None
+        self._watched[flag] = (watch, text)
         return watch, text
-
-    def _anchored(self, flag: bool, n: int, prompt: bool) -> str | None:
-        """The render of the first ``n`` messages resumed from an anchor: a watched render of
-        a longer prefix whose start leaves the same state as this one's. For templates whose
-        start reads the whole conversation (the last user message, say), each run of
-        prefixes between two changes of that state shares one anchor."""
-        plan, names = self.plan, self._names
-        assert plan is not None and names is not None
-        whole = self._watch(flag)
-        assert whole is not None
-        reach = plan.start_reaches(whole[0], names, n, prompt)
-        if reach == n:
-            return None  # an anchor of this prefix alone would cost more than its render
-        anchor = self._watched_render(reach, flag)
-        if anchor is None:
-            return None
-        # every prefix from n to reach leaves the state the anchor's start left
-        self._anchors[flag] = (anchor[0], anchor[1], n)
-        return plan.resume(anchor[0], anchor[1], names, n, prompt, same_start=True)
-
-    def _from_anchor(self, flag: bool, n: int, prompt: bool) -> str | None:
-        anchor = self._anchors.get(flag)
-        if anchor is None or not anchor[2] <= n <= len(anchor[0].chat):
-            return None
-        assert self.plan is not None and self._names is not None
-        return self.plan.resume(anchor[0], anchor[1], self._names, n, prompt, same_start=True)
 
     @classmethod
     def of(
@@ -905,19 +873,9 @@ class PrefixRenders:
             if watched is not None:
                 if self._names is None:
                     self._names = plan.context_names(inputs.variables)
-                rerun = self._misses < _MISSES
-                resumed = self._from_anchor(flag, n, prompt)
-                if resumed is None:
-                    resumed = plan.resume(
-                        watched[0], watched[1], self._names, n, prompt, rerun=rerun
-                    )
-                if resumed is None and rerun and plan.start_differs(watched[0], n):
-                    resumed = self._anchored(flag, n, prompt)
-                    if resumed is None:
-                        self._misses += 1
+                resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
                 if resumed is not None:
                     self.resumed += 1
-                    self._misses = 0
                     return resumed
         self.rendered += 1
         chat = inputs.chat[:n]
@@ -951,10 +909,6 @@ class PrefixRenders:
 # After this many prefixes, a template that resumed less than this share of them stops
 # watching its renders (ChatTemplate._resuming_pays)
 _TALLY_SEEN, _TALLY_SHARE = 64, 0.25
-# After this many prefixes in a row whose start, run again, left another state (and no
-# anchor), a conversation's later prefixes that would need that are rendered from the
-# start without trying: what made them differ holds on (DeepSeek V4's last-message state)
-_MISSES = 4
 # A watched render costs about 1.3 renders; resuming a prefix a small part of one. Below
 # this many renders' worth of prefixes to render (each its share of the conversation), the
 # prefixes are cheaper rendered from the start (a short conversation's one or two turns).

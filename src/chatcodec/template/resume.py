@@ -35,11 +35,6 @@ reads past its own messages or raises) is rendered from the start. So a resumed 
 the prefix's render, not an estimate; the tests hold every result to
 ``derive_spans_by_prefixes``.
 
-Where the start leaves a different state in a prefix (Qwen3's last user query is a later
-one in the whole conversation), ``start_reaches`` finds how far the prefix's state holds
-(running the same statements again on longer prefixes) and the caller watches the render of
-that longer prefix: an anchor, from which every prefix of that run of states resumes.
-
 Templates whose shape this cannot follow get no plan (``ResumePlan.build`` returns None):
 no top-level ``{% for %}`` over a variable or a slice of one from a start,
 ``loop.changed``, a loop filter or ``else``, recursive loops, ``cycler``/``joiner`` (state
@@ -105,6 +100,9 @@ class Watch:
         self.spaces: list[Any] = []  # every namespace the render made, in order
         self.entered: tuple[dict[str, Any], dict[str, Any], list[Any], list[str]] | None = None
         self.walked: Any = None  # what the main loop walks
+        # a variable or namespace field holds an iterator (a filter's lazy result): its
+        # state moves on with every read and no mark can put it back, so nothing resumes
+        self.stateful = False
 
     def see(self, index: int) -> None:
         if index >= self.limit:
@@ -118,7 +116,15 @@ class Watch:
         """The render variables the watched template's marks and namespaces call."""
 
         def on_step(context: Any, index: int) -> None:
-            self.steps.append(self._mark(index, dict(context.vars)))
+            names = dict(context.vars)
+            if not self.stateful:  # the variables the last statement assigned
+                known = self.steps[-1].names if self.steps else {}
+                self.stateful = any(
+                    _iterator(value)
+                    for name, value in names.items()
+                    if known.get(name) is not value
+                )
+            self.steps.append(self._mark(index, names))
             self.reach = -1
 
         def on_walk(context: Any, walked: Any) -> None:
@@ -137,7 +143,17 @@ class Watch:
 
     def _mark(self, item: Any, names: dict[str, Any]) -> Mark:
         spaces = [(space, dict(_fields(space))) for space in self.spaces]
+        if not self.stateful:
+            self.stateful = any(any(map(_iterator, fields.values())) for _, fields in spaces)
         return Mark(item, render_state.position, names, spaces, self.furthest, self.reach)
+
+
+def _iterator(value: Any) -> bool:
+    """Whether ``value``, or an item of a list or tuple it is, is an iterator (the messages'
+    watched lists hold messages, and reading them would count as a read)."""
+    if type(value) is list or type(value) is tuple:
+        return any(isinstance(item, Iterator) for item in value)
+    return isinstance(value, Iterator)
 
 
 def _fields(space: Any) -> dict[str, Any]:
@@ -292,24 +308,6 @@ class _Rerun:
             )
         )
 
-    def same(self, other: _Rerun) -> bool:
-        """Whether two reruns of the same statements left the same text and state."""
-        if self.text != other.text or self.assigned.keys() != other.assigned.keys():
-            return False
-        if len(self.made) != len(other.made):
-            return False
-        pairs = {id(mine): theirs for mine, theirs in zip(self.made, other.made, strict=True)}
-        return (
-            _same(self.assigned, other.assigned, pairs, 0)
-            and _same(self.fields, other.fields, pairs, 0)
-            and _same(
-                [dict(_fields(s)) for s in self.made],
-                [dict(_fields(s)) for s in other.made],
-                pairs,
-                0,
-            )
-        )
-
 
 def _reads_past(watch: Watch, k: int) -> list[tuple[int, int]]:
     """The runs of consecutive statements of the start (first, stop) that read message
@@ -405,24 +403,14 @@ class ResumePlan:
         return dict(self._globals, **variables)
 
     def resume(
-        self,
-        watch: Watch,
-        text: str,
-        names: dict[str, Any],
-        k: int,
-        prompt: bool,
-        same_start: bool = False,
-        rerun: bool = True,
+        self, watch: Watch, text: str, names: dict[str, Any], k: int, prompt: bool
     ) -> str | None:
         """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
         resumed at the watched render's mark of message ``k - 1`` (``text``: that render's
         text; ``names``: ``context_names`` of the render's variables); None when it cannot
-        be resumed there. ``same_start``: the prefix's start is known to leave the state
-        the watched render's did (``start_reaches`` showed it), so it is not run again;
-        ``rerun=False``: a prefix whose start would have to run again is not resumed.
-        Runs inside a render's state (``render_state.begin``)."""
+        be resumed there. Runs inside a render's state (``render_state.begin``)."""
         chat = watch.chat
-        item = chat[k - 1] if 0 < k <= len(chat) else None
+        item = chat[k - 1] if 0 < k <= len(chat) and not watch.stateful else None
         mark = watch.passes.get(id(item))
         # the whole conversation's render can read all of it: its prefix is itself
         bound = k if k < len(chat) else _WHOLE + 1
@@ -433,11 +421,7 @@ class ResumePlan:
             return None
         watch.limit = bound
         try:
-            if (
-                mark.furthest >= bound
-                and not same_start
-                and not (rerun and self._rerun_start(watch, text, names, k, prompt))
-            ):
+            if mark.furthest >= bound and not self._rerun_start(watch, text, names, k, prompt):
                 return None
             _restore(mark.spaces)
             names = self._entered(watch, names, mark.names, k, prompt)
@@ -498,33 +482,6 @@ class ResumePlan:
                 return False
         return True
 
-    def start_differs(self, watch: Watch, k: int) -> bool:
-        """Whether only the start read past message ``k`` before the loop began message
-        ``k - 1`` (the passes before it did not): a longer prefix whose start leaves the
-        same state as this one's can stand in for the whole conversation."""
-        chat = watch.chat
-        mark = watch.passes.get(id(chat[k - 1])) if 0 < k < len(chat) else None
-        return mark is not None and mark.reach < k <= mark.furthest
-
-    def start_reaches(self, watch: Watch, names: dict[str, Any], k: int, prompt: bool) -> int:
-        """How many messages the render of the first ``k`` messages can take before the
-        state its start leaves (its reads past message ``k`` run again) changes: the
-        largest ``m >= k`` whose start, run again the same way, leaves the same text and
-        state (compared as reruns, a guess a resume checks again). Only where those reads
-        are one run of consecutive statements: rerunning the statements between runs would
-        cost as much as the renders an anchor saves."""
-        reads = _reads_past(watch, k)
-        if len(reads) != 1 or not 0 < k < len(watch.chat):
-            return k
-        mine = self._rerun(watch, names, k, prompt, reads[0])
-        reach = k
-        while mine is not None and reach + 1 < len(watch.chat):
-            theirs = self._rerun(watch, names, reach + 1, prompt, reads[0])
-            if theirs is None or not mine.same(theirs):
-                break
-            reach += 1
-        return reach
-
     def _rerun(
         self, watch: Watch, base: dict[str, Any], k: int, prompt: bool, read: tuple[int, int]
     ) -> _Rerun | None:
@@ -550,7 +507,14 @@ class ResumePlan:
         names["namespace"] = namespace
         context = self._context(names)
         out: list[str] = []
-        _run(part.template, context, out, before.position)
+        limit = watch.limit
+        watch.limit = k if k < len(watch.chat) else _WHOLE + 1
+        try:
+            _run(part.template, context, out, before.position)
+        except Exception:  # noqa: BLE001 - read past its messages, or raised: no rerun
+            return None
+        finally:
+            watch.limit = limit
         fields = [dict(_fields(space)) for space, _ in before.spaces]
         return _Rerun("".join(out), dict(context.vars), made, fields, len(before.spaces))
 
