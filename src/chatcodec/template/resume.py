@@ -331,7 +331,7 @@ class _Part:
     fresh: frozenset[str]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ResumePlan:
     """How to resume prefix renders of one template (see the module's text)."""
 
