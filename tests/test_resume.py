@@ -9,6 +9,8 @@ on the conversation's length; the property test builds templates out of them at 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -244,11 +246,20 @@ def test_a_raise_in_the_end_refuses_the_prefix() -> None:
         "{% for m in messages if m.role != 'tool' %}" + CHATML_BODY + "{% endfor %}",
         "{% for m in messages %}" + CHATML_BODY + "{% else %}empty{% endfor %}",
         "{% for role, text in pairs %}{{ role }}{% endfor %}",
+        # a template naming the watched render's hooks could call them
+        _loop(CHATML_BODY + "{{ __chatcodec_mark_pass is defined }}"),
     ],
 )
 def test_templates_without_a_plan_render_every_prefix(source: str) -> None:
     assert ChatTemplate(source)._resume_plan() is None
     assert check(source) == 0
+
+
+def test_import_chatcodec_does_not_load_the_watch() -> None:
+    probe = "import sys, chatcodec; print('chatcodec.template.resume' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "False"
 
 
 def test_render_with_spans_renders_a_conversation_once() -> None:

@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import jinja2.meta
@@ -47,7 +47,9 @@ from .environment import (
     render_state,
     utc_instant,
 )
-from .resume import ResumePlan, Watch
+
+if TYPE_CHECKING:  # imported where derived spans first need it: import chatcodec stays lean
+    from .resume import ResumePlan, Watch
 
 __all__ = ["ChatTemplate", "PrefixRenders", "RenderedChat", "Span", "derive_spans_by_prefixes"]
 
@@ -283,6 +285,8 @@ class ChatTemplate:
     def _resume_plan(self) -> ResumePlan | None:
         """How prefixes of a conversation resume from its render (template/resume.py)."""
         if self._plan is False:
+            from .resume import ResumePlan
+
             env = self._environment()
             try:
                 self._plan = ResumePlan.build(
@@ -830,6 +834,8 @@ class PrefixRenders:
         None when the template refuses it."""
         if flag in self._watched:
             return self._watched[flag]
+        from .resume import Watch
+
         inputs, plan = self.inputs, self.plan
         assert plan is not None
         watch = Watch(inputs.chat)

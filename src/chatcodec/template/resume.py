@@ -351,7 +351,10 @@ class ResumePlan:
         cls, tree: nodes.Template, compile_tree: Callable[[nodes.Template], jinja2.Template]
     ) -> ResumePlan | None:
         """The plan for a template's parsed ``tree``; None when its shape does not allow one."""
-        if any(n.name in _STATEFUL for n in tree.find_all(nodes.Name)):
+        if any(
+            n.name in _STATEFUL or n.name.startswith("__chatcodec")  # its hooks' names
+            for n in tree.find_all(nodes.Name)
+        ):
             return None
         if any(tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport))):
             return None
