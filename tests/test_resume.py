@@ -396,3 +396,13 @@ def test_a_statement_that_reads_only_in_a_prefix_s_state() -> None:
     )
     messages = CONVERSATION + [{"role": "user", "content": "Q3"}, CONVERSATION[2]]
     check(_loop(CHATML_BODY, start), messages)
+
+
+def test_too_many_namespaces_to_copy_at_every_mark() -> None:
+    # every mark copies every namespace: past a bound the watch gives up, and nothing resumes
+    start = "{% for i in range(20000) %}{% set x = namespace(i=i) %}{% endfor %}"
+    assert check(_loop(CHATML_BODY, start)) == 0
+    assert (
+        check(_loop(CHATML_BODY, "{% for i in range(100) %}{% set x = namespace() %}{% endfor %}"))
+        == ALL
+    )

@@ -68,6 +68,10 @@ _WALK = MARK_PREFIX + "_walk"
 _ITEMS = "__chatcodec_items"
 _STATEFUL = frozenset({"cycler", "joiner"})
 _SCALARS = (str, int, float, bool, type(None))
+# Namespaces copied over all the marks of one watched render, at most: a template that
+# makes a namespace per message and has many messages, or makes thousands, is not watched
+# further (its marks would cost more than rendering its prefixes)
+_SNAPSHOTS = 1 << 16
 
 
 class GivenUp(Exception):
@@ -100,9 +104,11 @@ class Watch:
         self.spaces: list[Any] = []  # every namespace the render made, in order
         self.entered: tuple[dict[str, Any], dict[str, Any], list[Any], list[str]] | None = None
         self.walked: Any = None  # what the main loop walks
-        # a variable or namespace field holds an iterator (a filter's lazy result): its
-        # state moves on with every read and no mark can put it back, so nothing resumes
-        self.stateful = False
+        # False once a mark cannot hold the render's state: a variable or namespace field
+        # holds an iterator (a filter's lazy result, whose state moves on with every read),
+        # or the namespaces are too many to copy at every mark (_SNAPSHOTS). Nothing resumes.
+        self.usable = True
+        self.copies = _SNAPSHOTS
 
     def see(self, index: int) -> None:
         if index >= self.limit:
@@ -117,9 +123,9 @@ class Watch:
 
         def on_step(context: Any, index: int) -> None:
             names = dict(context.vars)
-            if not self.stateful:  # the variables the last statement assigned
+            if self.usable:  # the variables the last statement assigned
                 known = self.steps[-1].names if self.steps else {}
-                self.stateful = any(
+                self.usable = not any(
                     _iterator(value)
                     for name, value in names.items()
                     if known.get(name) is not value
@@ -142,9 +148,13 @@ class Watch:
         return {_STEP: on_step, _WALK: on_walk, _PASS: on_pass, "namespace": namespace}
 
     def _mark(self, item: Any, names: dict[str, Any]) -> Mark:
+        self.copies -= len(self.spaces)
+        if self.copies < 0:
+            self.usable = False
+        if not self.usable:  # nothing will resume: no copies
+            return Mark(item, render_state.position, names, [], self.furthest, self.reach)
         spaces = [(space, dict(_fields(space))) for space in self.spaces]
-        if not self.stateful:
-            self.stateful = any(any(map(_iterator, fields.values())) for _, fields in spaces)
+        self.usable = not any(any(map(_iterator, fields.values())) for _, fields in spaces)
         return Mark(item, render_state.position, names, spaces, self.furthest, self.reach)
 
 
@@ -413,7 +423,7 @@ class ResumePlan:
         text; ``names``: ``context_names`` of the render's variables); None when it cannot
         be resumed there. Runs inside a render's state (``render_state.begin``)."""
         chat = watch.chat
-        item = chat[k - 1] if 0 < k <= len(chat) and not watch.stateful else None
+        item = chat[k - 1] if 0 < k <= len(chat) and watch.usable else None
         mark = watch.passes.get(id(item))
         # the whole conversation's render can read all of it: its prefix is itself
         bound = k if k < len(chat) else _WHOLE + 1
