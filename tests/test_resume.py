@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from chatcodec import ChatTemplate, TemplateError, UnusedVariableWarning
+from chatcodec.template import resume
 from chatcodec.template.render import PrefixRenders
 
 EXAMPLES = max(60, int(os.environ.get("CHATCODEC_FUZZ", "0")) // 4)
@@ -229,6 +230,15 @@ def test_continue_and_break() -> None:
     assert check(stop) == 2 * 2 * 6
 
 
+def test_the_watched_list_shows_a_template_nothing_a_list_does_not() -> None:
+    start = (
+        "{% set probe = [messages.watch is defined, messages.base is defined, "
+        "messages.prefix is defined, (messages | attr('see')) is defined, "
+        "messages.__cc_watch__ is defined, messages.__cc_base__ is defined] %}"
+    )
+    assert check(_loop(CHATML_BODY, start, "{{ probe }}" + GENERATION_PROMPT)) == ALL
+
+
 def test_a_raise_in_the_end_refuses_the_prefix() -> None:
     end = (
         "{% if messages[-1].role == 'tool' %}{{ raise_exception('no tool last') }}{% endif %}"
@@ -398,11 +408,11 @@ def test_a_statement_that_reads_only_in_a_prefix_s_state() -> None:
     check(_loop(CHATML_BODY, start), messages)
 
 
-def test_too_many_namespaces_to_copy_at_every_mark() -> None:
-    # every mark copies every namespace: past a bound the watch gives up, and nothing resumes
-    start = "{% for i in range(20000) %}{% set x = namespace(i=i) %}{% endfor %}"
-    assert check(_loop(CHATML_BODY, start)) == 0
-    assert (
-        check(_loop(CHATML_BODY, "{% for i in range(100) %}{% set x = namespace() %}{% endfor %}"))
-        == ALL
-    )
+def test_too_many_namespaces_to_copy_at_every_mark(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every mark copies every namespace: past a bound of copies in one render (65,536; 500
+    # here) the watch gives up, and nothing resumes
+    monkeypatch.setattr(resume, "_SNAPSHOTS", 500)
+    many = "{% for i in range(100) %}{% set x = namespace(i=i) %}{% endfor %}"
+    assert check(_loop(CHATML_BODY, many)) == 0
+    few = "{% for i in range(10) %}{% set x = namespace(i=i) %}{% endfor %}"
+    assert check(_loop(CHATML_BODY, few)) == ALL

@@ -183,60 +183,55 @@ class WatchedMessages(list):  # type: ignore[type-arg]
     """The conversation's messages, noting the furthest message a template read.
 
     Every read of a plain list goes through these methods (the sandbox refuses the ones
-    that change a list); ``base`` is where a view made by ``messages[i:]`` starts.
+    that change a list). A template sees nothing a plain list does not have: the watch and
+    where a view made by ``messages[i:]`` starts are in dunder slots (attributes a template
+    cannot read, as it cannot read any ``__name__`` of a list), the helpers are functions.
     """
 
-    __slots__ = ("watch", "base")
+    __slots__ = ("__cc_watch__", "__cc_base__")
 
     def __init__(self, items: list[Any], watch: Watch, base: int = 0) -> None:
         list.__init__(self, items)
-        self.watch = watch
-        self.base = base
-
-    def _see(self, index: int) -> None:
-        self.watch.see(self.base + index if index < _WHOLE else _WHOLE)
-
-    def prefix(self, k: int) -> list[Any]:
-        """This list as the render of the first ``k`` messages has it."""
-        return list.__getitem__(self, slice(0, max(0, k - self.base)))
+        self.__cc_watch__ = watch
+        self.__cc_base__ = base
 
     def __len__(self) -> int:
-        self._see(_WHOLE)
+        _see(self, _WHOLE)
         return list.__len__(self)
 
     def __bool__(self) -> bool:
         size = list.__len__(self)
-        self._see(0 if size else _WHOLE)
+        _see(self, 0 if size else _WHOLE)
         return size > 0
 
     def __iter__(self) -> Iterator[Any]:
         get = list.__getitem__
         for index in range(list.__len__(self)):
-            self._see(index)
+            _see(self, index)
             yield get(self, index)
-        self._see(_WHOLE)
+        _see(self, _WHOLE)
 
     def __reversed__(self) -> Iterator[Any]:
-        self._see(_WHOLE)
+        _see(self, _WHOLE)
         return list.__reversed__(self)
 
     def __getitem__(self, key: Any) -> Any:
         if type(key) is int and 0 <= key < list.__len__(self):
-            self._see(key)
+            _see(self, key)
             return list.__getitem__(self, key)
         if type(key) is slice and key.stop is None and key.step in (None, 1):
             start = key.start or 0
             if type(start) is int and 0 <= start:
                 kept = list.__getitem__(self, key)
-                return WatchedMessages(kept, self.watch, self.base + start)
-        self._see(_WHOLE)
+                return WatchedMessages(kept, self.__cc_watch__, self.__cc_base__ + start)
+        _see(self, _WHOLE)
         return list.__getitem__(self, key)
 
     def _whole(name: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
         method = getattr(list, name)
 
         def read_all(self: WatchedMessages, *args: Any, **kwargs: Any) -> Any:
-            self._see(_WHOLE)
+            _see(self, _WHOLE)
             return method(self, *args, **kwargs)
 
         read_all.__name__ = name
@@ -264,10 +259,24 @@ class WatchedMessages(list):  # type: ignore[type-arg]
     __hash__ = None  # type: ignore[assignment]
 
     def __radd__(self, other: Any) -> Any:  # `[x] + messages` would read the items in C
-        self._see(_WHOLE)
+        _see(self, _WHOLE)
         return NotImplemented if not isinstance(other, list) else list(other) + list(self)
 
     del _whole
+
+
+def _see(view: WatchedMessages, index: int) -> None:
+    view.__cc_watch__.see(view.__cc_base__ + index if index < _WHOLE else _WHOLE)
+
+
+def base_of(view: WatchedMessages) -> int:
+    """Where a watched view made by ``messages[i:]`` starts in the conversation."""
+    return view.__cc_base__
+
+
+def prefix_of(view: WatchedMessages, k: int) -> list[Any]:
+    """A watched list as the render of the first ``k`` messages has it."""
+    return list.__getitem__(view, slice(0, max(0, k - view.__cc_base__)))
 
 
 _pending = threading.local()  # the loop context the next resumed pass starts with
@@ -430,7 +439,7 @@ class ResumePlan:
         if mark is None or mark.item is not item or mark.reach >= bound:
             return None
         walked = watch.walked
-        if not isinstance(walked, WatchedMessages) or k - 1 < walked.base:
+        if not isinstance(walked, WatchedMessages) or k - 1 < base_of(walked):
             return None
         watch.limit = bound
         try:
@@ -440,7 +449,7 @@ class ResumePlan:
             names = self._entered(watch, names, mark.names, k, prompt)
             items = [item]
             names[_ITEMS] = items
-            loop = _loop_at(walked.prefix(k), k - 1 - walked.base, self.tail.environment)
+            loop = _loop_at(prefix_of(walked, k), k - 1 - base_of(walked), self.tail.environment)
             _pending.start = (items, loop)
             out = [text[: mark.position]]
             _run(self.tail, self._context(names), out, mark.position)
@@ -479,7 +488,7 @@ class ResumePlan:
         for name in given:
             entered[name] = watch.chat[:k] if name == "messages" else prompt
         for name, view in views:
-            entered[name] = view.prefix(k)
+            entered[name] = prefix_of(view, k)
         return entered
 
     def _rerun_start(
@@ -553,7 +562,7 @@ def _enter(names: dict[str, Any], marked: dict[str, Any], unset: frozenset[str],
     for name in unset.difference(marked):
         names[name] = missing  # assigned later at the top level: unset until then
     for name, value in marked.items():
-        names[name] = value.prefix(k) if isinstance(value, WatchedMessages) else value
+        names[name] = prefix_of(value, k) if isinstance(value, WatchedMessages) else value
 
 
 def _run(template: jinja2.Template, context: Any, out: list[str], size: int) -> int:
@@ -574,7 +583,7 @@ def _same(value: Any, whole: Any, pairs: dict[int, Any], k: int) -> bool:
     if value is whole:
         return True
     if isinstance(whole, WatchedMessages):
-        mine = whole.prefix(k)
+        mine = prefix_of(whole, k)
         return type(value) is list and len(value) == len(mine) and all(map(_is, value, mine))
     kind = type(value)
     if kind is not type(whole):
