@@ -608,7 +608,9 @@ def _is(a: Any, b: Any) -> bool:
 
 
 def _loop_at(sequence: list[Any], index: int, environment: Any) -> LoopContext:
-    # A loop over `sequence` whose next pass is the one on sequence[index] (its last item)
+    # A loop over `sequence` whose next pass is the one on sequence[index] (its last item):
+    # jinja's own loop object, advanced by setting the fields its passes set (jinja2 is
+    # pinned in pyproject; tests/test_resume.py checks every loop value against a render)
     context = LoopContext(sequence, environment.undefined, None, 0)
     context._iterator = itertools.islice(iter(sequence), index, None)
     context.index0 = index - 1
