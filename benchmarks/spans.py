@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from render import DEFAULT_SHARED, big_qwen3_case, load_cases  # noqa: E402
 
 from chatcodec import ChatTemplate, TemplateError  # noqa: E402
-from chatcodec.template.render import derive_spans_by_prefixes  # noqa: E402
+from chatcodec.template.render import PrefixRenders, derive_spans_by_prefixes  # noqa: E402
 
 
 def best_time(fn: Callable[[], Any], rounds: int, inner: int) -> float:
@@ -53,7 +53,7 @@ def best_time(fn: Callable[[], Any], rounds: int, inner: int) -> float:
 
 def bench_template(
     name: str, source: str, special: dict[str, Any], rounds: int
-) -> tuple[float, float, float, float] | None:
+) -> tuple[float, float, float, float, float] | None:
     template = ChatTemplate(source, name=name)
     if template.has_generation_tag:
         return None
@@ -88,7 +88,23 @@ def bench_template(
         raise SystemExit(f"FAILED: {name}: the two methods give different spans")
     base = best_time(render, rounds, 5)
     fixed = best_time(short, rounds, 5)
-    return base, fixed, best_time(spans, rounds, 1), best_time(prefixes, rounds, 1)
+    timed = best_time(spans, rounds, 1), best_time(prefixes, rounds, 1)
+    return base, fixed, *timed, resumed_share(template, messages, tools, now, context)
+
+
+def resumed_share(
+    template: ChatTemplate, messages: Sequence[Any], tools: Any, now: Any, context: Any
+) -> float:
+    """The share of the prefix renders the spans need that resume from the watched render
+    (each turn's prefix before it, with the generation prompt, and up to it, without)."""
+    renders = PrefixRenders.of(template, messages, tools, None, True, now, **context)
+    with renders.resuming():
+        for index, message in enumerate(messages):
+            if message.get("role") == "assistant":
+                if index:
+                    renders.render(index, True)
+                renders.render(index + 1, False)
+    return renders.resumed / max(1, renders.resumed + renders.rendered)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -107,7 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for case in load_cases(args.shared):
         special.setdefault(case["template"], case["kwargs"])
     rows = []
-    print(f"{'template':46} {'render':>8} {'2 msgs':>7} {'spans':>7} {'prefix':>7} {'gain':>5}")
+    print(
+        f"{'template':46} {'render':>8} {'2 msgs':>7} {'spans':>7} {'prefix':>7} {'gain':>5} "
+        f"{'resumed':>7}"
+    )
     for name in sorted(special):
         if args.only not in name:
             continue
@@ -115,11 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = bench_template(name, source, special[name], args.rounds)
         if result is None:
             continue
-        base, fixed, new, old = result
+        base, fixed, new, old, share = result
         rows.append((base, fixed, new, old))
         print(
             f"{name[:46]:46} {base * 1e3:7.2f}m {fixed / base:6.0%} {new / base:6.1f}x "
-            f"{old / base:6.1f}x {old / new:5.1f}"
+            f"{old / base:6.1f}x {old / new:5.1f} {share:7.0%}"
         )
     print(f"\n{len(rows)} templates (40 messages, 19 assistant turns); ratios to the render")
     for label, column in (("spans", 2), ("prefix method", 3)):
