@@ -102,7 +102,8 @@ class Watch:
         self.passes: dict[int, Mark] = {}  # by the id of the pass's message
         self.steps: list[Mark] = []  # before each statement of the start, then the loop's
         self.spaces: list[Any] = []  # every namespace the render made, in order
-        self.entered: tuple[dict[str, Any], dict[str, Any], list[Any], list[str]] | None = None
+        # per mark's variables (by id: the marks keep them alive), what _entered works out
+        self.entered: dict[int, tuple[dict[str, Any], list[Any], list[str]]] = {}
         self.walked: Any = None  # what the main loop walks
         # False once a mark cannot hold the render's state: a variable or namespace field
         # holds an iterator (a filter's lazy result, whose state moves on with every read),
@@ -467,10 +468,11 @@ class ResumePlan:
     def _entered(
         self, watch: Watch, names: dict[str, Any], marked: dict[str, Any], k: int, prompt: bool
     ) -> dict[str, Any]:
-        """``names`` with the loop's top-level variables ``marked``, as the render of the
+        """``names`` with the top-level variables ``marked`` at a mark, as the render of the
         first ``k`` messages has them (the part of that which is the same for every prefix
-        is worked out once per watched render)."""
-        if watch.entered is None or watch.entered[0] is not marked:
+        is worked out once per mark's variables)."""
+        entry = watch.entered.get(id(marked))
+        if entry is None:
             base = names.copy()
             for name in self.unset_names.difference(marked):
                 base[name] = missing  # assigned later at the top level: unset until then
@@ -482,8 +484,8 @@ class ResumePlan:
                 for n in ("messages", "add_generation_prompt")
                 if n not in marked and n not in self.unset_names
             ]
-            watch.entered = (marked, base, views, given)
-        _, base, views, given = watch.entered
+            entry = watch.entered[id(marked)] = (base, views, given)
+        base, views, given = entry
         entered = base.copy()
         for name in given:
             entered[name] = watch.chat[:k] if name == "messages" else prompt
@@ -514,10 +516,7 @@ class ResumePlan:
         if part is None or part.fresh & before.names.keys():
             return None  # it would start unset a variable the whole render had set
         _restore(before.spaces)
-        names = base.copy()
-        names["messages"] = watch.chat[:k]
-        names["add_generation_prompt"] = prompt
-        _enter(names, before.names, self.unset_names, k)
+        names = self._entered(watch, base, before.names, k, prompt)
         made: list[Any] = []
         make = names["namespace"]
 
@@ -555,14 +554,6 @@ class ResumePlan:
             else:
                 self._parts[key] = _Part(self.compile_tree(tree), fresh)
         return self._parts[key]
-
-
-def _enter(names: dict[str, Any], marked: dict[str, Any], unset: frozenset[str], k: int) -> None:
-    """The top-level variables of a mark, as the render of the first ``k`` messages has them."""
-    for name in unset.difference(marked):
-        names[name] = missing  # assigned later at the top level: unset until then
-    for name, value in marked.items():
-        names[name] = prefix_of(value, k) if isinstance(value, WatchedMessages) else value
 
 
 def _run(template: jinja2.Template, context: Any, out: list[str], size: int) -> int:
