@@ -68,12 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     parser.add_argument("--every", type=int, default=1)
     parser.add_argument("--only", default="", help="templates whose name contains this")
+    parser.add_argument("--by-template", action="store_true", help="counts per template")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")  # special tokens a template never reads
     path = args.shared / "oracle" / "render" / "expectations.jsonl"
     cases = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     compiled: dict[str, ChatTemplate] = {}
     resumed = rendered = different = 0
+    counts: dict[str, list[int]] = {}
     started = time.perf_counter()
     for case in cases[:: args.every]:
         name = case["template"]
@@ -85,9 +87,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for agp in (False, True):
             got, missed, differences = check(compiled[name], case, agp)
             resumed, rendered = resumed + got, rendered + missed
+            tally = counts.setdefault(name, [0, 0])
+            tally[0], tally[1] = tally[0] + got, tally[1] + missed
             different += len(differences)
             for difference in differences:
                 print(f"DIFFERENT: {case['id']} agp={int(agp)} {difference}", file=sys.stderr)
+    if args.by_template:
+        for name, (got, missed) in sorted(counts.items()):
+            print(f"{name:60} {got:6} resumed {missed:6} rendered")
     print(
         f"{resumed + rendered} prefixes of {len(compiled)} templates in "
         f"{time.perf_counter() - started:.0f} s: {resumed} resumed, {rendered} rendered from "

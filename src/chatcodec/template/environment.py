@@ -1176,6 +1176,20 @@ def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100
 _LIPSUM_WORDS = 1 << 18
 
 
+def _answered_by_stand_in(test: Callable[..., Any]) -> Callable[..., bool]:
+    # jinja's `is true`, `is false` and `is boolean` test a value's identity: a stand-in for
+    # a value (a class with __cc_test__, such as the traced values of template/resume.py)
+    # answers them for the value it stands for
+    def run(value: Any, *args: Any) -> bool:
+        answer = getattr(type(value), "__cc_test__", None)
+        if answer is not None:
+            return bool(answer(value, test, args))
+        return bool(test(value, *args))
+
+    run.__name__ = test.__name__
+    return run
+
+
 def new_environment(
     cls: type[ChatSandbox] = ChatSandbox,
     json_data: Callable[[Any], Any] | None = None,
@@ -1196,6 +1210,8 @@ def new_environment(
     tojson = _tojson if json_data is None else _tojson_of(json_data)
     env.filters["tojson"] = _memoized(_guard_filter(tojson, "tojson"))
     env.filters[_LOOP_GUARD] = _loop_guard
+    for name in ("true", "false", "boolean"):
+        env.tests[name] = _answered_by_stand_in(env.tests[name])  # type: ignore[arg-type]
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _TemplateDict()

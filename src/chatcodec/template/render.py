@@ -838,19 +838,30 @@ class PrefixRenders:
 
         inputs, plan = self.inputs, self.plan
         assert plan is not None
-        watch = Watch(inputs.chat)
-        variables = dict(inputs.variables, messages=watch.messages, add_generation_prompt=flag)
-        variables.update(watch.hooks(self.template._globals["namespace"]))
-        compiled = (plan.watched, plan.watched_globals)
-        try:
-            text = self.template._run(inputs.chat, variables, inputs.now, [], inputs.made, compiled)
-        except TemplateError:
-            if raising:
-                raise
-            self._watched[flag] = None
-            return None
-        self._watched[flag] = (watch, text)
-        return watch, text
+        for trace in (True, False) if plan.traces else (False,):
+            watch = Watch(inputs.chat)
+            watch.trace = trace
+            given = watch.trace_flag(flag) if trace and plan.reads_flag_early else flag
+            variables = dict(inputs.variables, messages=watch.messages, add_generation_prompt=given)
+            variables.update(watch.hooks(self.template._globals["namespace"]))
+            compiled = (plan.watched, plan.watched_globals)
+            try:
+                text = self.template._run(
+                    inputs.chat, variables, inputs.now, [], inputs.made, compiled
+                )
+            except TemplateError:
+                if watch.traced:
+                    continue  # a traced value refused a use (|tojson): watched untraced
+                if raising:
+                    raise
+                self._watched[flag] = None
+                return None
+            if not trace:
+                plan.traces = False  # traced values broke this template: not tried again
+            watch.tracing = False
+            self._watched[flag] = (watch, text)
+            return watch, text
+        raise AssertionError("unreachable: the untraced render returns or raises")
 
     @classmethod
     def of(
@@ -873,16 +884,24 @@ class PrefixRenders:
         """The render of the first ``n`` messages; None when the template refuses it. Runs
         inside ``resuming``."""
         plan, inputs = self.plan, self.inputs
-        if plan is not None:
-            flag = prompt if plan.reads_flag_early else self.flag
+        # a template that reads the flag before its loop ends resumes from a render with
+        # the prefix's own flag, or with the other one traced (see resume._Traced)
+        flags = (
+            () if plan is None else (self.flag, prompt) if plan.reads_flag_early else (self.flag,)
+        )
+        for flag in dict.fromkeys(flags):
+            assert plan is not None
             watched = self._watch(flag)
-            if watched is not None:
-                if self._names is None:
-                    self._names = plan.context_names(inputs.variables)
-                resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
-                if resumed is not None:
-                    self.resumed += 1
-                    return resumed
+            if watched is None or (
+                flag != prompt and plan.reads_flag_early and not watched[0].flag
+            ):
+                continue
+            if self._names is None:
+                self._names = plan.context_names(inputs.variables)
+            resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
+            if resumed is not None:
+                self.resumed += 1
+                return resumed
         self.rendered += 1
         chat = inputs.chat[:n]
         variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)

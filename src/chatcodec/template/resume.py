@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
+import operator
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -65,6 +67,8 @@ _WHOLE = 1 << 62  # "read as far as the end": a length, a negative index, a full
 _PASS = MARK_PREFIX + "_pass"  # the render variables the marks call
 _STEP = MARK_PREFIX + "_step"
 _WALK = MARK_PREFIX + "_walk"
+_SCAN = MARK_PREFIX + "_scan"
+_SCAN_WALK = MARK_PREFIX + "_scan_walk"
 _ITEMS = "__chatcodec_items"
 _STATEFUL = frozenset({"cycler", "joiner"})
 _SCALARS = (str, int, float, bool, type(None))
@@ -88,6 +92,9 @@ class Mark:
     spaces: list[tuple[Any, dict[str, Any]]]  # each namespace made so far and its fields
     furthest: int  # the furthest message read so far
     reach: int  # the furthest read since the last mark of a statement
+    # a pass's: the furthest read before its loop fetched its message (the passes before
+    # and the start's last statement), for loops whose passes never look ahead
+    behind: int = -1
 
 
 class Watch:
@@ -102,6 +109,7 @@ class Watch:
         self.passes: dict[int, Mark] = {}  # by the id of the pass's message
         self.steps: list[Mark] = []  # before each statement of the start, then the loop's
         self.spaces: list[Any] = []  # every namespace the render made, in order
+        self.fields: list[dict[str, Any]] = []  # and the dict of each one's fields
         # per mark's variables (by id: the marks keep them alive), what _entered works out
         self.entered: dict[int, tuple[dict[str, Any], list[Any], list[str]]] = {}
         self.walked: Any = None  # what the main loop walks
@@ -110,6 +118,18 @@ class Watch:
         # or the namespaces are too many to copy at every mark (_SNAPSHOTS). Nothing resumes.
         self.usable = True
         self.copies = _SNAPSHOTS
+        # int values left by the start (see _Traced): from the first statement that read
+        # past the first message on, while the watched render runs
+        self.trace = False  # whether to trace
+        self.tracing = False
+        self.traced: dict[int, _Traced] = {}  # by id
+        self.at = -1  # the message of the pass running; -1 in the start
+        self.replaced: dict[int, Any] = {}  # while a prefix resumes: traced values it changes
+        self.flag: _Traced | None = None  # add_generation_prompt, when traced
+        # the top-level loops of the start over the messages: what each walks and its marks
+        # (as the main loop's), by the index of its statement
+        self.scans: dict[int, tuple[Any, dict[int, Mark]]] = {}
+        self.fetched = -1  # the reach before the last item a walk of the messages fetched
 
     def see(self, index: int) -> None:
         if index >= self.limit:
@@ -123,6 +143,8 @@ class Watch:
         """The render variables the watched template's marks and namespaces call."""
 
         def on_step(context: Any, index: int) -> None:
+            if self.trace and (self.tracing or self.reach > 0):
+                self._trace()
             names = dict(context.vars)
             if self.usable:  # the variables the last statement assigned
                 known = self.steps[-1].names if self.steps else {}
@@ -136,17 +158,83 @@ class Watch:
 
         def on_walk(context: Any, walked: Any) -> None:
             self.walked = walked
+            if isinstance(walked, WatchedMessages):
+                self.at = base_of(walked) - 1
 
         def on_pass(context: Any, item: Any) -> None:
+            self.at += 1
             # a loop's body cannot assign top-level variables: the loop's start saw them all
-            self.passes[id(item)] = self._mark(item, self.steps[-1].names)
+            mark = self.passes[id(item)] = self._mark(item, self.steps[-1].names)
+            mark.behind = self.fetched
+
+        def on_scan_walk(context: Any, walked: Any) -> None:
+            self.scans[len(self.steps) - 1] = (walked, {})
+
+        def on_scan(context: Any, item: Any) -> None:
+            # what the passes before read: the loop has just fetched this pass's item (no
+            # pass looks ahead: _scan_loop)
+            mark = self._mark(item, self.steps[-1].names)
+            mark.behind = self.fetched
+            self.scans[len(self.steps) - 1][1][id(item)] = mark
 
         def namespace(*args: Any, **kwargs: Any) -> Any:
             space = make_namespace(*args, **kwargs)
             self.spaces.append(space)
+            self.fields.append(_fields(space))
             return space
 
-        return {_STEP: on_step, _WALK: on_walk, _PASS: on_pass, "namespace": namespace}
+        return {
+            _STEP: on_step,
+            _WALK: on_walk,
+            _PASS: on_pass,
+            _SCAN_WALK: on_scan_walk,
+            _SCAN: on_scan,
+            "namespace": namespace,
+        }
+
+    def _trace(self) -> None:
+        """Trace every int the start left in a namespace's field (not in a top-level
+        variable: the compiled template reads its own local copy of those)."""
+        for space in self.spaces:
+            fields = _fields(space)
+            for name, value in fields.items():
+                if type(value) is int:
+                    fields[name] = self.traced_value(value)
+        self.tracing = True
+
+    def trace_flag(self, flag: bool) -> _Traced:
+        """``add_generation_prompt`` for the watched render, traced from the start: a prefix
+        with the other flag resumes at the first pass that uses it otherwise."""
+        self.flag = self.traced_value(flag)
+        self.tracing = True
+        return self.flag
+
+    def traced_value(self, value: Any) -> _Traced:
+        traced = _Traced(value, self)
+        self.traced[id(traced)] = traced
+        return traced
+
+    def first_changed(self, values: dict[int, Any], last: int) -> int:
+        """The first pass, up to the pass of message ``last``, that traced values with
+        other values (``values``: by the id of the _Traced) would have run otherwise: the
+        pass of the first use that is not a comparison giving the same result with them
+        (-1 for a use in the start)."""
+        for key in values:
+            for use in self.traced[key].__cc_uses__:
+                if use.at >= last:
+                    break
+                if not use.holds(values):
+                    last = use.at
+                    break
+        return last
+
+    @staticmethod
+    def untrace(spaces: list[tuple[Any, dict[str, Any]]], values: dict[int, Any]) -> None:
+        """Put plain values in the namespaces' traced fields: ``values``' where given."""
+        for space, fields in spaces:
+            for name, value in fields.items():
+                if type(value) is _Traced:
+                    _fields(space)[name] = values.get(id(value), value.__cc_value__)
 
     def _mark(self, item: Any, names: dict[str, Any]) -> Mark:
         self.copies -= len(self.spaces)
@@ -154,7 +242,9 @@ class Watch:
             self.usable = False
         if not self.usable:  # nothing will resume: no copies
             return Mark(item, render_state.position, names, [], self.furthest, self.reach)
-        spaces = [(space, dict(_fields(space))) for space in self.spaces]
+        spaces = [
+            (space, dict(fields)) for space, fields in zip(self.spaces, self.fields, strict=True)
+        ]
         self.usable = not any(any(map(_iterator, fields.values())) for _, fields in spaces)
         return Mark(item, render_state.position, names, spaces, self.furthest, self.reach)
 
@@ -173,11 +263,167 @@ def _fields(space: Any) -> dict[str, Any]:
     return fields
 
 
-def _restore(spaces: list[tuple[Any, dict[str, Any]]]) -> None:
-    for space, fields in spaces:
-        kept = _fields(space)
+def _restore(watch: Watch, mark: Mark) -> None:
+    """Put every namespace's fields back as they were at ``mark``."""
+    for kept, (_, fields) in zip(watch.fields, mark.spaces, strict=False):
         kept.clear()
         kept.update(fields)
+
+
+@dataclass(slots=True)
+class _Use:
+    """A use of a traced value in a pass: ``op(left, right)`` gave ``result``; ``op`` is
+    None for a use whose result is not a truth value (arithmetic, text, an index)."""
+
+    at: int  # the message of the pass
+    op: Callable[[Any, Any], Any] | None
+    left: Any
+    right: Any
+    result: Any
+
+    def holds(self, values: dict[int, Any]) -> bool:
+        """Whether the use gives the same result with the traced values ``values``."""
+        if self.op is None:
+            return False
+        try:
+            return bool(
+                self.op(_value(self.left, values), _value(self.right, values)) == self.result
+            )
+        except Exception:  # noqa: BLE001 - another outcome
+            return False
+
+
+def _value(operand: Any, values: dict[int, Any]) -> Any:
+    if type(operand) is _Traced:
+        return values.get(id(operand), operand.__cc_value__)
+    return operand
+
+
+def _plain(operand: Any) -> Any:
+    return operand.__cc_value__ if type(operand) is _Traced else operand
+
+
+def _truth(value: Any, _: Any) -> bool:
+    return bool(value)
+
+
+def _compared(op: Callable[[Any, Any], Any]) -> Callable[[_Traced, Any], Any]:
+    # a use whose result another value can replay
+    def compare(self: _Traced, other: Any) -> Any:
+        result = op(self.__cc_value__, _plain(other))
+        self.__cc_use__(op, other, result)
+        return result
+
+    return compare
+
+
+def _opaque(op: Callable[..., Any], reflected: bool = False) -> Callable[..., Any]:
+    # a use whose result another value cannot replay: arithmetic, text, an index
+    def use(self: _Traced, *others: Any) -> Any:
+        self.__cc_use__(None, None, None)
+        if reflected:
+            return op(_plain(others[0]), self.__cc_value__)
+        return op(self.__cc_value__, *map(_plain, others))
+
+    return use
+
+
+class _Traced:
+    """An int or bool of a render (a namespace field the start left, the generation
+    prompt's flag) that notes its every use in a watched render.
+
+    The start's scan for the last user query leaves a prefix another index than the whole
+    conversation; the passes before the prefix's last messages compare it with their own
+    index and do the same with either value. A traced value behaves as its value (it
+    reports its value's class, so ``is number`` and ``is integer`` hold, and answers ``is
+    true`` and the like through environment.py) and notes, for each use, the pass and
+    whether the use was a comparison (or a truth test) and its result. Anything else
+    (arithmetic, its text, an index, ``|tojson``'s refusal) is a use no other value can
+    replay. A prefix with other values resumes at the first pass whose uses would differ.
+    While a prefix resumes, a traced value left inside a container (where ``untrace`` does
+    not reach) refuses any use if the prefix's value differs.
+    """
+
+    __slots__ = ("__cc_value__", "__cc_watch__", "__cc_uses__")
+
+    def __init__(self, value: int | bool, watch: Watch) -> None:
+        self.__cc_value__ = value
+        self.__cc_watch__ = watch
+        self.__cc_uses__: list[_Use] = []
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(x, int) holds, as for its value
+        return type(self.__cc_value__)
+
+    def __cc_use__(self, op: Any, other: Any, result: Any) -> None:
+        watch = self.__cc_watch__
+        if watch.tracing:
+            use = _Use(watch.at, op, self, other, result)
+            self.__cc_uses__.append(use)
+            if type(other) is _Traced and other is not self:
+                other.__cc_uses__.append(use)
+        elif id(self) in watch.replaced:
+            raise GivenUp  # a resumed prefix's value differs: rendered from the start
+
+    def __cc_test__(self, test: Callable[..., bool], args: tuple[Any, ...]) -> bool:
+        # `is true`, `is false`, `is boolean` (environment.py asks the stand-in)
+        result = test(self.__cc_value__, *args)
+        self.__cc_use__(lambda value, _: test(value, *args), None, result)
+        return result
+
+    def __bool__(self) -> bool:
+        result = bool(self.__cc_value__)
+        self.__cc_use__(_truth, None, result)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self.__cc_use__(None, None, None)
+        return getattr(self.__cc_value__, name)
+
+    def __round__(self, ndigits: Any = None) -> Any:
+        self.__cc_use__(None, None, None)
+        return round(self.__cc_value__, ndigits)
+
+    def __pow__(self, other: Any, mod: Any = None) -> Any:
+        self.__cc_use__(None, None, None)
+        return pow(self.__cc_value__, _plain(other), _plain(mod))
+
+    __eq__ = _compared(operator.eq)  # type: ignore[assignment]
+    __ne__ = _compared(operator.ne)  # type: ignore[assignment]
+    __lt__ = _compared(operator.lt)
+    __le__ = _compared(operator.le)
+    __gt__ = _compared(operator.gt)
+    __ge__ = _compared(operator.ge)
+    __hash__ = _opaque(hash)  # type: ignore[assignment]
+    __str__ = _opaque(str)  # type: ignore[assignment]
+    __repr__ = _opaque(repr)  # type: ignore[assignment]
+    __format__ = _opaque(format)  # type: ignore[assignment]
+    __int__ = _opaque(int)
+    __float__ = _opaque(float)
+    __complex__ = _opaque(complex)
+    __index__ = _opaque(operator.index)
+    __trunc__ = _opaque(math.trunc)
+    __floor__ = _opaque(math.floor)
+    __ceil__ = _opaque(math.ceil)
+    __neg__ = _opaque(operator.neg)
+    __pos__ = _opaque(operator.pos)
+    __abs__ = _opaque(abs)
+    __invert__ = _opaque(operator.invert)
+    __add__, __radd__ = _opaque(operator.add), _opaque(operator.add, True)
+    __sub__, __rsub__ = _opaque(operator.sub), _opaque(operator.sub, True)
+    __mul__, __rmul__ = _opaque(operator.mul), _opaque(operator.mul, True)
+    __truediv__, __rtruediv__ = _opaque(operator.truediv), _opaque(operator.truediv, True)
+    __floordiv__, __rfloordiv__ = _opaque(operator.floordiv), _opaque(operator.floordiv, True)
+    __mod__, __rmod__ = _opaque(operator.mod), _opaque(operator.mod, True)
+    __divmod__, __rdivmod__ = _opaque(divmod), _opaque(divmod, True)
+    __rpow__ = _opaque(pow, True)
+    __and__, __rand__ = _opaque(operator.and_), _opaque(operator.and_, True)
+    __or__, __ror__ = _opaque(operator.or_), _opaque(operator.or_, True)
+    __xor__, __rxor__ = _opaque(operator.xor), _opaque(operator.xor, True)
+    __lshift__, __rlshift__ = _opaque(operator.lshift), _opaque(operator.lshift, True)
+    __rshift__, __rrshift__ = _opaque(operator.rshift), _opaque(operator.rshift, True)
 
 
 class WatchedMessages(list):  # type: ignore[type-arg]
@@ -206,8 +452,9 @@ class WatchedMessages(list):  # type: ignore[type-arg]
         return size > 0
 
     def __iter__(self) -> Iterator[Any]:
-        get = list.__getitem__
+        get, watch = list.__getitem__, self.__cc_watch__
         for index in range(list.__len__(self)):
+            watch.fetched = watch.reach  # what the reads before this item's reached
             _see(self, index)
             yield get(self, index)
         _see(self, _WHOLE)
@@ -300,33 +547,32 @@ class _Rerun:
     text: str
     assigned: dict[str, Any]  # the variables they assigned
     made: list[Any]  # the namespaces they made
-    fields: list[dict[str, Any]]  # the fields of the namespaces made before them
-    known: int  # how many namespaces were made before them
+    fields: list[dict[str, Any]]  # the fields of every namespace: made before, then by them
 
-    def created(self, after: Mark) -> list[tuple[Any, dict[str, Any]]]:
-        """The namespaces the whole render made in the same statements."""
-        return after.spaces[self.known :]
-
-    def left(self, before: Mark, after: Mark, text: str, k: int) -> bool:
-        """Whether the rerun left what the whole render left between ``before`` and
-        ``after``: the same text, variables and namespace fields."""
+    def changes(self, before: Mark, after: Mark, text: str, k: int) -> dict[int, Any] | None:
+        """The traced values (by id) that the rerun left another int, where the whole
+        render left them between ``before`` and ``after``; None unless everything else is
+        the same: the text, variables and namespace fields (by type and value)."""
         if self.text != text[before.position : after.position]:
-            return False
+            return None
         names = dict(before.names, **self.assigned)
-        created = self.created(after)
+        created = after.spaces[len(before.spaces) :]
         if names.keys() != after.names.keys() or len(self.made) != len(created):
-            return False
+            return None
         pairs = {id(new): old for new, (old, _) in zip(self.made, created, strict=True)}
-        return (
-            all(_same(value, after.names[name], pairs, k) for name, value in names.items())
-            and _same(self.fields, [f for _, f in after.spaces[: self.known]], pairs, k)
-            and _same(
-                [dict(_fields(space)) for space in self.made],
-                [fields for _, fields in created],
-                pairs,
-                k,
-            )
-        )
+        if not all(_same(value, after.names[name], pairs, k) for name, value in names.items()):
+            return None
+        found: dict[int, Any] = {}
+        for fields, (_, whole) in zip(self.fields, after.spaces, strict=True):
+            if fields.keys() != whole.keys():
+                return None
+            for name, value in fields.items():
+                was = whole[name]
+                if not _same(value, was, pairs, k):
+                    if type(was) is not _Traced or type(value) is not type(was.__cc_value__):
+                        return None
+                    found[id(was)] = value
+        return found
 
 
 def _reads_past(watch: Watch, k: int) -> list[tuple[int, int]]:
@@ -357,11 +603,13 @@ class ResumePlan:
 
     watched: jinja2.Template  # the template with its marks
     tail: jinja2.Template  # the loop (for one pass) and what follows it
+    end: jinja2.Template | None  # what follows the loop, when its passes never look ahead
     unset_names: frozenset[str]  # top-level names that read as unset until assigned
     reads_flag_early: bool  # add_generation_prompt is read before the loop ends
     start: list[nodes.Node]  # the statements before the loop
     compile_tree: Callable[[nodes.Template], jinja2.Template]
     root: Any  # jinja's symbols of the whole template
+    traces: bool  # whether watched renders trace int fields (see _Traced)
     watched_globals: dict[str, Any] = field(default_factory=dict)  # as renders take them
     _globals: dict[str, Any] = field(default_factory=dict)
     _parts: dict[tuple[int, int], _Part | None] = field(default_factory=dict)
@@ -402,19 +650,29 @@ class ResumePlan:
             False,
         )
         watched = copy.deepcopy(tree)
-        item = nodes.Name(loop.target.name, "load")  # type: ignore[attr-defined]
-        watched.body[index].body.insert(0, marker_statement(_PASS, item))  # type: ignore[attr-defined]
-        watched.body.insert(index, marker_statement(_WALK, copy.deepcopy(walked)))
-        for at in range(index, -1, -1):
-            watched.body.insert(at, marker_statement(_STEP, nodes.Const(at)))
+        main = watched.body[index]
+        marked: list[nodes.Node] = []
+        for at, node in enumerate(watched.body[: index + 1]):
+            marked.append(marker_statement(_STEP, nodes.Const(at)))
+            walk, mark = (_WALK, _PASS) if at == index else (_SCAN_WALK, _SCAN)
+            if isinstance(node, nodes.For) and (node is main or _scan_loop(node)):
+                walks = copy.deepcopy(loop_source(node))
+                marked.append(marker_statement(walk, walks))  # type: ignore[arg-type]
+                item = nodes.Name(node.target.name, "load")  # type: ignore[attr-defined]
+                node.body.insert(0, marker_statement(mark, item))
+            marked.append(node)
+        watched.body[: index + 1] = marked
         plan = cls(
             compile_tree(watched),
             compile_tree(nodes.Template([body, *copy.deepcopy(rest)])),
+            compile_tree(nodes.Template(copy.deepcopy(rest))) if _scan_loop(loop) else None,
             frozenset(n for n in root.stores if _initial(root, n) == VAR_LOAD_UNDEFINED),
             reads_flag,
             copy.deepcopy(start),
             compile_tree,
             root,
+            # `is sameas` tells a value from its traced stand-in
+            not any(test.name == "sameas" for test in tree.find_all(nodes.Test)),
         )
         plan.tail.root_render_func.__globals__["LoopContext"] = _resumed_loop
         plan._globals = dict(plan.tail.globals)
@@ -442,22 +700,56 @@ class ResumePlan:
         walked = watch.walked
         if not isinstance(walked, WatchedMessages) or k - 1 < base_of(walked):
             return None
+        ended = None  # the mark of message k, when the prefix's render can end there
+        if self.end is not None and k < len(chat):
+            after = watch.passes.get(id(chat[k]))
+            if after is not None and after.item is chat[k] and after.behind < k:
+                ended = after
         watch.limit = bound
+        flag = watch.flag
         try:
-            if mark.furthest >= bound and not self._rerun_start(watch, text, names, k, prompt):
-                return None
-            _restore(mark.spaces)
+            values: dict[int, Any] = {}
+            if flag is not None and prompt != flag.__cc_value__:
+                values = {id(flag): prompt}
+            if mark.furthest >= bound:
+                changed = self._rerun_start(watch, text, names, k, prompt, values)
+                if changed is None:
+                    return None
+                values = changed
+            at = k if ended is not None else k - 1
+            if values:  # resumed at the first pass the prefix's values change
+                at = watch.first_changed(values, at)
+            if at == k and ended is not None and self.end is not None:
+                mark, tail = ended, self.end  # every pass ran as in the whole render
+            else:
+                tail = self.tail
+                if at != k - 1:
+                    item = chat[at] if at >= base_of(walked) else None
+                    found = watch.passes.get(id(item))
+                    if found is None or found.item is not item:
+                        return None
+                    mark = found
+            _restore(watch, mark)
+            if watch.traced:
+                watch.untrace(mark.spaces, values)
             names = self._entered(watch, names, mark.names, k, prompt)
-            items = [item]
-            names[_ITEMS] = items
-            loop = _loop_at(prefix_of(walked, k), k - 1 - base_of(walked), self.tail.environment)
-            _pending.start = (items, loop)
+            if watch.traced:
+                for name, value in names.items():
+                    if type(value) is _Traced:
+                        names[name] = values.get(id(value), value.__cc_value__)
+            if tail is self.tail:
+                messages = prefix_of(walked, k)
+                start = at - base_of(walked)
+                items = names[_ITEMS] = messages[start:]  # a loop that does not use `loop`
+                _pending.start = (items, _loop_at(messages, start, tail.environment))
+            watch.replaced = values
             out = [text[: mark.position]]
-            _run(self.tail, self._context(names), out, mark.position)
+            _run(tail, self._context(names), out, mark.position)
         except Exception:  # noqa: BLE001 - read too far, or raised: rendered from the start
             return None
         finally:
             watch.limit = _WHOLE + 1
+            watch.replaced = {}
             _pending.start = None
         return "".join(out)
 
@@ -494,17 +786,57 @@ class ResumePlan:
         return entered
 
     def _rerun_start(
-        self, watch: Watch, text: str, base: dict[str, Any], k: int, prompt: bool
-    ) -> bool:
-        """Whether the statements of the start that read message ``k`` or later, run again
-        on the first ``k`` messages, leave the same text and state. Each run of consecutive
-        such statements runs from its mark and is compared at the next: the statements
-        between runs read nothing that differs, so they do the same in both renders."""
+        self,
+        watch: Watch,
+        text: str,
+        base: dict[str, Any],
+        k: int,
+        prompt: bool,
+        values: dict[int, Any],
+    ) -> dict[int, Any] | None:
+        """The statements of the start that read message ``k`` or later, run again on the
+        first ``k`` messages: ``values`` (traced values the prefix has otherwise, by id) and
+        the traced values they leave otherwise, or None when they leave other text or
+        state. Each run of consecutive such statements runs from
+        its mark and is compared at the next: the statements between runs read nothing
+        that differs (a traced value they use is checked with the passes'), and a later run
+        that uses a value an earlier one changed gives up."""
+        steps = watch.steps
         for read in _reads_past(watch, k):
-            rerun = self._rerun(watch, base, k, prompt, read)
-            if rerun is None or not rerun.left(watch.steps[read[0]], watch.steps[read[1]], text, k):
-                return False
-        return True
+            watch.replaced = values
+            rerun = self._scanned(watch, text, k, read) or self._rerun(watch, base, k, prompt, read)
+            found = (
+                None if rerun is None else rerun.changes(steps[read[0]], steps[read[1]], text, k)
+            )
+            if found is None:
+                return None
+            values = {**values, **found}
+        return values
+
+    @staticmethod
+    def _scanned(watch: Watch, text: str, k: int, read: tuple[int, int]) -> _Rerun | None:
+        """What a loop of the start over the messages (``read`` being that one statement)
+        leaves on the first ``k`` messages, from its marks in the whole render: what it had
+        left when its pass on message ``k`` began, if the passes before read no further."""
+        first, stop = read
+        scan = watch.scans.get(first)
+        if stop != first + 1 or scan is None or not isinstance(scan[0], WatchedMessages):
+            return None
+        walked, marks = scan
+        before = watch.steps[first]
+        if k > base_of(walked):
+            item = watch.chat[k]
+            mark = marks.get(id(item))
+            if mark is None or mark.item is not item or mark.behind >= k:
+                return None
+            before = mark  # the loop on the prefix's messages ends where this pass began
+        known = len(watch.steps[first].spaces)
+        return _Rerun(
+            text[watch.steps[first].position : before.position],
+            {},
+            [space for space, _ in before.spaces[known:]],
+            [fields for _, fields in before.spaces],
+        )
 
     def _rerun(
         self, watch: Watch, base: dict[str, Any], k: int, prompt: bool, read: tuple[int, int]
@@ -515,7 +847,7 @@ class ResumePlan:
         before = watch.steps[read[0]]
         if part is None or part.fresh & before.names.keys():
             return None  # it would start unset a variable the whole render had set
-        _restore(before.spaces)
+        _restore(watch, before)
         names = self._entered(watch, base, before.names, k, prompt)
         made: list[Any] = []
         make = names["namespace"]
@@ -536,8 +868,8 @@ class ResumePlan:
             return None
         finally:
             watch.limit = limit
-        fields = [dict(_fields(space)) for space, _ in before.spaces]
-        return _Rerun("".join(out), dict(context.vars), made, fields, len(before.spaces))
+        fields = [dict(_fields(space)) for space in (*(s for s, _ in before.spaces), *made)]
+        return _Rerun("".join(out), dict(context.vars), made, fields)
 
     def _part(self, first: int, stop: int) -> _Part | None:
         """Statements ``first`` to ``stop - 1`` of the start compiled alone; None when a
@@ -576,6 +908,8 @@ def _same(value: Any, whole: Any, pairs: dict[int, Any], k: int) -> bool:
     if isinstance(whole, WatchedMessages):
         mine = prefix_of(whole, k)
         return type(value) is list and len(value) == len(mine) and all(map(_is, value, mine))
+    if type(whole) is _Traced:
+        whole = whole.__cc_value__
     kind = type(value)
     if kind is not type(whole):
         return False
@@ -624,21 +958,53 @@ def _main_loop(tree: nodes.Template) -> tuple[int, nodes.For, nodes.Expr] | None
         node = tree.body[index]
         if not isinstance(node, nodes.For):
             continue
-        walked = loop_source(node)
-        if not (
-            _plain_walk(walked)
-            and isinstance(node.target, nodes.Name)
-            and node.test is None
-            and not node.else_
-            and not node.recursive
-        ):
+        if not _walks_messages(node):
             return None
-        for part in node.body:
-            for got in part.find_all(nodes.Getattr):
-                if got.attr == "changed" and isinstance(got.node, nodes.Name):
-                    return None  # loop.changed keeps state from pass to pass
-        return index, node, walked  # type: ignore[return-value]
+        return index, node, loop_source(node)  # type: ignore[return-value]
     return None
+
+
+def _walks_messages(node: nodes.For) -> bool:
+    """Whether a loop walks a variable or a slice of one from a start, and its passes
+    would run the same as a part of it (no loop filter, ``else``, recursion or
+    ``loop.changed``, which keeps state from pass to pass)."""
+    if not (
+        _plain_walk(loop_source(node))
+        and isinstance(node.target, nodes.Name)
+        and node.test is None
+        and not node.else_
+        and not node.recursive
+    ):
+        return False
+    return not any(
+        got.attr == "changed" and isinstance(got.node, nodes.Name)
+        for part in node.body
+        for got in part.find_all(nodes.Getattr)
+    )
+
+
+# what a pass can read of its loop without looking at the next item
+_LOOP_BEHIND = frozenset({"index", "index0", "first", "previtem", "cycle", "depth", "depth0"})
+
+
+def _scan_loop(node: nodes.For) -> bool:
+    """Whether a loop of the start over the messages leaves, on the first ``k`` messages,
+    what its whole render had left when its pass on message ``k`` began: a loop as the
+    main one whose passes do not look at the next item (``loop.last``, ``loop.length``...)."""
+    if not _walks_messages(node):
+        return False
+    behind = {
+        id(got.node)
+        for part in node.body
+        for got in part.find_all(nodes.Getattr)
+        if got.attr in _LOOP_BEHIND and isinstance(got.node, nodes.Name)
+    }
+    return all(
+        id(name) in behind
+        for part in node.body
+        for name in part.find_all(nodes.Name)
+        if name.name == "loop"
+    )
 
 
 def _plain_walk(node: nodes.Node) -> bool:
