@@ -850,6 +850,7 @@ class PrefixRenders:
                     inputs.chat, variables, inputs.now, [], inputs.made, compiled
                 )
             except TemplateError:
+                watch.finish()
                 if watch.traced:
                     continue  # a traced value refused a use (|tojson): watched untraced
                 if raising:
@@ -858,7 +859,7 @@ class PrefixRenders:
                 return None
             if not trace:
                 plan.traces = False  # traced values broke this template: not tried again
-            watch.tracing = False
+            watch.finish()
             self._watched[flag] = (watch, text)
             return watch, text
         raise AssertionError("unreachable: the untraced render returns or raises")

@@ -111,7 +111,7 @@ class Watch:
         self.spaces: list[Any] = []  # every namespace the render made, in order
         self.fields: list[dict[str, Any]] = []  # and the dict of each one's fields
         # per mark's variables (by id: the marks keep them alive), what _entered works out
-        self.entered: dict[int, tuple[dict[str, Any], list[Any], list[str]]] = {}
+        self.entered: dict[int, tuple[dict[str, Any], list[Any], list[str], list[Any]]] = {}
         self.walked: Any = None  # what the main loop walks
         # False once a mark cannot hold the render's state: a variable or namespace field
         # holds an iterator (a filter's lazy result, whose state moves on with every read),
@@ -126,10 +126,13 @@ class Watch:
         self.at = -1  # the message of the pass running; -1 in the start
         self.replaced: dict[int, Any] = {}  # while a prefix resumes: traced values it changes
         self.flag: _Traced | None = None  # add_generation_prompt, when traced
+        self.changed: dict[frozenset[tuple[int, Any]], int] = {}  # first_changed's answers
         # the top-level loops of the start over the messages: what each walks and its marks
         # (as the main loop's), by the index of its statement
         self.scans: dict[int, tuple[Any, dict[int, Mark]]] = {}
-        self.fetched = -1  # the reach before the last item a walk of the messages fetched
+        # the furthest read before a walk of the messages fetched its last item (or after
+        # a loop looked at its next item): at a pass's mark, what the passes before read
+        self.fetched = -1
 
     def see(self, index: int) -> None:
         if index >= self.limit:
@@ -143,6 +146,7 @@ class Watch:
         """The render variables the watched template's marks and namespaces call."""
 
         def on_step(context: Any, index: int) -> None:
+            _watching.watch = self
             if self.trace and (self.tracing or self.reach > 0):
                 self._trace()
             names = dict(context.vars)
@@ -171,8 +175,6 @@ class Watch:
             self.scans[len(self.steps) - 1] = (walked, {})
 
         def on_scan(context: Any, item: Any) -> None:
-            # what the passes before read: the loop has just fetched this pass's item (no
-            # pass looks ahead: _scan_loop)
             mark = self._mark(item, self.steps[-1].names)
             mark.behind = self.fetched
             self.scans[len(self.steps) - 1][1][id(item)] = mark
@@ -191,6 +193,12 @@ class Watch:
             _SCAN: on_scan,
             "namespace": namespace,
         }
+
+    def finish(self) -> None:
+        """The watched render has ended (or raised): no more uses or reads to note."""
+        self.tracing = False
+        if getattr(_watching, "watch", None) is self:
+            _watching.watch = None
 
     def _trace(self) -> None:
         """Trace every int the start left in a namespace's field (not in a top-level
@@ -219,14 +227,21 @@ class Watch:
         other values (``values``: by the id of the _Traced) would have run otherwise: the
         pass of the first use that is not a comparison giving the same result with them
         (-1 for a use in the start)."""
-        for key in values:
-            for use in self.traced[key].__cc_uses__:
-                if use.at >= last:
-                    break
-                if not use.holds(values):
-                    last = use.at
-                    break
-        return last
+        # the first such use of all the passes does not depend on the prefix: worked out
+        # once per set of values (a scan's index is the same for the prefixes of a turn)
+        key = frozenset(values.items())
+        first = self.changed.get(key)
+        if first is None:
+            first = _WHOLE
+            for traced in values:
+                for use in self.traced[traced].__cc_uses__:
+                    if use.at >= first:
+                        break
+                    if not use.holds(values):
+                        first = use.at
+                        break
+            self.changed[key] = first
+        return min(first, last)
 
     @staticmethod
     def untrace(spaces: list[tuple[Any, dict[str, Any]]], values: dict[int, Any]) -> None:
@@ -252,8 +267,13 @@ class Watch:
 def _iterator(value: Any) -> bool:
     """Whether ``value``, or an item of a list or tuple it is, is an iterator (the messages'
     watched lists hold messages, and reading them would count as a read)."""
-    if type(value) is list or type(value) is tuple:
-        return any(isinstance(item, Iterator) for item in value)
+    kind = type(value)
+    if kind in _NOT_ITERATORS:
+        return False
+    if kind is list or kind is tuple:
+        return any(
+            type(item) not in _NOT_ITERATORS and isinstance(item, Iterator) for item in value
+        )
     return isinstance(value, Iterator)
 
 
@@ -426,6 +446,10 @@ class _Traced:
     __rshift__, __rrshift__ = _opaque(operator.rshift), _opaque(operator.rshift, True)
 
 
+# types _iterator answers at once (a traced value would ask its class, an ABC check)
+_NOT_ITERATORS = frozenset({str, int, float, bool, type(None), dict, _Traced})
+
+
 class WatchedMessages(list):  # type: ignore[type-arg]
     """The conversation's messages, noting the furthest message a template read.
 
@@ -527,6 +551,23 @@ def prefix_of(view: WatchedMessages, k: int) -> list[Any]:
     return list.__getitem__(view, slice(0, max(0, k - view.__cc_base__)))
 
 
+_watching = threading.local()  # the watch of the watched render running
+
+
+class _WatchedLoop(LoopContext):
+    """The loops of a watched render: a look at the next item (``loop.last``,
+    ``loop.nextitem``) counts as a read before the next pass's (see ``Watch.fetched``)."""
+
+    def _peek_next(self) -> Any:
+        if self._after is not missing:
+            return self._after
+        after = super()._peek_next()
+        watch = getattr(_watching, "watch", None)
+        if watch is not None:
+            watch.fetched = watch.reach
+        return after
+
+
 _pending = threading.local()  # the loop context the next resumed pass starts with
 
 
@@ -603,7 +644,7 @@ class ResumePlan:
 
     watched: jinja2.Template  # the template with its marks
     tail: jinja2.Template  # the loop (for one pass) and what follows it
-    end: jinja2.Template | None  # what follows the loop, when its passes never look ahead
+    end: jinja2.Template  # what follows the loop
     unset_names: frozenset[str]  # top-level names that read as unset until assigned
     reads_flag_early: bool  # add_generation_prompt is read before the loop ends
     start: list[nodes.Node]  # the statements before the loop
@@ -655,7 +696,7 @@ class ResumePlan:
         for at, node in enumerate(watched.body[: index + 1]):
             marked.append(marker_statement(_STEP, nodes.Const(at)))
             walk, mark = (_WALK, _PASS) if at == index else (_SCAN_WALK, _SCAN)
-            if isinstance(node, nodes.For) and (node is main or _scan_loop(node)):
+            if isinstance(node, nodes.For) and (node is main or _walks_messages(node)):
                 walks = copy.deepcopy(loop_source(node))
                 marked.append(marker_statement(walk, walks))  # type: ignore[arg-type]
                 item = nodes.Name(node.target.name, "load")  # type: ignore[attr-defined]
@@ -665,7 +706,7 @@ class ResumePlan:
         plan = cls(
             compile_tree(watched),
             compile_tree(nodes.Template([body, *copy.deepcopy(rest)])),
-            compile_tree(nodes.Template(copy.deepcopy(rest))) if _scan_loop(loop) else None,
+            compile_tree(nodes.Template(copy.deepcopy(rest))),
             frozenset(n for n in root.stores if _initial(root, n) == VAR_LOAD_UNDEFINED),
             reads_flag,
             copy.deepcopy(start),
@@ -675,6 +716,7 @@ class ResumePlan:
             not any(test.name == "sameas" for test in tree.find_all(nodes.Test)),
         )
         plan.tail.root_render_func.__globals__["LoopContext"] = _resumed_loop
+        plan.watched.root_render_func.__globals__["LoopContext"] = _WatchedLoop
         plan._globals = dict(plan.tail.globals)
         plan.watched_globals = dict(plan.watched.globals)
         return plan
@@ -701,7 +743,7 @@ class ResumePlan:
         if not isinstance(walked, WatchedMessages) or k - 1 < base_of(walked):
             return None
         ended = None  # the mark of message k, when the prefix's render can end there
-        if self.end is not None and k < len(chat):
+        if k < len(chat):
             after = watch.passes.get(id(chat[k]))
             if after is not None and after.item is chat[k] and after.behind < k:
                 ended = after
@@ -719,7 +761,7 @@ class ResumePlan:
             at = k if ended is not None else k - 1
             if values:  # resumed at the first pass the prefix's values change
                 at = watch.first_changed(values, at)
-            if at == k and ended is not None and self.end is not None:
+            if at == k and ended is not None:
                 mark, tail = ended, self.end  # every pass ran as in the whole render
             else:
                 tail = self.tail
@@ -732,11 +774,7 @@ class ResumePlan:
             _restore(watch, mark)
             if watch.traced:
                 watch.untrace(mark.spaces, values)
-            names = self._entered(watch, names, mark.names, k, prompt)
-            if watch.traced:
-                for name, value in names.items():
-                    if type(value) is _Traced:
-                        names[name] = values.get(id(value), value.__cc_value__)
+            names = self._entered(watch, names, mark.names, k, prompt, values)
             if tail is self.tail:
                 messages = prefix_of(walked, k)
                 start = at - base_of(walked)
@@ -758,11 +796,18 @@ class ResumePlan:
         return environment.context_class(environment, names, None, {}, globals=self._globals)
 
     def _entered(
-        self, watch: Watch, names: dict[str, Any], marked: dict[str, Any], k: int, prompt: bool
+        self,
+        watch: Watch,
+        names: dict[str, Any],
+        marked: dict[str, Any],
+        k: int,
+        prompt: bool,
+        values: dict[int, Any] | None = None,
     ) -> dict[str, Any]:
         """``names`` with the top-level variables ``marked`` at a mark, as the render of the
         first ``k`` messages has them (the part of that which is the same for every prefix
-        is worked out once per mark's variables)."""
+        is worked out once per mark's variables); with ``values``, the traced values among
+        them plain (``values``' where given)."""
         entry = watch.entered.get(id(marked))
         if entry is None:
             base = names.copy()
@@ -776,13 +821,17 @@ class ResumePlan:
                 for n in ("messages", "add_generation_prompt")
                 if n not in marked and n not in self.unset_names
             ]
-            entry = watch.entered[id(marked)] = (base, views, given)
-        base, views, given = entry
+            traced = [(n, v) for n, v in marked.items() if type(v) is _Traced]
+            entry = watch.entered[id(marked)] = (base, views, given, traced)
+        base, views, given, traced = entry
         entered = base.copy()
         for name in given:
             entered[name] = watch.chat[:k] if name == "messages" else prompt
         for name, view in views:
             entered[name] = prefix_of(view, k)
+        if values is not None:
+            for name, value in traced:
+                entered[name] = values.get(id(value), value.__cc_value__)
         return entered
 
     def _rerun_start(
@@ -980,30 +1029,6 @@ def _walks_messages(node: nodes.For) -> bool:
         got.attr == "changed" and isinstance(got.node, nodes.Name)
         for part in node.body
         for got in part.find_all(nodes.Getattr)
-    )
-
-
-# what a pass can read of its loop without looking at the next item
-_LOOP_BEHIND = frozenset({"index", "index0", "first", "previtem", "cycle", "depth", "depth0"})
-
-
-def _scan_loop(node: nodes.For) -> bool:
-    """Whether a loop of the start over the messages leaves, on the first ``k`` messages,
-    what its whole render had left when its pass on message ``k`` began: a loop as the
-    main one whose passes do not look at the next item (``loop.last``, ``loop.length``...)."""
-    if not _walks_messages(node):
-        return False
-    behind = {
-        id(got.node)
-        for part in node.body
-        for got in part.find_all(nodes.Getattr)
-        if got.attr in _LOOP_BEHIND and isinstance(got.node, nodes.Name)
-    }
-    return all(
-        id(name) in behind
-        for part in node.body
-        for name in part.find_all(nodes.Name)
-        if name.name == "loop"
     )
 
 
