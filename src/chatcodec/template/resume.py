@@ -110,6 +110,10 @@ class Watch:
         self.steps: list[Mark] = []  # before each statement of the start, then the loop's
         self.spaces: list[Any] = []  # every namespace the render made, in order
         self.fields: list[dict[str, Any]] = []  # and the dict of each one's fields
+        # the namespaces' fields as the last mark copied them, and the count of fields set
+        # on namespaces then (render_state.namespace_writes)
+        self.copied: list[tuple[Any, dict[str, Any]]] = []
+        self.writes = -1
         # per mark's variables (by id: the marks keep them alive), what _entered works out
         self.entered: dict[int, tuple[dict[str, Any], list[Any], list[str], list[Any]]] = {}
         self.walked: Any = None  # what the main loop walks
@@ -208,6 +212,7 @@ class Watch:
             for name, value in fields.items():
                 if type(value) is int:
                     fields[name] = self.traced_value(value)
+                    self.writes = -1
         self.tracing = True
 
     def trace_flag(self, flag: bool) -> _Traced:
@@ -252,15 +257,20 @@ class Watch:
                     _fields(space)[name] = values.get(id(value), value.__cc_value__)
 
     def _mark(self, item: Any, names: dict[str, Any]) -> Mark:
-        self.copies -= len(self.spaces)
-        if self.copies < 0:
-            self.usable = False
-        if not self.usable:  # nothing will resume: no copies
-            return Mark(item, render_state.position, names, [], self.furthest, self.reach)
-        spaces = [
-            (space, dict(fields)) for space, fields in zip(self.spaces, self.fields, strict=True)
-        ]
-        self.usable = not any(any(map(_iterator, fields.values())) for _, fields in spaces)
+        spaces = self.copied
+        writes = render_state.namespace_writes
+        if writes != self.writes or len(spaces) != len(self.spaces):  # else the last copies
+            self.copies -= len(self.spaces)
+            if self.copies < 0:
+                self.usable = False
+            if not self.usable:  # nothing will resume: no copies
+                return Mark(item, render_state.position, names, [], self.furthest, self.reach)
+            spaces = [
+                (space, dict(fields))
+                for space, fields in zip(self.spaces, self.fields, strict=True)
+            ]
+            self.usable = not any(any(map(_iterator, fields.values())) for _, fields in spaces)
+            self.copied, self.writes = spaces, writes
         return Mark(item, render_state.position, names, spaces, self.furthest, self.reach)
 
 
@@ -554,18 +564,23 @@ def prefix_of(view: WatchedMessages, k: int) -> list[Any]:
 _watching = threading.local()  # the watch of the watched render running
 
 
-class _WatchedLoop(LoopContext):
-    """The loops of a watched render: a look at the next item (``loop.last``,
-    ``loop.nextitem``) counts as a read before the next pass's (see ``Watch.fetched``)."""
+def _watched_loop(*args: Any) -> LoopContext:
+    # Stands for LoopContext in the watched template: jinja's own loop object (the sandbox
+    # knows its type), whose look at the next item (`loop.last`, `loop.nextitem`) counts as
+    # a read before the next pass's (see Watch.fetched)
+    loop = LoopContext(*args)
+    peek = loop._peek_next
 
-    def _peek_next(self) -> Any:
-        if self._after is not missing:
-            return self._after
-        after = super()._peek_next()
+    def peek_next() -> Any:
+        fresh = loop._after is missing
+        after = peek()
         watch = getattr(_watching, "watch", None)
-        if watch is not None:
+        if fresh and watch is not None:
             watch.fetched = watch.reach
         return after
+
+    loop._peek_next = peek_next  # type: ignore[method-assign]
+    return loop
 
 
 _pending = threading.local()  # the loop context the next resumed pass starts with
@@ -716,7 +731,7 @@ class ResumePlan:
             not any(test.name == "sameas" for test in tree.find_all(nodes.Test)),
         )
         plan.tail.root_render_func.__globals__["LoopContext"] = _resumed_loop
-        plan.watched.root_render_func.__globals__["LoopContext"] = _WatchedLoop
+        plan.watched.root_render_func.__globals__["LoopContext"] = _watched_loop
         plan._globals = dict(plan.tail.globals)
         plan.watched_globals = dict(plan.watched.globals)
         return plan
@@ -952,7 +967,7 @@ def _run(template: jinja2.Template, context: Any, out: list[str], size: int) -> 
 def _same(value: Any, whole: Any, pairs: dict[int, Any], k: int) -> bool:
     """Whether ``value`` (of a rerun on ``k`` messages) is ``whole`` (of the whole render):
     equal types and values, the rerun's namespaces standing for the whole render's."""
-    if value is whole:
+    if value is whole or pairs.get(id(value)) is whole:
         return True
     if isinstance(whole, WatchedMessages):
         mine = prefix_of(whole, k)
@@ -974,7 +989,7 @@ def _same(value: Any, whole: Any, pairs: dict[int, Any], k: int) -> bool:
             and all(_same(a, b, pairs, k) for a, b in zip(value, whole, strict=True))
             and all(_same(value[a], whole[b], pairs, k) for a, b in zip(value, whole, strict=True))
         )
-    return pairs.get(id(value)) is whole  # a namespace the rerun made; else only identity
+    return False  # a namespace or another object: only itself, or the rerun's own
 
 
 def _is(a: Any, b: Any) -> bool:
