@@ -154,13 +154,12 @@ class Watch:
             if self.trace and (self.tracing or self.reach > 0):
                 self._trace()
             names = dict(context.vars)
-            if self.usable:  # the variables the last statement assigned
-                known = self.steps[-1].names if self.steps else {}
-                self.usable = not any(
-                    _iterator(value)
-                    for name, value in names.items()
-                    if known.get(name) is not value
-                )
+            known = self.steps[-1].names if self.steps else {}
+            assigned = [value for name, value in names.items() if known.get(name) is not value]
+            if not assigned and len(names) == len(known):
+                names = known  # no variable assigned: the last mark's
+            elif self.usable:
+                self.usable = not any(map(_iterator, assigned))
             self.steps.append(self._mark(index, names))
             self.reach = -1
 
@@ -611,15 +610,20 @@ class _Rerun:
         the same: the text, variables and namespace fields (by type and value)."""
         if self.text != text[before.position : after.position]:
             return None
-        names = dict(before.names, **self.assigned)
         created = after.spaces[len(before.spaces) :]
-        if names.keys() != after.names.keys() or len(self.made) != len(created):
+        if len(self.made) != len(created):
             return None
         pairs = {id(new): old for new, (old, _) in zip(self.made, created, strict=True)}
-        if not all(_same(value, after.names[name], pairs, k) for name, value in names.items()):
-            return None
+        if self.assigned or before.names is not after.names:  # else the same variables
+            names = dict(before.names, **self.assigned)
+            if names.keys() != after.names.keys() or not all(
+                _same(value, after.names[name], pairs, k) for name, value in names.items()
+            ):
+                return None
         found: dict[int, Any] = {}
         for fields, (_, whole) in zip(self.fields, after.spaces, strict=True):
+            if fields is whole:  # a mark's copies, shared by the next mark
+                continue
             if fields.keys() != whole.keys():
                 return None
             for name, value in fields.items():
