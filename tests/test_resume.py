@@ -171,10 +171,17 @@ def test_a_scan_for_the_last_user_message() -> None:
     assert check(_loop(body, start)) == ALL - 2 * 2
 
 
-def test_a_count_of_the_messages_in_the_start_is_run_again() -> None:
+def test_a_count_of_the_messages_in_the_start() -> None:
     start = "{% set count = messages | length %}"
-    # a different count in each prefix but the whole conversation's
-    assert check(_loop("{{ count }}" + CHATML_BODY, start)) == 2 * 2
+    # a different count in each prefix: the length is a traced value, and the passes print
+    # it (a use no other value replays): each prefix resumes at the loop's first pass, with
+    # its own count
+    assert check(_loop("{{ count }}" + CHATML_BODY, start)) == ALL
+    # passes that only compare it resume where the comparison changes
+    assert check(_loop("{% if count > 2 %}+{% endif %}" + CHATML_BODY, start)) == ALL
+    # a statement that computes with it runs again on each prefix
+    start = "{% set last = messages | length - 1 %}"
+    assert check(_loop("{% if loop.index0 == last %}${% endif %}" + CHATML_BODY, start)) == 2 * 2
     # the same answer from 3 messages on
     start = "{% set many = messages | length > 2 %}"
     assert check(_loop("{{ many }}" + CHATML_BODY, start)) == 2 * 2 * (len(CONVERSATION) - 2)

@@ -58,6 +58,7 @@ from jinja2 import nodes
 from jinja2.idtracking import VAR_LOAD_UNDEFINED, symbols_for_node
 from jinja2.runtime import LoopContext
 from jinja2.utils import missing
+from jinja2.visitor import NodeTransformer
 
 from .environment import MARK_PREFIX, loop_source, marker_statement, render_state
 
@@ -126,11 +127,17 @@ class Watch:
         # past the first message on, while the watched render runs
         self.trace = False  # whether to trace
         self.tracing = False
+        self.live = True  # until the watched render ends
         self.traced: dict[int, _Traced] = {}  # by id
-        self.at = -1  # the message of the pass running; -1 in the start
+        # the message of the pass running; in the start, -2 - the statement's index
+        self.at = -1
+        # the lengths of the messages the template took (`messages | length`), traced, with
+        # the pass (or statement) that took each
+        self.lengths: list[tuple[_Traced, int]] = []
         self.replaced: dict[int, Any] = {}  # while a prefix resumes: traced values it changes
         self.flag: _Traced | None = None  # add_generation_prompt, when traced
-        self.changed: dict[frozenset[tuple[int, Any]], int] = {}  # first_changed's answers
+        # first_changed's answers
+        self.changed: dict[tuple[frozenset[tuple[int, Any]], frozenset[int]], int] = {}
         # the top-level loops of the start over the messages: what each walks and its marks
         # (as the main loop's), by the index of its statement
         self.scans: dict[int, tuple[Any, dict[int, Mark]]] = {}
@@ -153,6 +160,7 @@ class Watch:
             _watching.watch = self
             if self.trace and (self.tracing or self.reach > 0):
                 self._trace()
+            self.at = -2 - index
             names = dict(context.vars)
             known = self.steps[-1].names if self.steps else {}
             assigned = [value for name, value in names.items() if known.get(name) is not value]
@@ -199,7 +207,7 @@ class Watch:
 
     def finish(self) -> None:
         """The watched render has ended (or raised): no more uses or reads to note."""
-        self.tracing = False
+        self.tracing = self.live = False
         if getattr(_watching, "watch", None) is self:
             _watching.watch = None
 
@@ -226,26 +234,56 @@ class Watch:
         self.traced[id(traced)] = traced
         return traced
 
-    def first_changed(self, values: dict[int, Any], last: int) -> int:
+    def first_changed(
+        self, values: dict[int, Any], last: int, rerun: frozenset[int] = frozenset()
+    ) -> int:
         """The first pass, up to the pass of message ``last``, that traced values with
         other values (``values``: by the id of the _Traced) would have run otherwise: the
-        pass of the first use that is not a comparison giving the same result with them
-        (-1 for a use in the start)."""
+        pass of the first use that is not a comparison giving the same result with them;
+        -1 for such a use in a statement of the start, but those in ``rerun`` (statements
+        run again on the prefix)."""
         # the first such use of all the passes does not depend on the prefix: worked out
         # once per set of values (a scan's index is the same for the prefixes of a turn)
-        key = frozenset(values.items())
+        key = (frozenset(values.items()), rerun)
         first = self.changed.get(key)
         if first is None:
             first = _WHOLE
             for traced in values:
                 for use in self.traced[traced].__cc_uses__:
+                    if use.at < -1:  # in the start
+                        if -2 - use.at in rerun or use.holds(values):
+                            continue
+                        first = -1
+                        break
                     if use.at >= first:
                         break
                     if not use.holds(values):
                         first = use.at
                         break
+                if first < 0:
+                    break
             self.changed[key] = first
         return min(first, last)
+
+    def measured(self, view: WatchedMessages) -> _Traced:
+        """``view | length``, traced: a prefix has its own."""
+        length = self.traced_value(list.__len__(view))
+        length.__cc_base__ = base_of(view)
+        self.lengths.append((length, self.at))
+        self.tracing = True
+        return length
+
+    def lengths_of(self, k: int, values: dict[int, Any]) -> dict[int, Any]:
+        """``values`` and the traced lengths taken before the pass of message ``k`` as
+        the render of the first ``k`` messages has them."""
+        if not self.lengths or k >= len(self.chat):
+            return values
+        values = dict(values)
+        for length, at in self.lengths:
+            if at >= k:
+                break
+            values[id(length)] = max(0, k - (length.__cc_base__ or 0))
+        return values
 
     @staticmethod
     def untrace(spaces: list[tuple[Any, dict[str, Any]]], values: dict[int, Any]) -> None:
@@ -373,12 +411,13 @@ class _Traced:
     not reach) refuses any use if the prefix's value differs.
     """
 
-    __slots__ = ("__cc_value__", "__cc_watch__", "__cc_uses__")
+    __slots__ = ("__cc_value__", "__cc_watch__", "__cc_uses__", "__cc_base__")
 
     def __init__(self, value: int | bool, watch: Watch) -> None:
         self.__cc_value__ = value
         self.__cc_watch__ = watch
         self.__cc_uses__: list[_Use] = []
+        self.__cc_base__: int | None = None  # a length of the messages: where they start
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:  # isinstance(x, int) holds, as for its value
@@ -391,6 +430,10 @@ class _Traced:
             self.__cc_uses__.append(use)
             if type(other) is _Traced and other is not self:
                 other.__cc_uses__.append(use)
+            if op is None and watch.at < -1 and self.__cc_base__ is not None:
+                # a statement of the start that computes with the messages' length reads
+                # them all: it runs again on each prefix
+                watch.see(_WHOLE)
         elif id(self) in watch.replaced:
             raise GivenUp  # a resumed prefix's value differs: rendered from the start
 
@@ -582,6 +625,43 @@ def _watched_loop(*args: Any) -> LoopContext:
     return loop
 
 
+_LENGTHS = {"length": "__cc_length", "count": "__cc_count"}  # filter -> its stand-in
+
+
+def _measuring(length: Callable[[Any], int]) -> Callable[[Any], Any]:
+    # Stands for the `length` (or `count`) filter in the watched template: the messages'
+    # length is a traced value, whose uses decide which prefixes it changes
+    def measure(value: Any) -> Any:
+        if type(value) is WatchedMessages:
+            watch = value.__cc_watch__
+            if watch.trace and watch.live:  # (a macro of it may run in a resumed prefix)
+                return watch.measured(value)
+        return length(value)
+
+    return measure
+
+
+class _Measured(NodeTransformer):
+    """Replaces ``x | length`` and ``x | count`` by calls of their stand-ins."""
+
+    def visit_Filter(self, node: nodes.Filter) -> nodes.Node:
+        self.generic_visit(node)
+        if (
+            node.name in _LENGTHS
+            and node.node is not None
+            and not node.args
+            and not node.kwargs
+            and node.dyn_args is None
+            and node.dyn_kwargs is None
+        ):
+            # jinja's own way to name a Python variable of the compiled code (the parser's
+            # free_identifier): no template can write one
+            name = object.__new__(nodes.InternalName)
+            nodes.Node.__init__(name, _LENGTHS[node.name], lineno=node.lineno)
+            return nodes.Call(name, [node.node], [], None, None, lineno=node.lineno)
+        return node
+
+
 _pending = threading.local()  # the loop context the next resumed pass starts with
 
 
@@ -614,19 +694,18 @@ class _Rerun:
         if len(self.made) != len(created):
             return None
         pairs = {id(new): old for new, (old, _) in zip(self.made, created, strict=True)}
-        if self.assigned or before.names is not after.names:  # else the same variables
-            names = dict(before.names, **self.assigned)
-            if names.keys() != after.names.keys() or not all(
-                _same(value, after.names[name], pairs, k) for name, value in names.items()
-            ):
-                return None
         found: dict[int, Any] = {}
-        for fields, (_, whole) in zip(self.fields, after.spaces, strict=True):
-            if fields is whole:  # a mark's copies, shared by the next mark
+        pairings = [
+            (fields, whole) for fields, (_, whole) in zip(self.fields, after.spaces, strict=True)
+        ]
+        if self.assigned or before.names is not after.names:  # else the same variables
+            pairings.append((dict(before.names, **self.assigned), after.names))
+        for mine, whole in pairings:
+            if mine is whole:  # a mark's copies, shared by the next mark
                 continue
-            if fields.keys() != whole.keys():
+            if mine.keys() != whole.keys():
                 return None
-            for name, value in fields.items():
+            for name, value in mine.items():
                 was = whole[name]
                 if not _same(value, was, pairs, k):
                     if type(was) is not _Traced or type(value) is not type(was.__cc_value__):
@@ -709,7 +788,7 @@ class ResumePlan:
             None,
             False,
         )
-        watched = copy.deepcopy(tree)
+        watched = _Measured().visit(copy.deepcopy(tree))
         main = watched.body[index]
         marked: list[nodes.Node] = []
         for at, node in enumerate(watched.body[: index + 1]):
@@ -735,7 +814,10 @@ class ResumePlan:
             not any(test.name == "sameas" for test in tree.find_all(nodes.Test)),
         )
         plan.tail.root_render_func.__globals__["LoopContext"] = _resumed_loop
-        plan.watched.root_render_func.__globals__["LoopContext"] = _watched_loop
+        stand_ins = plan.watched.root_render_func.__globals__
+        stand_ins["LoopContext"] = _watched_loop
+        for name, stand_in in _LENGTHS.items():
+            stand_ins[stand_in] = _measuring(plan.watched.environment.filters[name])
         plan._globals = dict(plan.tail.globals)
         plan.watched_globals = dict(plan.watched.globals)
         return plan
@@ -772,14 +854,18 @@ class ResumePlan:
             values: dict[int, Any] = {}
             if flag is not None and prompt != flag.__cc_value__:
                 values = {id(flag): prompt}
+            values = watch.lengths_of(k, values)
+            rerun: frozenset[int] = frozenset()
             if mark.furthest >= bound:
-                changed = self._rerun_start(watch, text, names, k, prompt, values)
+                runs = _reads_past(watch, k)
+                changed = self._rerun_start(watch, text, names, k, prompt, values, runs)
                 if changed is None:
                     return None
                 values = changed
+                rerun = frozenset(i for first, stop in runs for i in range(first, stop))
             at = k if ended is not None else k - 1
             if values:  # resumed at the first pass the prefix's values change
-                at = watch.first_changed(values, at)
+                at = watch.first_changed(values, at, rerun)
             if at == k and ended is not None:
                 mark, tail = ended, self.end  # every pass ran as in the whole render
             else:
@@ -861,6 +947,7 @@ class ResumePlan:
         k: int,
         prompt: bool,
         values: dict[int, Any],
+        runs: list[tuple[int, int]],
     ) -> dict[int, Any] | None:
         """The statements of the start that read message ``k`` or later, run again on the
         first ``k`` messages: ``values`` (traced values the prefix has otherwise, by id) and
@@ -870,7 +957,7 @@ class ResumePlan:
         that differs (a traced value they use is checked with the passes'), and a later run
         that uses a value an earlier one changed gives up."""
         steps = watch.steps
-        for read in _reads_past(watch, k):
+        for read in runs:
             watch.replaced = values
             rerun = self._scanned(watch, text, k, read) or self._rerun(watch, base, k, prompt, read)
             found = (
