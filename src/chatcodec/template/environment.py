@@ -1180,6 +1180,18 @@ def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100
 _LIPSUM_WORDS = 1 << 18
 
 
+def _measured_by_stand_in(length: Callable[..., Any]) -> Callable[..., Any]:
+    # `x | length`: a list standing in for the messages (template/resume.py's watched list,
+    # with __cc_length__) gives a value standing in for its length
+    def measure(value: Any) -> Any:
+        measured = getattr(type(value), "__cc_length__", None)
+        if measured is not None:
+            return measured(value)
+        return length(value)
+
+    return _keep_marks(measure, length)
+
+
 def _answered_by_stand_in(test: Callable[..., Any]) -> Callable[..., bool]:
     # jinja's `is true`, `is false` and `is boolean` test a value's identity: a stand-in for
     # a value (a class with __cc_test__, such as the traced values of template/resume.py)
@@ -1216,6 +1228,8 @@ def new_environment(
     env.filters[_LOOP_GUARD] = _loop_guard
     for name in ("true", "false", "boolean"):
         env.tests[name] = _answered_by_stand_in(env.tests[name])  # type: ignore[arg-type]
+    for name in ("length", "count"):
+        env.filters[name] = _measured_by_stand_in(env.filters[name])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _TemplateDict()

@@ -58,7 +58,6 @@ from jinja2 import nodes
 from jinja2.idtracking import VAR_LOAD_UNDEFINED, symbols_for_node
 from jinja2.runtime import LoopContext
 from jinja2.utils import missing
-from jinja2.visitor import NodeTransformer
 
 from .environment import MARK_PREFIX, loop_source, marker_statement, render_state
 
@@ -132,8 +131,9 @@ class Watch:
         # the message of the pass running; in the start, -2 - the statement's index
         self.at = -1
         # the lengths of the messages the template took (`messages | length`), traced, with
-        # the pass (or statement) that took each
+        # the pass (or statement) that first took each
         self.lengths: list[tuple[_Traced, int]] = []
+        self.measures: dict[int, _Traced] = {}  # the same, by where their messages start
         self.replaced: dict[int, Any] = {}  # while a prefix resumes: traced values it changes
         self.flag: _Traced | None = None  # add_generation_prompt, when traced
         # first_changed's answers
@@ -266,11 +266,15 @@ class Watch:
         return min(first, last)
 
     def measured(self, view: WatchedMessages) -> _Traced:
-        """``view | length``, traced: a prefix has its own."""
-        length = self.traced_value(list.__len__(view))
-        length.__cc_base__ = base_of(view)
-        self.lengths.append((length, self.at))
-        self.tracing = True
+        """``view | length``, traced: a prefix has its own. One traced value per view's
+        start: its uses are all the uses of that length."""
+        base = base_of(view)
+        length = self.measures.get(base)
+        if length is None:
+            length = self.measures[base] = self.traced_value(list.__len__(view))
+            length.__cc_base__ = base
+            self.lengths.append((length, self.at))
+            self.tracing = True
         return length
 
     def lengths_of(self, k: int, values: dict[int, Any]) -> dict[int, Any]:
@@ -527,6 +531,14 @@ class WatchedMessages(list):  # type: ignore[type-arg]
         _see(self, 0 if size else _WHOLE)
         return size > 0
 
+    def __cc_length__(self) -> Any:
+        # `messages | length` (environment.py asks): while the watched render runs, a traced
+        # value (a macro of it may run in a resumed prefix, where it is a read of them all)
+        watch = self.__cc_watch__
+        if watch.trace and watch.live:
+            return watch.measured(self)
+        return len(self)
+
     def __iter__(self) -> Iterator[Any]:
         get, watch = list.__getitem__, self.__cc_watch__
         for index in range(list.__len__(self)):
@@ -623,43 +635,6 @@ def _watched_loop(*args: Any) -> LoopContext:
 
     loop._peek_next = peek_next  # type: ignore[method-assign]
     return loop
-
-
-_LENGTHS = {"length": "__cc_length", "count": "__cc_count"}  # filter -> its stand-in
-
-
-def _measuring(length: Callable[[Any], int]) -> Callable[[Any], Any]:
-    # Stands for the `length` (or `count`) filter in the watched template: the messages'
-    # length is a traced value, whose uses decide which prefixes it changes
-    def measure(value: Any) -> Any:
-        if type(value) is WatchedMessages:
-            watch = value.__cc_watch__
-            if watch.trace and watch.live:  # (a macro of it may run in a resumed prefix)
-                return watch.measured(value)
-        return length(value)
-
-    return measure
-
-
-class _Measured(NodeTransformer):
-    """Replaces ``x | length`` and ``x | count`` by calls of their stand-ins."""
-
-    def visit_Filter(self, node: nodes.Filter) -> nodes.Node:
-        self.generic_visit(node)
-        if (
-            node.name in _LENGTHS
-            and node.node is not None
-            and not node.args
-            and not node.kwargs
-            and node.dyn_args is None
-            and node.dyn_kwargs is None
-        ):
-            # jinja's own way to name a Python variable of the compiled code (the parser's
-            # free_identifier): no template can write one
-            name = object.__new__(nodes.InternalName)
-            nodes.Node.__init__(name, _LENGTHS[node.name], lineno=node.lineno)
-            return nodes.Call(name, [node.node], [], None, None, lineno=node.lineno)
-        return node
 
 
 _pending = threading.local()  # the loop context the next resumed pass starts with
@@ -788,7 +763,7 @@ class ResumePlan:
             None,
             False,
         )
-        watched = _Measured().visit(copy.deepcopy(tree))
+        watched = copy.deepcopy(tree)
         main = watched.body[index]
         marked: list[nodes.Node] = []
         for at, node in enumerate(watched.body[: index + 1]):
@@ -814,10 +789,7 @@ class ResumePlan:
             not any(test.name == "sameas" for test in tree.find_all(nodes.Test)),
         )
         plan.tail.root_render_func.__globals__["LoopContext"] = _resumed_loop
-        stand_ins = plan.watched.root_render_func.__globals__
-        stand_ins["LoopContext"] = _watched_loop
-        for name, stand_in in _LENGTHS.items():
-            stand_ins[stand_in] = _measuring(plan.watched.environment.filters[name])
+        plan.watched.root_render_func.__globals__["LoopContext"] = _watched_loop
         plan._globals = dict(plan.tail.globals)
         plan.watched_globals = dict(plan.watched.globals)
         return plan
