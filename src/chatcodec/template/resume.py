@@ -8,38 +8,52 @@ a conversation costs a number of renders that grows with its length.
 Most templates are a start, one loop over the messages, and an end. The render of
 ``messages[:k]`` runs exactly as the render of all the messages did until the loop begins
 message ``k - 1``, *as long as nothing before that point read message ``k`` or later, or
-how many messages there are*. From there on it is one pass of the loop (on message
-``k - 1``, now the last) and the template's end. So one render of the whole conversation,
-watched, gives each such prefix for the price of one pass and the end:
+a value that differs between the two*. So one render of the whole conversation, watched,
+gives each such prefix for the price of its last pass (or none) and the end:
 
 - the template gets the messages as a ``WatchedMessages`` list, which notes the furthest
-  message any read reached (a length, a negative index, a reversed walk or a comparison
-  reach them all); slices that keep the start are watched views;
+  message any read reached (a negative index, a reversed walk or a comparison reach them
+  all; a loop's look at its next item counts); slices that keep the start are watched
+  views;
 - a mark before each top-level statement of the start and at the start of every pass of
-  the loop records how much text is out, the top-level variables, the fields of every
-  ``namespace()`` and how far the reads since the last mark reached;
-- ``messages[:k]`` resumes at the mark of message ``k - 1``: the text out so far, then the
-  loop's body alone on message ``k - 1`` (with the loop variables of a loop over ``k``
-  messages), then the template's end, both on the prefix's own inputs, with the
-  namespaces put back as they were at the mark.
+  the loop (and of every loop of the start over the messages) records how much text is
+  out, the top-level variables, the fields of every ``namespace()`` (copied only after a
+  field was set) and how far the reads reached;
+- ``messages[:k]`` resumes at the mark of message ``k`` when the passes before it read
+  nothing of message ``k``: the text out so far, then the template's end on the prefix's
+  own inputs; else at the mark of message ``k - 1``: the text so far, the loop's body
+  alone on message ``k - 1`` (with the loop variables of a loop over ``k`` messages), then
+  the end; the namespaces put back as they were at the mark.
 
-That is exact when no read before the mark reached message ``k``. The passes of the loop
-before it must not have; statements of the start that did (a scan for the last user
-query, a count of the messages) are run again on the prefix's inputs, from their marks,
-and must leave the same text and state (variables and namespaces, compared by type and
-value) as they left in the whole render. Everything else a render can see is the same in
-both: the inputs are shared and immutable, and a template's only mutable state is its
-namespaces (a loop's body cannot assign variables outside it). A prefix that cannot be
-resumed (no mark, a pass that read too far, a rerun that differs, a resumed part that
-reads past its own messages or raises) is rendered from the start. So a resumed prefix is
-the prefix's render, not an estimate; the tests hold every result to
-``derive_spans_by_prefixes``.
+Values that differ between the prefix and the whole conversation are *traced* (``_Traced``):
+the messages' length (``messages | length``), ``add_generation_prompt`` when the template
+reads it before its loop ends, and every int the start leaves in a namespace field (the
+index of the last user query, of the last assistant message). A traced value behaves as its
+value and notes each use with the pass it came in; a comparison or a truth test notes its
+result, which the prefix's value can replay. A prefix resumes at the first pass whose uses
+would come out otherwise with its values (a use in the start that would: rendered from the
+start).
+
+Statements of the start that read message ``k`` or later (a scan for system prompts or the
+last user query) are run again on the prefix's inputs, from their marks, and must leave the
+same text and state (variables and namespace fields, compared by type and value) as in the
+whole render, but for traced ints left another int. A loop of the start over the messages
+needs no run: the prefix's loop ends where the whole one's pass on message ``k`` began.
+Everything else a render can see is the same in both: the inputs are shared and immutable,
+and a template's only mutable state is its namespaces (a loop's body cannot assign
+variables outside it). A prefix that cannot be resumed (no mark, a pass that read too far,
+a rerun that differs, a use in the start that differs, a resumed part that reads past its
+own messages or uses a value the prefix changes from inside a container, or raises) is
+rendered from the start. So a resumed prefix is the prefix's render, not an estimate; the
+tests hold every result to ``derive_spans_by_prefixes``.
 
 Templates whose shape this cannot follow get no plan (``ResumePlan.build`` returns None):
 no top-level ``{% for %}`` over a variable or a slice of one from a start,
 ``loop.changed``, a loop filter or ``else``, recursive loops, ``cycler``/``joiner`` (state
 outside namespaces), or a name the end assigns that the start assigns too. A ``break``
-needs nothing: the passes after it have no marks.
+needs nothing: the passes after it have no marks. A template testing ``is sameas`` (which
+tells a traced value from its value) is watched without traced values; so is one whose
+watched render refuses a traced value (``|tojson`` of it).
 """
 
 from __future__ import annotations
@@ -179,15 +193,13 @@ class Watch:
         def on_pass(context: Any, item: Any) -> None:
             self.at += 1
             # a loop's body cannot assign top-level variables: the loop's start saw them all
-            mark = self.passes[id(item)] = self._mark(item, self.steps[-1].names)
-            mark.behind = self.fetched
+            mark = self.passes[id(item)] = self._mark(item, self.steps[-1].names, self.fetched)
 
         def on_scan_walk(context: Any, walked: Any) -> None:
             self.scans[len(self.steps) - 1] = (walked, {})
 
         def on_scan(context: Any, item: Any) -> None:
-            mark = self._mark(item, self.steps[-1].names)
-            mark.behind = self.fetched
+            mark = self._mark(item, self.steps[-1].names, self.fetched)
             self.scans[len(self.steps) - 1][1][id(item)] = mark
 
         def namespace(*args: Any, **kwargs: Any) -> Any:
@@ -297,22 +309,23 @@ class Watch:
                 if type(value) is _Traced:
                     _fields(space)[name] = values.get(id(value), value.__cc_value__)
 
-    def _mark(self, item: Any, names: dict[str, Any]) -> Mark:
+    def _mark(self, item: Any, names: dict[str, Any], behind: int = -1) -> Mark:
         spaces = self.copied
-        writes = render_state.namespace_writes
+        state = render_state
+        writes = state.namespace_writes
         if writes != self.writes or len(spaces) != len(self.spaces):  # else the last copies
             self.copies -= len(self.spaces)
             if self.copies < 0:
                 self.usable = False
             if not self.usable:  # nothing will resume: no copies
-                return Mark(item, render_state.position, names, [], self.furthest, self.reach)
+                return Mark(item, state.position, names, [], self.furthest, self.reach, behind)
             spaces = [
                 (space, dict(fields))
                 for space, fields in zip(self.spaces, self.fields, strict=True)
             ]
             self.usable = not any(any(map(_iterator, fields.values())) for _, fields in spaces)
             self.copied, self.writes = spaces, writes
-        return Mark(item, render_state.position, names, spaces, self.furthest, self.reach)
+        return Mark(item, state.position, names, spaces, self.furthest, self.reach, behind)
 
 
 def _iterator(value: Any) -> bool:
@@ -540,11 +553,18 @@ class WatchedMessages(list):  # type: ignore[type-arg]
         return len(self)
 
     def __iter__(self) -> Iterator[Any]:
-        get, watch = list.__getitem__, self.__cc_watch__
-        for index in range(list.__len__(self)):
-            watch.fetched = watch.reach  # what the reads before this item's reached
-            _see(self, index)
-            yield get(self, index)
+        watch, base = self.__cc_watch__, self.__cc_base__
+        for at, item in enumerate(list.__iter__(self), base):
+            # Watch.see, inlined (a walk reads every message in turn), after noting what
+            # the reads before this item's reached
+            reach = watch.fetched = watch.reach
+            if at >= watch.limit:
+                raise GivenUp
+            if at > watch.furthest:
+                watch.furthest = at
+            if at > reach:
+                watch.reach = at
+            yield item
         _see(self, _WHOLE)
 
     def __reversed__(self) -> Iterator[Any]:
@@ -870,7 +890,8 @@ class ResumePlan:
 
     def _context(self, names: dict[str, Any]) -> Any:
         environment = self.tail.environment
-        return environment.context_class(environment, names, None, {}, globals=self._globals)
+        # (the globals' names only matter to `{% import %}`, which has no plan)
+        return environment.context_class(environment, names, None, {})
 
     def _entered(
         self,
