@@ -155,6 +155,7 @@ class Watch:
         # the top-level loops of the start over the messages: what each walks and its marks
         # (as the main loop's), by the index of its statement
         self.scans: dict[int, tuple[Any, dict[int, Mark]]] = {}
+        self.ends: dict[tuple[Any, ...], str] = {}  # the end's text, by what it can see
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -193,7 +194,7 @@ class Watch:
         def on_pass(context: Any, item: Any) -> None:
             self.at += 1
             # a loop's body cannot assign top-level variables: the loop's start saw them all
-            mark = self.passes[id(item)] = self._mark(item, self.steps[-1].names, self.fetched)
+            self.passes[id(item)] = self._mark(item, self.steps[-1].names, self.fetched)
 
         def on_scan_walk(context: Any, walked: Any) -> None:
             self.scans[len(self.steps) - 1] = (walked, {})
@@ -738,6 +739,7 @@ class ResumePlan:
     watched: jinja2.Template  # the template with its marks
     tail: jinja2.Template  # the loop (for one pass) and what follows it
     end: jinja2.Template  # what follows the loop
+    end_names: frozenset[str]  # the names it reads
     unset_names: frozenset[str]  # top-level names that read as unset until assigned
     reads_flag_early: bool  # add_generation_prompt is read before the loop ends
     start: list[nodes.Node]  # the statements before the loop
@@ -800,6 +802,12 @@ class ResumePlan:
             compile_tree(watched),
             compile_tree(nodes.Template([body, *copy.deepcopy(rest)])),
             compile_tree(nodes.Template(copy.deepcopy(rest))),
+            frozenset(
+                name.name
+                for part in rest
+                for name in part.find_all(nodes.Name)
+                if name.ctx == "load"
+            ),
             frozenset(n for n in root.stores if _initial(root, n) == VAR_LOAD_UNDEFINED),
             reads_flag,
             copy.deepcopy(start),
@@ -858,8 +866,12 @@ class ResumePlan:
             at = k if ended is not None else k - 1
             if values:  # resumed at the first pass the prefix's values change
                 at = watch.first_changed(values, at, rerun)
+            key = None
             if at == k and ended is not None:
                 mark, tail = ended, self.end  # every pass ran as in the whole render
+                key = self._ending(watch, mark, prompt, values)
+                if key is not None and key in watch.ends:
+                    return text[: mark.position] + watch.ends[key]
             else:
                 tail = self.tail
                 if at != k - 1:
@@ -879,7 +891,10 @@ class ResumePlan:
                 _pending.start = (items, _loop_at(messages, start, tail.environment))
             watch.replaced = values
             out = [text[: mark.position]]
+            watch.reach = -1  # (no more marks: what the end reads of the watched list)
             _run(tail, self._context(names), out, mark.position)
+            if key is not None and watch.reach < 0:
+                watch.ends[key] = "".join(out[1:])
         except Exception:  # noqa: BLE001 - read too far, or raised: rendered from the start
             return None
         finally:
@@ -887,6 +902,31 @@ class ResumePlan:
             watch.replaced = {}
             _pending.start = None
         return "".join(out)
+
+    def _ending(
+        self, watch: Watch, mark: Mark, prompt: bool, values: dict[int, Any]
+    ) -> tuple[Any, ...] | None:
+        """What the template's end, run at ``mark``, can see that differs between prefixes
+        (None when that includes the messages): the generation-prompt flag, the variables,
+        the namespace fields and the traced values. Ends run with the same see the same."""
+        names = mark.names
+        if "messages" in self.end_names or any(
+            isinstance(names.get(name), WatchedMessages) for name in self.end_names
+        ):
+            return None  # a prefix of its own (its reads are not watched)
+        fields = tuple(
+            (name, id(value)) for _, snapshot in mark.spaces for name, value in snapshot.items()
+        )
+        shown = {id(value) for value in names.values() if type(value) is _Traced}
+        shown.update(id(value) for _, snapshot in mark.spaces for value in snapshot.values())
+        changed = frozenset(
+            (traced, value)
+            for traced, value in values.items()
+            # a length the end does not see (only through `messages`, or from inside a
+            # container, where it refuses any use: never kept)
+            if watch.traced[traced].__cc_base__ is None or traced in shown
+        )
+        return prompt, id(names), fields, changed
 
     def _context(self, names: dict[str, Any]) -> Any:
         environment = self.tail.environment
