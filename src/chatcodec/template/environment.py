@@ -82,9 +82,9 @@ class RenderState(threading.local):
     made: list[Any] | None = None  # the caller's containers, as the render copied them
     inputs: set[int] | None = None  # their ids, once asked for (see _is_input)
     memo: FilterMemo | None = None  # set around renders of shared inputs (not by begin)
-    # fields set on namespaces so far, in this thread (only ever counts up): a watched
-    # render (template/resume.py) copies the namespaces at a mark only after one was set
-    namespace_writes: int = 0
+    # the namespaces whose fields were set, while a watched render (template/resume.py)
+    # runs: it copies only those at its next mark
+    written: set[int] | None = None
 
     def begin(
         self,
@@ -332,7 +332,9 @@ class _TemplateNamespace(jinja2.utils.Namespace):
         _TemplateNamespace._check_name(name)
         _check_size(value)
         jinja2.utils.Namespace.__setitem__(self, name, value)
-        render_state.namespace_writes += 1
+        written = render_state.written
+        if written is not None:
+            written.add(id(self))
 
     @staticmethod
     def _check_name(name: Any) -> None:

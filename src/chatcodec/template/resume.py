@@ -124,10 +124,9 @@ class Watch:
         self.steps: list[Mark] = []  # before each statement of the start, then the loop's
         self.spaces: list[Any] = []  # every namespace the render made, in order
         self.fields: list[dict[str, Any]] = []  # and the dict of each one's fields
-        # the namespaces' fields as the last mark copied them, and the count of fields set
-        # on namespaces then (render_state.namespace_writes)
+        # the namespaces' fields as the last mark copied them (a mark copies those whose
+        # fields were set since: render_state.written)
         self.copied: list[tuple[Any, dict[str, Any]]] = []
-        self.writes = -1
         # per mark's variables (by id: the marks keep them alive), what _entered works out
         self.entered: dict[int, tuple[dict[str, Any], list[Any], list[str], list[Any]]] = {}
         self.walked: Any = None  # what the main loop walks
@@ -156,6 +155,7 @@ class Watch:
         # (as the main loop's), by the index of its statement
         self.scans: dict[int, tuple[Any, dict[int, Mark]]] = {}
         self.ends: dict[tuple[Any, ...], str] = {}  # the end's text, by what it can see
+        self.ending: dict[int, Any] = {}  # what ResumePlan._ending works out per mark's parts
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -173,6 +173,8 @@ class Watch:
 
         def on_step(context: Any, index: int) -> None:
             _watching.watch = self
+            if not self.steps:
+                render_state.written = set()
             if self.trace and (self.tracing or self.reach > 0):
                 self._trace()
             self.at = -2 - index
@@ -223,6 +225,7 @@ class Watch:
         self.tracing = self.live = False
         if getattr(_watching, "watch", None) is self:
             _watching.watch = None
+            render_state.written = None
 
     def _trace(self) -> None:
         """Trace every int the start left in a namespace's field (not in a top-level
@@ -232,7 +235,8 @@ class Watch:
             for name, value in fields.items():
                 if type(value) is int:
                     fields[name] = self.traced_value(value)
-                    self.writes = -1
+                    if render_state.written is not None:
+                        render_state.written.add(id(space))
         self.tracing = True
 
     def trace_flag(self, flag: bool) -> _Traced:
@@ -311,21 +315,23 @@ class Watch:
                     _fields(space)[name] = values.get(id(value), value.__cc_value__)
 
     def _mark(self, item: Any, names: dict[str, Any], behind: int = -1) -> Mark:
-        spaces = self.copied
-        state = render_state
-        writes = state.namespace_writes
-        if writes != self.writes or len(spaces) != len(self.spaces):  # else the last copies
-            self.copies -= len(self.spaces)
+        spaces, state = self.copied, render_state
+        written = state.written or set()
+        if written or len(spaces) != len(self.spaces):  # else the last mark's copies
+            copied = []
+            for at, (space, fields) in enumerate(zip(self.spaces, self.fields, strict=True)):
+                if at < len(spaces) and id(space) not in written:
+                    copied.append(spaces[at])
+                    continue
+                self.copies -= 1
+                copied.append((space, dict(fields)))
+                self.usable = self.usable and not any(map(_iterator, fields.values()))
+            written.clear()
+            self.copied = spaces = copied
             if self.copies < 0:
                 self.usable = False
-            if not self.usable:  # nothing will resume: no copies
-                return Mark(item, state.position, names, [], self.furthest, self.reach, behind)
-            spaces = [
-                (space, dict(fields))
-                for space, fields in zip(self.spaces, self.fields, strict=True)
-            ]
-            self.usable = not any(any(map(_iterator, fields.values())) for _, fields in spaces)
-            self.copied, self.writes = spaces, writes
+        if not self.usable:  # nothing will resume
+            spaces = []
         return Mark(item, state.position, names, spaces, self.furthest, self.reach, behind)
 
 
@@ -910,21 +916,29 @@ class ResumePlan:
         (None when that includes the messages): the generation-prompt flag, the variables,
         the namespace fields and the traced values. Ends run with the same see the same."""
         names = mark.names
-        if "messages" in self.end_names or any(
-            isinstance(names.get(name), WatchedMessages) for name in self.end_names
-        ):
-            return None  # a prefix of its own (its reads are not watched)
-        fields = tuple(
-            (name, id(value)) for _, snapshot in mark.spaces for name, value in snapshot.items()
-        )
-        shown = {id(value) for value in names.values() if type(value) is _Traced}
-        shown.update(id(value) for _, snapshot in mark.spaces for value in snapshot.values())
+        seen = watch.ending.get(id(names))
+        if seen is None:
+            # the messages and views of them are a prefix's own (its reads are not watched)
+            pure = "messages" not in self.end_names and not any(
+                isinstance(names.get(name), WatchedMessages) for name in self.end_names
+            )
+            traced = frozenset(id(value) for value in names.values() if type(value) is _Traced)
+            seen = watch.ending[id(names)] = (pure, traced)
+        if not seen[0]:
+            return None
+        shown = watch.ending.get(id(mark.spaces))
+        if shown is None:
+            snapshots = [snapshot for _, snapshot in mark.spaces]
+            fields = tuple((name, id(value)) for s in snapshots for name, value in s.items())
+            traced = seen[1].union(id(value) for s in snapshots for value in s.values())
+            shown = watch.ending[id(mark.spaces)] = (fields, traced)
+        fields, traced = shown
         changed = frozenset(
-            (traced, value)
-            for traced, value in values.items()
+            (key, value)
+            for key, value in values.items()
             # a length the end does not see (only through `messages`, or from inside a
             # container, where it refuses any use: never kept)
-            if watch.traced[traced].__cc_base__ is None or traced in shown
+            if watch.traced[key].__cc_base__ is None or key in traced
         )
         return prompt, id(names), fields, changed
 
