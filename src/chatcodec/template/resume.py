@@ -124,6 +124,7 @@ class Watch:
         self.steps: list[Mark] = []  # before each statement of the start, then the loop's
         self.spaces: list[Any] = []  # every namespace the render made, in order
         self.fields: list[dict[str, Any]] = []  # and the dict of each one's fields
+        self.made: dict[int, int] = {}  # where each is in them, by id
         # the namespaces' fields as the last mark copied them (a mark copies those whose
         # fields were set since: render_state.written)
         self.copied: list[tuple[Any, dict[str, Any]]] = []
@@ -207,6 +208,7 @@ class Watch:
 
         def namespace(*args: Any, **kwargs: Any) -> Any:
             space = make_namespace(*args, **kwargs)
+            self.made[id(space)] = len(self.spaces)
             self.spaces.append(space)
             self.fields.append(_fields(space))
             return space
@@ -318,13 +320,14 @@ class Watch:
         spaces, state = self.copied, render_state
         written = state.written or set()
         if written or len(spaces) != len(self.spaces):  # else the last mark's copies
-            copied = []
-            for at, (space, fields) in enumerate(zip(self.spaces, self.fields, strict=True)):
-                if at < len(spaces) and id(space) not in written:
-                    copied.append(spaces[at])
-                    continue
+            old = len(spaces)
+            fresh = {self.made[key] for key in written if key in self.made}
+            fresh.update(range(old, len(self.spaces)))
+            copied = spaces + [(space, {}) for space in self.spaces[old:]]
+            for at in fresh:
+                fields = self.fields[at]
                 self.copies -= 1
-                copied.append((space, dict(fields)))
+                copied[at] = (self.spaces[at], dict(fields))
                 self.usable = self.usable and not any(map(_iterator, fields.values()))
             written.clear()
             self.copied = spaces = copied
