@@ -157,6 +157,7 @@ class Watch:
         self.scans: dict[int, tuple[Any, dict[int, Mark]]] = {}
         self.ends: dict[tuple[Any, ...], str] = {}  # the end's text, by what it can see
         self.ending: dict[int, Any] = {}  # what ResumePlan._ending works out per mark's parts
+        self.scanned: dict[tuple[int, int, int], dict[int, Any] | None] = {}  # _scanned's
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -1009,39 +1010,55 @@ class ResumePlan:
         steps = watch.steps
         for read in runs:
             watch.replaced = values
-            rerun = self._scanned(watch, text, k, read) or self._rerun(watch, base, k, prompt, read)
-            found = (
-                None if rerun is None else rerun.changes(steps[read[0]], steps[read[1]], text, k)
-            )
+            found = self._scanned(watch, text, k, read)
+            if found is None:
+                rerun = self._rerun(watch, base, k, prompt, read)
+                if rerun is not None:
+                    found = rerun.changes(steps[read[0]], steps[read[1]], text, k)
             if found is None:
                 return None
             values = {**values, **found}
         return values
 
     @staticmethod
-    def _scanned(watch: Watch, text: str, k: int, read: tuple[int, int]) -> _Rerun | None:
-        """What a loop of the start over the messages (``read`` being that one statement)
-        leaves on the first ``k`` messages, from its marks in the whole render: what it had
-        left when its pass on message ``k`` began, if the passes before read no further."""
+    def _scanned(watch: Watch, text: str, k: int, read: tuple[int, int]) -> dict[int, Any] | None:
+        """``_Rerun.changes`` of a loop of the start over the messages (``read`` being that
+        one statement) on the first ``k`` messages, from its marks in the whole render: it
+        leaves what it had left when its pass on message ``k`` began, if the passes before
+        read no further. None when it cannot tell (the statement then runs again)."""
         first, stop = read
         scan = watch.scans.get(first)
         if stop != first + 1 or scan is None or not isinstance(scan[0], WatchedMessages):
             return None
         walked, marks = scan
-        before = watch.steps[first]
+        start, after = watch.steps[first], watch.steps[stop]
+        end = start
         if k > base_of(walked):
             item = watch.chat[k]
             mark = marks.get(id(item))
             if mark is None or mark.item is not item or mark.behind >= k:
                 return None
-            before = mark  # the loop on the prefix's messages ends where this pass began
-        known = len(watch.steps[first].spaces)
-        return _Rerun(
-            text[watch.steps[first].position : before.position],
+            end = mark  # the loop on the prefix's messages ends where this pass began
+        # the answer does not depend on k unless the state holds messages (compared as the
+        # prefix's): the same copies at the same place give the same answer
+        key = (first, id(end.spaces), end.position)
+        if key in watch.scanned:
+            return watch.scanned[key]
+        known = len(start.spaces)
+        rerun = _Rerun(
+            text[start.position : end.position],
             {},
-            [space for space, _ in before.spaces[known:]],
-            [fields for _, fields in before.spaces],
+            [space for space, _ in end.spaces[known:]],
+            [fields for _, fields in end.spaces],
         )
+        found = rerun.changes(start, after, text, k)
+        if not any(
+            isinstance(value, WatchedMessages)
+            for _, fields in after.spaces
+            for value in fields.values()
+        ):
+            watch.scanned[key] = found
+        return found
 
     def _rerun(
         self, watch: Watch, base: dict[str, Any], k: int, prompt: bool, read: tuple[int, int]
