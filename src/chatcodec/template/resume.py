@@ -158,6 +158,7 @@ class Watch:
         self.ends: dict[tuple[Any, ...], str] = {}  # the end's text, by what it can see
         self.ending: dict[int, Any] = {}  # what ResumePlan._ending works out per mark's parts
         self.scanned: dict[tuple[int, int, int], dict[int, Any] | None] = {}  # _scanned's
+        self.past: dict[int, tuple[list[tuple[int, int]], frozenset[int]]] = {}  # _reads_past's
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -720,18 +721,24 @@ class _Rerun:
         return found
 
 
-def _reads_past(watch: Watch, k: int) -> list[tuple[int, int]]:
+def _reads_past(watch: Watch, k: int) -> tuple[list[tuple[int, int]], frozenset[int]]:
     """The runs of consecutive statements of the start (first, stop) that read message
-    ``k`` or later in the watched render."""
-    steps = watch.steps
-    runs: list[tuple[int, int]] = []
-    for i in range(len(steps) - 1):
-        if steps[i + 1].reach >= k:
-            if runs and runs[-1][1] == i:
-                runs[-1] = (runs[-1][0], i + 1)
-            else:
-                runs.append((i, i + 1))
-    return runs
+    ``k`` or later in the watched render, and those statements. The same for every ``k``
+    between two of the statements' reaches: worked out once for each such range."""
+    reaches = [step.reach for step in watch.steps[1:]]
+    key = sum(reach >= k for reach in reaches)
+    found = watch.past.get(key)
+    if found is None:
+        runs: list[tuple[int, int]] = []
+        for i, reach in enumerate(reaches):
+            if reach >= k:
+                if runs and runs[-1][1] == i:
+                    runs[-1] = (runs[-1][0], i + 1)
+                else:
+                    runs.append((i, i + 1))
+        statements = frozenset(i for first, stop in runs for i in range(first, stop))
+        found = watch.past[key] = (runs, statements)
+    return found
 
 
 @dataclass
@@ -867,12 +874,11 @@ class ResumePlan:
             values = watch.lengths_of(k, values)
             rerun: frozenset[int] = frozenset()
             if mark.furthest >= bound:
-                runs = _reads_past(watch, k)
+                runs, rerun = _reads_past(watch, k)
                 changed = self._rerun_start(watch, text, names, k, prompt, values, runs)
                 if changed is None:
                     return None
                 values = changed
-                rerun = frozenset(i for first, stop in runs for i in range(first, stop))
             at = k if ended is not None else k - 1
             if values:  # resumed at the first pass the prefix's values change
                 at = watch.first_changed(values, at, rerun)
@@ -937,12 +943,16 @@ class ResumePlan:
             traced = seen[1].union(id(value) for s in snapshots for value in s.values())
             shown = watch.ending[id(mark.spaces)] = (fields, traced)
         fields, traced = shown
-        changed = frozenset(
-            (key, value)
-            for key, value in values.items()
-            # a length the end does not see (only through `messages`, or from inside a
-            # container, where it refuses any use: never kept)
-            if watch.traced[key].__cc_base__ is None or key in traced
+        changed = (
+            frozenset(
+                (key, value)
+                for key, value in values.items()
+                # a length the end does not see (only through `messages`, or from inside a
+                # container, where it refuses any use: never kept)
+                if watch.traced[key].__cc_base__ is None or key in traced
+            )
+            if values
+            else frozenset()
         )
         return prompt, id(names), fields, changed
 
