@@ -368,6 +368,9 @@ BODIES = [
     "{% if ns.user is sameas 1 %}={% endif %}",
     "{% if add_generation_prompt and loop.last %}P{% endif %}",
     "{% if flag is defined and flag is false %}F{% endif %}",
+    "{{ ns.user is integer }}{{ ns.user is number }}"
+    "{% if flag is defined %}{{ flag is boolean }}{{ flag is integer }}{% endif %}",
+    "{{ (messages | length) is integer }}{% if messages | length > loop.index0 + 2 %}>{% endif %}",
     "{% if loop.index0 == 3 %}{{ ns.user | tojson }}{% endif %}",
 ]
 ENDS = [
@@ -450,3 +453,125 @@ def test_too_many_namespaces_to_copy_at_every_mark(monkeypatch: pytest.MonkeyPat
     count = "{% set ns = namespace(n=0) %}"
     body = "{% set ns.n = ns.n + 1 %}" + CHATML_BODY
     assert check(_loop(body, many + count)) == ALL
+
+
+# --- values that differ between a prefix and the whole conversation (traced values) ------
+
+LAST_USER = (
+    "{% set ns = namespace(last=-1) %}"
+    "{% for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}"
+    "{% endif %}{% endfor %}"
+)
+
+
+def test_a_start_loop_for_the_last_user_message_resumes_every_prefix() -> None:
+    # GLM's scan: a loop of the start over the messages (its state on a prefix is its state
+    # at the pass on the prefix's next message), then passes that compare the index
+    body = "{% if loop.index0 > ns.last %}*{% endif %}" + CHATML_BODY
+    assert check(_loop(body, LAST_USER)) == ALL
+    # the same compared the other way round, with equality, or as a truth value
+    for test in ("ns.last < loop.index0", "loop.index0 == ns.last", "ns.last"):
+        body = "{% if " + test + " %}*{% endif %}" + CHATML_BODY
+        assert check(_loop(body, LAST_USER)) == ALL, test
+
+
+def test_a_traced_value_used_otherwise_than_compared() -> None:
+    # printed, computed with, used as an index, hashed: the prefix resumes at the first pass
+    # that used it so (a pass of its own: all of them here, from the loop's first pass)
+    for use in ("{{ ns.last }}", "{{ loop.index0 - ns.last }}", "{{ [1, 2, 3][ns.last] }}"):
+        body = use + CHATML_BODY
+        assert check(_loop(body, LAST_USER)) == ALL, use
+    # a use in the start that a prefix's value changes renders that prefix from the start
+    start = LAST_USER + "{% if ns.last > 1 %}[late question]{% endif %}"
+    assert check(_loop(CHATML_BODY, start)) == 2 * 2 * (len(CONVERSATION) - 3)
+
+
+def test_a_traced_value_kept_in_a_container() -> None:
+    # a copy the marks cannot put back: a resumed pass that uses it with another value gives
+    # up and the prefix is rendered from the start (the renders stay the prefixes' own)
+    start = LAST_USER + "{% set ns.box = [ns.last] %}"
+    check(_loop("{{ ns.box[0] }}" + CHATML_BODY, start))
+    check(_loop("{% if loop.last %}{{ ns.box[0] }}{% endif %}" + CHATML_BODY, start))
+
+
+def test_traced_values_compared_with_each_other() -> None:
+    start = LAST_USER + (
+        "{% set ns.first = -1 %}{% for m in messages %}"
+        "{% if m.role == 'assistant' and ns.first < 0 %}{% set ns.first = loop.index0 %}"
+        "{% endif %}{% endfor %}"
+    )
+    body = "{% if ns.first < ns.last and loop.index0 > ns.last %}+{% endif %}" + CHATML_BODY
+    assert check(_loop(body, start)) == ALL
+
+
+@pytest.mark.parametrize("test", ["true", "false", "boolean", "number", "integer", "defined"])
+def test_jinja_tests_of_a_traced_value(test: str) -> None:
+    # `is true` and the like ask for the value itself (environment.py asks the stand-in)
+    start = "{% set agp = add_generation_prompt %}"
+    body = "{% if agp is " + test + " %}" + test + "{% endif %}" + CHATML_BODY
+    assert check(_loop(body, start)) == ALL
+    body = "{% if ns.last is " + test + " %}" + test + "{% endif %}" + CHATML_BODY
+    assert check(_loop(body, LAST_USER)) == ALL
+
+
+def test_a_template_testing_sameas_is_watched_without_traced_values() -> None:
+    body = "{% if ns.last is sameas 3 %}=3{% endif %}" + CHATML_BODY
+    template = ChatTemplate(_loop(body, LAST_USER))
+    plan = template._resume_plan()
+    assert plan is not None and not plan.traces
+    check(_loop(body, LAST_USER))
+
+
+def test_a_traced_value_a_filter_refuses() -> None:
+    # json cannot dump a traced value: the watched render is run again without them, and
+    # the template's later renders are not traced
+    source = _loop("{% if loop.last %}{{ ns.last | tojson }}{% endif %}" + CHATML_BODY, LAST_USER)
+    template = ChatTemplate(source)
+    prefixes = PrefixRenders.of(template, CONVERSATION)
+    assert prefixes.text == template.render(CONVERSATION)
+    assert not template._resume_plan().traces  # type: ignore[union-attr]
+    check(source)
+
+
+def test_the_generation_prompt_read_before_the_loop_ends() -> None:
+    # one watched render serves both flags: the flag is traced
+    start = "{% if add_generation_prompt is not defined %}{% set add_generation_prompt = false %}{% endif %}"
+    body = "{% if loop.last and not add_generation_prompt %}<eos>{% endif %}" + CHATML_BODY
+    source = _loop(body, "[{{ add_generation_prompt is defined }}]")
+    assert check(source) == ALL
+    template = ChatTemplate(source)
+    runs = 0
+    real = template._run
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        nonlocal runs
+        runs += 1
+        return real(*args, **kwargs)
+
+    template._run = counted  # type: ignore[method-assign]
+    messages = CONVERSATION * 3  # long enough to watch
+    rendered = template.render_with_spans(messages, add_generation_prompt=True)
+    assert runs == 1
+    assert rendered.spans == template.render_with_spans(messages, add_generation_prompt=True).spans
+    assert check(_loop(body, start)) == ALL
+
+
+def test_a_start_loop_that_looks_ahead_runs_again() -> None:
+    start = (
+        "{% set ns = namespace(last=-1) %}{% for m in messages %}"
+        "{% if m.role == 'user' and not loop.last %}{% set ns.last = loop.index0 %}{% endif %}"
+        "{% endfor %}"
+    )
+    check(_loop("{% if loop.index0 > ns.last %}*{% endif %}" + CHATML_BODY, start))
+
+
+def test_an_end_that_reads_the_messages_or_only_the_flag() -> None:
+    # the end's text is kept for prefixes that show it the same state, unless it read the
+    # messages: both give each prefix its own render
+    for end in ("{{ messages[-1].role }}", "{{ messages | length }}", "{% if ns.n %}N{% endif %}"):
+        source = _loop(
+            "{% set ns.n = ns.n + 1 %}" + CHATML_BODY,
+            "{% set ns = namespace(n=0) %}",
+            end + GENERATION_PROMPT,
+        )
+        assert check(source) == ALL, end

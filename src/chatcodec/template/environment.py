@@ -1195,9 +1195,9 @@ def _measured_by_stand_in(length: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _answered_by_stand_in(test: Callable[..., Any]) -> Callable[..., bool]:
-    # jinja's `is true`, `is false` and `is boolean` test a value's identity: a stand-in for
-    # a value (a class with __cc_test__, such as the traced values of template/resume.py)
-    # answers them for the value it stands for
+    # jinja's `is true`, `is false`, `is boolean` and `is integer` test a value's identity: a
+    # stand-in for a value (a class with __cc_test__, such as the traced values of
+    # template/resume.py) answers them for the value it stands for
     def run(value: Any, *args: Any) -> bool:
         answer = getattr(type(value), "__cc_test__", None)
         if answer is not None:
@@ -1228,7 +1228,7 @@ def new_environment(
     tojson = _tojson if json_data is None else _tojson_of(json_data)
     env.filters["tojson"] = _memoized(_guard_filter(tojson, "tojson"))
     env.filters[_LOOP_GUARD] = _loop_guard
-    for name in ("true", "false", "boolean"):
+    for name in ("true", "false", "boolean", "integer"):
         env.tests[name] = _answered_by_stand_in(env.tests[name])  # type: ignore[arg-type]
     for name in ("length", "count"):
         env.filters[name] = _measured_by_stand_in(env.filters[name])

@@ -467,7 +467,7 @@ class _Traced:
             raise GivenUp  # a resumed prefix's value differs: rendered from the start
 
     def __cc_test__(self, test: Callable[..., bool], args: tuple[Any, ...]) -> bool:
-        # `is true`, `is false`, `is boolean` (environment.py asks the stand-in)
+        # `is true`, `is false`, `is boolean`, `is integer` (environment.py asks)
         result = test(self.__cc_value__, *args)
         self.__cc_use__(lambda value, _: test(value, *args), None, result)
         return result
@@ -691,10 +691,14 @@ class _Rerun:
     made: list[Any]  # the namespaces they made
     fields: list[dict[str, Any]]  # the fields of every namespace: made before, then by them
 
-    def changes(self, before: Mark, after: Mark, text: str, k: int) -> dict[int, Any] | None:
+    def changes(
+        self, before: Mark, after: Mark, text: str, k: int, values: dict[int, Any]
+    ) -> dict[int, Any] | None:
         """The traced values (by id) that the rerun left another int, where the whole
         render left them between ``before`` and ``after``; None unless everything else is
-        the same: the text, variables and namespace fields (by type and value)."""
+        the same: the text, variables and namespace fields (by type and value). A traced
+        value the rerun kept from before it stands for its value in the prefix (``values``'
+        when given)."""
         if self.text != text[before.position : after.position]:
             return None
         created = after.spaces[len(before.spaces) :]
@@ -714,6 +718,8 @@ class _Rerun:
                 return None
             for name, value in mine.items():
                 was = whole[name]
+                if type(value) is _Traced and value is not was:
+                    value = values.get(id(value), value.__cc_value__)
                 if not _same(value, was, pairs, k):
                     if type(was) is not _Traced or type(value) is not type(was.__cc_value__):
                         return None
@@ -1020,18 +1026,20 @@ class ResumePlan:
         steps = watch.steps
         for read in runs:
             watch.replaced = values
-            found = self._scanned(watch, text, k, read)
+            found = self._scanned(watch, text, k, read, values)
             if found is None:
                 rerun = self._rerun(watch, base, k, prompt, read)
                 if rerun is not None:
-                    found = rerun.changes(steps[read[0]], steps[read[1]], text, k)
+                    found = rerun.changes(steps[read[0]], steps[read[1]], text, k, values)
             if found is None:
                 return None
             values = {**values, **found}
         return values
 
     @staticmethod
-    def _scanned(watch: Watch, text: str, k: int, read: tuple[int, int]) -> dict[int, Any] | None:
+    def _scanned(
+        watch: Watch, text: str, k: int, read: tuple[int, int], values: dict[int, Any]
+    ) -> dict[int, Any] | None:
         """``_Rerun.changes`` of a loop of the start over the messages (``read`` being that
         one statement) on the first ``k`` messages, from its marks in the whole render: it
         leaves what it had left when its pass on message ``k`` began, if the passes before
@@ -1052,7 +1060,12 @@ class ResumePlan:
         # the answer does not depend on k unless the state holds messages (compared as the
         # prefix's): the same copies at the same place give the same answer
         key = (first, id(end.spaces), end.position)
-        if key in watch.scanned:
+        kept = not any(
+            type(value) is _Traced and id(value) in values
+            for _, fields in end.spaces
+            for value in fields.values()
+        )  # else the answer depends on the prefix's values
+        if kept and key in watch.scanned:
             return watch.scanned[key]
         known = len(start.spaces)
         rerun = _Rerun(
@@ -1061,8 +1074,8 @@ class ResumePlan:
             [space for space, _ in end.spaces[known:]],
             [fields for _, fields in end.spaces],
         )
-        found = rerun.changes(start, after, text, k)
-        if not any(
+        found = rerun.changes(start, after, text, k, values)
+        if kept and not any(
             isinstance(value, WatchedMessages)
             for _, fields in after.spaces
             for value in fields.values()
