@@ -575,3 +575,28 @@ def test_an_end_that_reads_the_messages_or_only_the_flag() -> None:
             end + GENERATION_PROMPT,
         )
         assert check(source) == ALL, end
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "x ~ ''", "x | string", "x | int", "x | float", "x | abs", "x | round",
+        "x | round(1, 'floor')", "x | default(7)", "x | default(7, true)", "x | pprint",
+        "[x, 2] | max", "[x, 2] | min", "[x, 2] | sort", "[x, 2] | sum", "[x, x] | unique | list",
+        "x | e", "'%d' % x", "'%s' % x", "'%05.1f' % x", "'{:>4}'.format(x)", "range(x) | list",
+        "[1, 2, 3][x] is defined", "'abcdef'[x]", "'abcdef'[:x]", "{x: 1}", "x in [1, 2]",
+        "{1: 'a'}.get(x)", "x is odd", "x is divisibleby(2)", "x is number", "x is integer",
+        "x is float", "x is none", "x is string", "x is iterable", "x is sequence",
+        "x is callable", "x is escaped", "x is lower", "x is eq(1)", "x is in([1, 2])",
+        "x * 'ab'", "'ab' * x", "x ** 2", "x // 2", "x % 2", "x / 2", "-x", "not x",
+        "x and 'y'", "x or 'y'", "x.real", "x.bit_length()", "'abc' | center(x)",
+        "'a b c' | wordwrap(x + 5)", "'abc' | truncate(x + 4)", "[1, 2, 3] | batch(x + 1) | list",
+        "'aaa' | replace('a', 'b', x)", "[x] | join(',')", "x if x else 'zero'",
+    ],
+)  # fmt: skip
+def test_expressions_of_a_traced_value(expression: str) -> None:
+    # whatever a template does with a traced value, the watched render prints what the
+    # plain one does, and each prefix its own render
+    for value in ("ns.last", "add_generation_prompt"):
+        body = "{% set x = " + value + " %}[{{ " + expression + " }}]" + CHATML_BODY
+        check(_loop(body, LAST_USER + "{% if add_generation_prompt %}{% endif %}"))
