@@ -106,8 +106,8 @@ class Mark:
     spaces: list[tuple[Any, dict[str, Any]]]  # each namespace made so far and its fields
     furthest: int  # the furthest message read so far
     reach: int  # the furthest read since the last mark of a statement
-    # a pass's: the furthest read before its loop fetched its message (the passes before
-    # and the start's last statement), for loops whose passes never look ahead
+    # a pass's: the furthest read before its loop fetched its message (by the passes before
+    # it, a look at this message included, and the start's last statement)
     behind: int = -1
 
 
@@ -136,8 +136,9 @@ class Watch:
         # or the namespaces are too many to copy at every mark (_SNAPSHOTS). Nothing resumes.
         self.usable = True
         self.copies = _SNAPSHOTS
-        # int values left by the start (see _Traced): from the first statement that read
-        # past the first message on, while the watched render runs
+        # values that differ between prefixes (see _Traced): the messages' length, the flag,
+        # the ints the start leaves in namespace fields (from the first statement that read
+        # past the first message on); their uses are noted while the watched render runs
         self.trace = False  # whether to trace
         self.tracing = False
         self.live = True  # until the watched render ends
@@ -425,8 +426,8 @@ def _opaque(op: Callable[..., Any], reflected: bool = False) -> Callable[..., An
 
 
 class _Traced:
-    """An int or bool of a render (a namespace field the start left, the generation
-    prompt's flag) that notes its every use in a watched render.
+    """An int or bool of a render (the messages' length, a namespace field the start left,
+    the generation prompt's flag) that notes its every use in a watched render.
 
     The start's scan for the last user query leaves a prefix another index than the whole
     conversation; the passes before the prefix's last messages compare it with their own
