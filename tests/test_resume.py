@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from chatcodec import ChatTemplate, TemplateError, UnusedVariableWarning
 from chatcodec.template import resume
-from chatcodec.template.render import PrefixRenders
+from chatcodec.template.render import PrefixRenders, derive_spans_by_prefixes
 
 EXAMPLES = max(60, int(os.environ.get("CHATCODEC_FUZZ", "0")) // 4)
 
@@ -282,8 +282,8 @@ def test_import_chatcodec_does_not_load_the_watch() -> None:
     assert run.stdout.strip() == "False"
 
 
-def test_render_with_spans_renders_a_conversation_once() -> None:
-    template = ChatTemplate(_loop(CHATML_BODY))
+def _spans_and_runs(template: ChatTemplate, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+    """``template.render_with_spans(...)``, and how many times it ran the template."""
     runs = 0
     real = template._run
 
@@ -293,7 +293,15 @@ def test_render_with_spans_renders_a_conversation_once() -> None:
         return real(*args, **kwargs)
 
     template._run = counted  # type: ignore[method-assign]
-    rendered = template.render_with_spans(CONVERSATION)
+    try:
+        return template.render_with_spans(*args, **kwargs), runs
+    finally:
+        del template._run
+
+
+def test_render_with_spans_renders_a_conversation_once() -> None:
+    template = ChatTemplate(_loop(CHATML_BODY))
+    rendered, runs = _spans_and_runs(template, CONVERSATION)
     assert runs == 1
     assert [rendered.text[s.start : s.end] for s in rendered.spans] == [
         "A1<|im_end|>",
@@ -540,19 +548,12 @@ def test_the_generation_prompt_read_before_the_loop_ends() -> None:
     source = _loop(body, "[{{ add_generation_prompt is defined }}]")
     assert check(source) == ALL
     template = ChatTemplate(source)
-    runs = 0
-    real = template._run
-
-    def counted(*args: Any, **kwargs: Any) -> str:
-        nonlocal runs
-        runs += 1
-        return real(*args, **kwargs)
-
-    template._run = counted  # type: ignore[method-assign]
     messages = CONVERSATION * 3  # long enough to watch
-    rendered = template.render_with_spans(messages, add_generation_prompt=True)
+    rendered, runs = _spans_and_runs(template, messages, add_generation_prompt=True)
     assert runs == 1
-    assert rendered.spans == template.render_with_spans(messages, add_generation_prompt=True).spans
+    assert rendered.spans == derive_spans_by_prefixes(
+        template, rendered.text, messages, None, None, None, {}
+    )
     assert check(_loop(body, start)) == ALL
 
 
