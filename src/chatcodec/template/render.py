@@ -885,24 +885,24 @@ class PrefixRenders:
         """The render of the first ``n`` messages; None when the template refuses it. Runs
         inside ``resuming``."""
         plan, inputs = self.plan, self.inputs
-        # a template that reads the flag before its loop ends resumes from a render with
-        # the prefix's own flag, or with the other one traced (see resume._Traced)
-        flags = (
-            () if plan is None else (self.flag, prompt) if plan.reads_flag_early else (self.flag,)
-        )
-        for flag in dict.fromkeys(flags):
-            assert plan is not None
-            watched = self._watch(flag)
-            if watched is None or (
-                flag != prompt and plan.reads_flag_early and not watched[0].flag
-            ):
-                continue
-            if self._names is None:
-                self._names = plan.context_names(inputs.variables)
-            resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
-            if resumed is not None:
-                self.resumed += 1
-                return resumed
+        if plan is not None:
+            # a template that reads the flag before its loop ends resumes from the render
+            # with the other flag traced (see resume._Traced), else from one with its own
+            flags = [self.flag]
+            if plan.reads_flag_early and prompt != self.flag:
+                flags.append(prompt)
+            for flag in flags:
+                watched = self._watch(flag)
+                if watched is None:
+                    continue
+                if flag != prompt and plan.reads_flag_early and watched[0].flag is None:
+                    continue  # the flag was not traced: the render with the prefix's own
+                if self._names is None:
+                    self._names = plan.context_names(inputs.variables)
+                resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
+                if resumed is not None:
+                    self.resumed += 1
+                    return resumed
         self.rendered += 1
         chat = inputs.chat[:n]
         variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
