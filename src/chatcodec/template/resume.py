@@ -854,9 +854,11 @@ class ResumePlan:
         self, watch: Watch, text: str, names: dict[str, Any], k: int, prompt: bool
     ) -> str | None:
         """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
-        resumed at the watched render's mark of message ``k - 1`` (``text``: that render's
-        text; ``names``: ``context_names`` of the render's variables); None when it cannot
-        be resumed there. Runs inside a render's state (``render_state.begin``)."""
+        resumed from the watched render (``text``: its text; ``names``: ``context_names``
+        of the render's variables): its text up to a mark, then the template's end alone
+        (at the pass on message ``k``), or the passes from the last one (or the first whose
+        uses the prefix's traced values change) and the end. None when it cannot be
+        resumed. Runs inside a render's state (``render_state.begin``)."""
         chat = watch.chat
         item = chat[k - 1] if 0 < k <= len(chat) and watch.usable else None
         mark = watch.passes.get(id(item))
