@@ -850,16 +850,16 @@ class PrefixRenders:
                     inputs.chat, variables, inputs.now, [], inputs.made, compiled
                 )
             except TemplateError:
-                watch.finish()
                 if watch.traced:
                     continue  # a traced value refused a use (|tojson): watched untraced
                 if raising:
                     raise
                 self._watched[flag] = None
                 return None
+            finally:
+                watch.finish()
             if not trace:
                 plan.traces = False  # traced values broke this template: not tried again
-            watch.finish()
             self._watched[flag] = (watch, text)
             return watch, text
         raise AssertionError("unreachable: the untraced render returns or raises")
