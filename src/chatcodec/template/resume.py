@@ -1019,13 +1019,14 @@ class ResumePlan:
         values: dict[int, Any],
         runs: list[tuple[int, int]],
     ) -> dict[int, Any] | None:
-        """The statements of the start that read message ``k`` or later, run again on the
-        first ``k`` messages: ``values`` (traced values the prefix has otherwise, by id) and
-        the traced values they leave otherwise, or None when they leave other text or
-        state. Each run of consecutive such statements runs from
-        its mark and is compared at the next: the statements between runs read nothing
-        that differs (a traced value they use is checked with the passes'), and a later run
-        that uses a value an earlier one changed gives up."""
+        """The statements of the start that read message ``k`` or later (``runs``), run
+        again on the first ``k`` messages: ``values`` (traced values the prefix has
+        otherwise, by id) and the traced values they leave otherwise, or None when they
+        leave other text or state. Each run of consecutive such statements runs from its
+        mark (a loop over the messages takes its state from its own marks instead) and is
+        compared at the next: the statements between runs read nothing that differs (a
+        traced value they use is checked with the passes'), and a later run that uses a
+        value an earlier one changed gives up."""
         steps = watch.steps
         for read in runs:
             watch.replaced = values
