@@ -317,11 +317,12 @@ class Watch:
         for space, fields in spaces:
             for name, value in fields.items():
                 if type(value) is _Traced:
-                    _fields(space)[name] = values.get(id(value), value.__cc_value__)
+                    _fields(space)[name] = _value(value, values)
 
     def _mark(self, item: Any, names: dict[str, Any], behind: int = -1) -> Mark:
         spaces, state = self.copied, render_state
-        written = state.written or set()
+        written = state.written  # (set by the render's first mark, on_step)
+        assert written is not None
         if written or len(spaces) != len(self.spaces):  # else the last mark's copies
             old = len(spaces)
             fresh = {self.made[key] for key in written if key in self.made}
@@ -391,6 +392,7 @@ class _Use:
 
 
 def _value(operand: Any, values: dict[int, Any]) -> Any:
+    """What ``operand`` stands for in a prefix whose traced values are ``values``."""
     if type(operand) is _Traced:
         return values.get(id(operand), operand.__cc_value__)
     return operand
@@ -719,8 +721,8 @@ class _Rerun:
                 return None
             for name, value in mine.items():
                 was = whole[name]
-                if type(value) is _Traced and value is not was:
-                    value = values.get(id(value), value.__cc_value__)
+                if value is not was:
+                    value = _value(value, values)
                 if not _same(value, was, pairs, k):
                     if type(was) is not _Traced or type(value) is not type(was.__cc_value__):
                         return None
@@ -1006,7 +1008,7 @@ class ResumePlan:
             entered[name] = prefix_of(view, k)
         if values is not None:
             for name, value in traced:
-                entered[name] = values.get(id(value), value.__cc_value__)
+                entered[name] = _value(value, values)
         return entered
 
     def _rerun_start(
