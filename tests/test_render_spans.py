@@ -293,3 +293,28 @@ def test_templates_whose_inputs_can_change_render_each_prefix_from_its_own_copy(
     spans = derive_spans_by_prefixes(template, text, messages, None, None, None, {})
     assert rendered.spans == spans
     assert [text[s.start : s.end] for s in spans] == ["A11</s>", "A21</s>"]
+
+
+def _turn_start_by_every_tail(head: str, turn: str) -> int:
+    """Where a turn begins, tail by tail: after the longest tail of ``head`` (4 characters or
+    more) that ``turn`` repeats, or after what both share, whichever is later."""
+    shared = len(os.path.commonprefix([head, turn]))
+    if turn.startswith(head):
+        return len(head)
+    longest = max((n for n in range(4, len(head) + 1) if head[-n:] in turn), default=0)
+    return max(shared, turn.rfind(head[-longest:]) + longest) if longest else shared
+
+
+@seed(SEED)
+@settings(max_examples=EXAMPLES * 20, deadline=None)
+@given(
+    st.text("ab<>\n", max_size=40), st.text("ab<>\n", max_size=40), st.text("ab<>\n", max_size=40)
+)
+def test_where_a_turn_starts_is_the_longest_repeated_tail(
+    shared: str, head_tail: str, turn_tail: str
+) -> None:
+    """The search that doubles, then halves, finds the tail a scan of every tail finds."""
+    from chatcodec.template.render import _turn_start
+
+    head, turn = shared + head_tail, shared + turn_tail
+    assert _turn_start(head, turn) == _turn_start_by_every_tail(head, turn)

@@ -991,16 +991,22 @@ def _turn_start(head: str, turn: str) -> int:
     # system text folded into the last user turn): the turn starts after the longest tail
     # of the prompt that the turn repeats, or after what both share, whichever is later
     shared = common_prefix_length(head, turn)
-    low, high = 0, len(head)
+    size = len(head)
+    if size < 4 or head[-4:] not in turn:
+        return shared
+    # a tail the turn repeats has its own tails repeated too: the longest, found by doubling
+    # then halving, each step a search of the turn
+    low, probe = 4, 8
+    while probe <= size and head[-probe:] in turn:
+        low, probe = probe, probe * 2
+    high = min(probe - 1, size)
     while low < high:
         middle = (low + high + 1) // 2
         if head[-middle:] in turn:
             low = middle
         else:
             high = middle - 1
-    if low >= 4:
-        shared = max(shared, turn.rfind(head[-low:]) + low)
-    return shared
+    return max(shared, turn.rfind(head[-low:]) + low)
 
 
 _SLACK = 32  # how much longer a turn's opening may be in history than as the last turn
