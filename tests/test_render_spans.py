@@ -318,3 +318,18 @@ def test_where_a_turn_starts_is_the_longest_repeated_tail(
 
     head, turn = shared + head_tail, shared + turn_tail
     assert _turn_start(head, turn) == _turn_start_by_every_tail(head, turn)
+
+
+@seed(SEED)
+@settings(max_examples=EXAMPLES * 20, deadline=None)
+@given(st.text("ab", max_size=30), st.text("ab", max_size=30), st.text("ab", max_size=30))
+def test_a_shared_length_known_in_advance_gives_the_same_answer(
+    shared: str, left: str, right: str
+) -> None:
+    """Spans pass how much of a prefix render is the full render's as ``known``."""
+    from chatcodec.strings import common_prefix_length
+
+    a, b = shared + left, shared + right
+    whole = len(os.path.commonprefix([a, b]))
+    for known in range(len(shared) + 1):
+        assert common_prefix_length(a, b, known) == whole

@@ -821,7 +821,7 @@ class PrefixRenders:
     def __init__(self, template: ChatTemplate, inputs: _Inputs, plan: ResumePlan | None) -> None:
         self.template, self.inputs, self.plan = template, inputs, plan
         self.flag: bool = inputs.variables["add_generation_prompt"]
-        self.resumed = self.rendered = 0
+        self.resumed = self.rendered = self.kept = 0
         self._watched: dict[bool, tuple[Watch, str] | None] = {}
         self._names: dict[str, Any] | None = None
         if plan is None:
@@ -883,7 +883,9 @@ class PrefixRenders:
 
     def render(self, n: int, prompt: bool) -> str | None:
         """The render of the first ``n`` messages; None when the template refuses it. Runs
-        inside ``resuming``."""
+        inside ``resuming``. ``kept`` is then how many of its first characters are known to
+        be the full render's."""
+        self.kept = 0
         plan, inputs = self.plan, self.inputs
         if plan is not None:
             # a template that reads the flag before its loop ends resumes from the render
@@ -902,7 +904,9 @@ class PrefixRenders:
                 resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
                 if resumed is not None:
                     self.resumed += 1
-                    return resumed
+                    if watched[1] is self.text:
+                        self.kept = resumed[1]
+                    return resumed[0]
         self.rendered += 1
         chat = inputs.chat[:n]
         variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
@@ -966,31 +970,34 @@ def _spans_from_shared_inputs(prefixes: PrefixRenders, messages: Sequence[Any]) 
             if not isinstance(message, Mapping) or message.get("role") != "assistant":
                 continue
             head = prefixes.render(index, True) if index else ""
+            head_kept = prefixes.kept if index else 0
             if head is None:
                 turn = None
             elif index + 1 == len(inputs.chat) and prefixes.flag is False:
                 turn = text  # the full render is this prefix's: same inputs, same flags
+                prefixes.kept = len(text)
             else:
                 turn = prefixes.render(index + 1, False)
             if head is None or turn is None:
                 continue  # a prefix this template refuses (e.g. it must start with a user turn)
             content = message.get("content")
             anchor = content.strip() if isinstance(content, str) else ""
-            span = _locate_turn(text, head, turn, cursor, anchor)
+            span = _locate_turn(text, head, turn, cursor, anchor, head_kept, prefixes.kept)
             if span is not None:
                 spans.append(span)
                 cursor = span.end
     return tuple(spans)
 
 
-def _turn_start(head: str, turn: str) -> int:
-    """Where the assistant's text begins in the render of the conversation up to its turn."""
+def _turn_start(head: str, turn: str, known: int = 0) -> int:
+    """Where the assistant's text begins in the render of the conversation up to its turn
+    (``known``: how many first characters both are known to share)."""
     if turn.startswith(head):
         return len(head)
     # The generation prompt differs from the turn's opening (a `<think>` the prompt opens, a
     # system text folded into the last user turn): the turn starts after the longest tail
     # of the prompt that the turn repeats, or after what both share, whichever is later
-    shared = common_prefix_length(head, turn)
+    shared = common_prefix_length(head, turn, known)
     size = len(head)
     if size < 4 or head[-4:] not in turn:
         return shared
@@ -1012,12 +1019,22 @@ def _turn_start(head: str, turn: str) -> int:
 _SLACK = 32  # how much longer a turn's opening may be in history than as the last turn
 
 
-def _locate_turn(text: str, head: str, turn: str, cursor: int, anchor: str) -> Span | None:
+def _locate_turn(
+    text: str,
+    head: str,
+    turn: str,
+    cursor: int,
+    anchor: str,
+    head_kept: int = 0,
+    turn_kept: int = 0,
+) -> Span | None:
+    """The span of the turn rendered by ``turn`` after ``head`` in ``text`` (``head_kept``,
+    ``turn_kept``: how many of their first characters are known to be ``text``'s)."""
     # The turn's generated text is what its render adds after the generation prompt
-    generated = turn[_turn_start(head, turn) :].rstrip()
+    generated = turn[_turn_start(head, turn, min(head_kept, turn_kept)) :].rstrip()
     if not generated:
         return None
-    start = max(cursor, common_prefix_length(head, text))
+    start = max(cursor, common_prefix_length(head, text, head_kept))
     if text.startswith(generated, start):
         return Span(start, start + len(generated))
     # Templates render a past turn differently from the last one (Qwen3 drops the empty

@@ -854,13 +854,14 @@ class ResumePlan:
 
     def resume(
         self, watch: Watch, text: str, names: dict[str, Any], k: int, prompt: bool
-    ) -> str | None:
+    ) -> tuple[str, int] | None:
         """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
         resumed from the watched render (``text``: its text; ``names``: ``context_names``
         of the render's variables): its text up to a mark, then the template's end alone
         (at the pass on message ``k``), or the passes from the last one (or the first whose
-        uses the prefix's traced values change) and the end. None when it cannot be
-        resumed. Runs inside a render's state (``render_state.begin``)."""
+        uses the prefix's traced values change) and the end; with the length of the part
+        taken from ``text``. None when it cannot be resumed. Runs inside a render's state
+        (``render_state.begin``)."""
         chat = watch.chat
         item = chat[k - 1] if 0 < k <= len(chat) and watch.usable else None
         mark = watch.passes.get(id(item))
@@ -898,7 +899,7 @@ class ResumePlan:
                 mark, tail = ended, self.end  # every pass ran as in the whole render
                 key = self._ending(watch, mark, prompt, values)
                 if key is not None and key in watch.ends:
-                    return text[: mark.position] + watch.ends[key]
+                    return text[: mark.position] + watch.ends[key], mark.position
             else:
                 tail = self.tail
                 if at != k - 1:
@@ -928,7 +929,7 @@ class ResumePlan:
             watch.limit = _WHOLE + 1
             watch.replaced = {}
             _pending.start = None
-        return "".join(out)
+        return "".join(out), mark.position
 
     def _ending(
         self, watch: Watch, mark: Mark, prompt: bool, values: dict[int, Any]
