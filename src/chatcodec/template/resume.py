@@ -58,6 +58,7 @@ watched render refuses a traced value (``|tojson`` of it).
 
 from __future__ import annotations
 
+import bisect
 import copy
 import itertools
 import math
@@ -160,6 +161,8 @@ class Watch:
         self.ending: dict[int, Any] = {}  # what ResumePlan._ending works out per mark's parts
         self.scanned: dict[tuple[int, int, int], dict[int, Any] | None] = {}  # _scanned's
         self.past: dict[int, tuple[list[tuple[int, int]], frozenset[int]]] = {}  # _reads_past's
+        self.reaches: list[int] | None = None  # the statements' reaches, sorted (_reads_past)
+        self.traced_in: dict[int, frozenset[int]] = {}  # _scanned's, by a mark's copies
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -734,10 +737,13 @@ def _reads_past(watch: Watch, k: int) -> tuple[list[tuple[int, int]], frozenset[
     """The runs of consecutive statements of the start (first, stop) that read message
     ``k`` or later in the watched render, and those statements. The same for every ``k``
     between two of the statements' reaches: worked out once for each such range."""
-    reaches = [step.reach for step in watch.steps[1:]]
-    key = sum(reach >= k for reach in reaches)
+    ordered = watch.reaches
+    if ordered is None:
+        ordered = watch.reaches = sorted(step.reach for step in watch.steps[1:])
+    key = len(ordered) - bisect.bisect_left(ordered, k)
     found = watch.past.get(key)
     if found is None:
+        reaches = [step.reach for step in watch.steps[1:]]
         runs: list[tuple[int, int]] = []
         for i, reach in enumerate(reaches):
             if reach >= k:
@@ -1067,11 +1073,15 @@ class ResumePlan:
         # the answer does not depend on k unless the state holds messages (compared as the
         # prefix's): the same copies at the same place give the same answer
         key = (first, id(end.spaces), end.position)
-        kept = not any(
-            type(value) is _Traced and id(value) in values
-            for _, fields in end.spaces
-            for value in fields.values()
-        )  # else the answer depends on the prefix's values
+        traced = watch.traced_in.get(id(end.spaces))
+        if traced is None:
+            traced = watch.traced_in[id(end.spaces)] = frozenset(
+                id(value)
+                for _, fields in end.spaces
+                for value in fields.values()
+                if type(value) is _Traced
+            )
+        kept = traced.isdisjoint(values)  # else the answer depends on the prefix's values
         if kept and key in watch.scanned:
             return watch.scanned[key]
         known = len(start.spaces)
