@@ -263,9 +263,11 @@ class ChatTemplate:
             messages, tools, documents, add_generation_prompt, False, now, context
         )
         if isinstance(messages, (list, tuple)) and self._environment().immutable_inputs:
-            worth = _worth_watching(messages, add_generation_prompt) and self._resuming_pays()
+            turns = _assistant_turns(messages)
+            worth = _worth_watching(turns, len(messages), add_generation_prompt)
+            worth = worth and self._resuming_pays()
             prefixes = PrefixRenders(self, inputs, self._resume_plan() if worth else None)
-            derived = _spans_from_shared_inputs(prefixes, messages)
+            derived = _spans_from_shared_inputs(prefixes, messages, turns)
             self._resume_tally[0] += prefixes.resumed
             self._resume_tally[1] += prefixes.rendered
             return RenderedChat(prefixes.text, derived, "derived")
@@ -945,18 +947,31 @@ _TALLY_SEEN, _TALLY_SHARE = 64, 0.25
 _WATCHING_PAYS = 2.0
 
 
-def _worth_watching(messages: Sequence[Any], add_generation_prompt: bool) -> bool:
-    """Whether the prefixes derived spans need would cost more rendered than resumed."""
-    total, cost = len(messages), 0.0
-    for index, message in enumerate(messages):
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            cost += index / total  # the prefix before the turn
-            if index + 1 < total or add_generation_prompt:
-                cost += (index + 1) / total  # the prefix up to it (the last is the render)
+def _assistant_turns(messages: Sequence[Any]) -> list[int]:
+    """The indexes of the assistant's messages."""
+    return [
+        index
+        for index, message in enumerate(messages)
+        # (a dict's type first: isinstance of an ABC is slow, and the messages are many)
+        if (type(message) is dict or isinstance(message, Mapping))
+        and message.get("role") == "assistant"
+    ]
+
+
+def _worth_watching(turns: list[int], total: int, add_generation_prompt: bool) -> bool:
+    """Whether the prefixes derived spans need (around the assistant's messages ``turns``
+    of ``total``) would cost more rendered than resumed."""
+    cost = 0.0
+    for index in turns:
+        cost += index / total  # the prefix before the turn
+        if index + 1 < total or add_generation_prompt:
+            cost += (index + 1) / total  # the prefix up to it (the last is the render)
     return cost >= _WATCHING_PAYS
 
 
-def _spans_from_shared_inputs(prefixes: PrefixRenders, messages: Sequence[Any]) -> tuple[Span, ...]:
+def _spans_from_shared_inputs(
+    prefixes: PrefixRenders, messages: Sequence[Any], turns: list[int]
+) -> tuple[Span, ...]:
     """derive_spans_by_prefixes's spans, the prefixes rendered (or resumed) from the inputs
     of the full render instead of fresh copies, with tojson's results on them remembered:
     ``|tojson`` of one of those inputs (a tool schema, a call's arguments) gives the same
@@ -966,9 +981,8 @@ def _spans_from_shared_inputs(prefixes: PrefixRenders, messages: Sequence[Any]) 
     spans: list[Span] = []
     cursor = 0
     with prefixes.resuming():
-        for index, message in enumerate(messages):
-            if not isinstance(message, Mapping) or message.get("role") != "assistant":
-                continue
+        for index in turns:
+            message = messages[index]
             head = prefixes.render(index, True) if index else ""
             head_kept = prefixes.kept if index else 0
             if head is None:

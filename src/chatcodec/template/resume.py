@@ -335,7 +335,9 @@ class Watch:
                 fields = self.fields[at]
                 self.copies -= 1
                 copied[at] = (self.spaces[at], dict(fields))
-                self.usable = self.usable and not any(map(_iterator, fields.values()))
+                values = fields.values()  # (plain values, the most, tested by type in C first)
+                if self.usable and not _NOT_ITERATORS.issuperset(map(type, values)):
+                    self.usable = not any(map(_iterator, values))
             written.clear()
             self.copied = spaces = copied
             if self.copies < 0:
