@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
+import orjson
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -305,11 +306,9 @@ class _Events:
             "model": server.config.model_name,
         }
         # every delta chunk is this head, its delta, this tail: written once, not per delta
-        opening = json.dumps(
-            {**self.head, "choices": [{"index": 0, "delta": None}]}, ensure_ascii=False
-        )
-        self._before = b"data: " + opening[: opening.rindex("null")].encode()
-        self._after = b', "logprobs": null, "finish_reason": null}]}\n\n'
+        opening = orjson.dumps({**self.head, "choices": [{"index": 0, "delta": None}]})
+        self._before = b"data: " + opening[: opening.rindex(b"null")]
+        self._after = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
@@ -322,7 +321,7 @@ class _Events:
             fields = delta.to_openai()
             fields.pop("role", None)
             if fields:
-                body = json.dumps(self.server.reasoning(fields), ensure_ascii=False).encode()
+                body = orjson.dumps(self.server.reasoning(fields))
                 out.append(self._before + body + self._after)
         return b"".join(out)
 
@@ -352,4 +351,5 @@ class _Events:
 
 
 def _event(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+    # (orjson: a stream's events are written at about a tenth of json.dumps's cost)
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
