@@ -84,8 +84,11 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+@lru_cache(maxsize=256)
 def family_for(source: str) -> Family:
-    """The family llama.cpp gives a template: the first in its dispatch order that matches."""
+    """The family llama.cpp gives a template: the first in its dispatch order that matches
+    (kept per template: matching searches its text for the markers of every family, which
+    cost as much as rendering a short request)."""
     return next(family for family in FAMILIES if family.matches(source))
 
 

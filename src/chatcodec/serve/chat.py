@@ -132,6 +132,8 @@ def _grammar(turn: Turn, request: ChatRequest, engine: Engine) -> Grammar | None
     """The grammar to send: the turn's, when the engine takes one; none when only a lazy
     grammar over free text would have been sent; a 400 naming the field that needs one."""
     needed = _constrained_field(request)
+    if needed is None and not engine.takes_grammar:
+        return None  # nothing to enforce, nowhere to send it: not derived
     try:
         grammar = turn.grammar
     except GrammarError as exc:
