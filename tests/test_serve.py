@@ -497,6 +497,34 @@ def test_a_template_that_refuses_the_warm_up_requests_still_serves(
         assert post(root, body).json()["choices"][0]["message"]["content"] == "Sunny."
 
 
+def test_small_and_long_conversations_are_set_up_alike(standin: tuple[StandIn, str]) -> None:
+    """A body up to 16 KiB is set up on the event loop, a longer one on a worker thread:
+    both send the engine the template's prompt and read its reply."""
+    engine, url = standin
+    reset(engine, "Sunny.")
+    source = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    with served(Codec(source), RemoteEngine(url)) as root:
+        for text in ("Hi.", "word " * 8000):
+            body = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+            for stream in (False, True):
+                engine.requests.clear()
+                response = post(root, {**body, "stream": stream})
+                assert response.status_code == 200
+                assert engine.requests[0]["prompt"] == f"user: {text}\n"
+                if stream:
+                    events = sse_events(response)
+                    assert (
+                        "".join(
+                            e["choices"][0]["delta"].get("content") or ""
+                            for e in events
+                            if e["choices"]
+                        )
+                        == "Sunny."
+                    )
+                else:
+                    assert response.json()["choices"][0]["message"]["content"] == "Sunny."
+
+
 @pytest.mark.parametrize("url", ["notaurl", "ftp://host/v1", "http://", "http://[::1/v1"])
 def test_a_remote_engine_needs_an_http_url(url: str) -> None:
     with pytest.raises(ValueError, match="URL"):
