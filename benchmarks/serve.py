@@ -134,6 +134,7 @@ def start(command: list[str], port: int) -> subprocess.Popen[bytes]:
 
 
 Stream = tuple[float, float, int, bool]  # seconds in all, seconds to the first delta, deltas, ok
+BAD: list[str] = []  # the first bad stream's status and last line, printed after its table
 
 
 async def direct(client: httpx.AsyncClient, url: str) -> Stream:
@@ -156,8 +157,10 @@ async def chat(client: httpx.AsyncClient, url: str) -> Stream:
     body = {"model": "bench", "messages": [{"role": "user", "content": "Weather?"}]}
     body |= {"tools": TOOLS, "stream": True}
     start_time, first, deltas, text, calls = time.perf_counter(), 0.0, 0, [], []
+    last = ""
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
         async for line in response.aiter_lines():
+            last = line or last
             if line.startswith("data: ") and line != "data: [DONE]":
                 event = json.loads(line[6:])
                 for choice in event["choices"]:
@@ -172,8 +175,13 @@ async def chat(client: httpx.AsyncClient, url: str) -> Stream:
         function = call["function"]
         merged.setdefault(call["index"], [function.get("name", "")])
         merged[call["index"]].append(function.get("arguments") or "")
-    got = [(parts[0], json.loads("".join(parts[1:]))) for _, parts in sorted(merged.items())]
+    try:
+        got = [(parts[0], json.loads("".join(parts[1:]))) for _, parts in sorted(merged.items())]
+    except ValueError:
+        got = []
     ok = "".join(text) == PROSE and got == [("get_weather", {"city": "Paris"})]
+    if not ok and not BAD:
+        BAD.append(f"status {response.status_code}, last line {last[:300]!r}")
     return time.perf_counter() - start_time, first, deltas, ok
 
 
@@ -351,6 +359,8 @@ def relay_comparison(clients: int, rounds: int, pace_ms: float) -> tuple[float, 
         ours = statistics.median(r[key] for n, r in rows if n == relay)
         return ours / statistics.median(r[key] for n, r in rows if n == "direct")
 
+    if BAD:
+        print(f"a bad stream: {BAD.pop()}")
     whole, steady = ratio("p50"), ratio("steady")
     print(
         f"added time per delta (p50): {whole:.2f}x direct over the whole stream, "

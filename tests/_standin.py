@@ -27,10 +27,18 @@ __all__ = ["StandIn", "ServerThread"]
 
 
 class ServerThread:
-    """``app`` served by uvicorn on 127.0.0.1 in a thread; ``url`` once started."""
+    """``app`` served by uvicorn on 127.0.0.1 in a thread; ``url`` once started.
+    ``keep_alive``: the seconds it keeps an idle connection open (uvicorn's default 5)."""
 
-    def __init__(self, app: Any) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    def __init__(self, app: Any, keep_alive: float = 5) -> None:
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="on",
+            timeout_keep_alive=keep_alive,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -55,6 +63,7 @@ class StandIn:
     def __init__(self, seed: int = 0) -> None:
         self.reply: str | Callable[[dict[str, Any]], str] = ""
         self.requests: list[dict[str, Any]] = []
+        self.peers: list[tuple[str, int]] = []  # the connection (host, port) of each request
         self.rng = random.Random(seed)
         self.max_chunk = 7
         self.status = 200  # another status: answer with an error of that status
@@ -86,6 +95,8 @@ class StandIn:
     async def completions(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(body)
+        if request.client is not None:
+            self.peers.append((request.client.host, request.client.port))
         if self.delay and not body.get("stream"):
             await asyncio.sleep(self.delay)
         if self.status != 200:

@@ -4,6 +4,7 @@ in front of a real engine stand-in (tests/_standin.py) or llama.cpp in process."
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -56,6 +57,11 @@ def served(codec: Codec, engine: Any, **config: Any) -> Iterator[str]:
 
 def qwen() -> Codec:
     return Codec(template_source(QWEN), eos_token="<|im_end|>")
+
+
+def qwen_free() -> Codec:
+    """A template of the tests' own (runs without ../shared)."""
+    return Codec("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
 
 
 def reset(engine: StandIn, reply: str) -> None:
@@ -502,8 +508,7 @@ def test_small_and_long_conversations_are_set_up_alike(standin: tuple[StandIn, s
     both send the engine the template's prompt and read its reply."""
     engine, url = standin
     reset(engine, "Sunny.")
-    source = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-    with served(Codec(source), RemoteEngine(url)) as root:
+    with served(qwen_free(), RemoteEngine(url)) as root:
         for text in ("Hi.", "word " * 8000):
             body = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
             for stream in (False, True):
@@ -523,6 +528,26 @@ def test_small_and_long_conversations_are_set_up_alike(standin: tuple[StandIn, s
                     )
                 else:
                     assert response.json()["choices"][0]["message"]["content"] == "Sunny."
+
+
+def test_an_idle_connection_to_the_engine_is_kept_for_keep_alive_seconds() -> None:
+    """Requests close together share one connection to the engine; one after the engine
+    connection sat idle longer than ``keep_alive`` opens a new one (engines close theirs
+    after a few seconds: one closed as it is taken again would fail the request)."""
+    engine = StandIn(seed=3)
+    reset(engine, "Sunny.")
+    body = {"model": MODEL, "messages": USER}
+    with ServerThread(engine.app) as thread:
+        for keep_alive, kept in ((0.3, False), (15.0, True)):
+            with served(
+                qwen_free(), RemoteEngine(thread.url + "/v1", keep_alive=keep_alive)
+            ) as root:
+                engine.peers.clear()
+                for wait in (0.0, 0.0, 0.6):
+                    time.sleep(wait)
+                    assert post(root, body).json()["choices"][0]["message"]["content"] == "Sunny."
+                first, again, later = engine.peers
+                assert first == again and (later == first) is kept
 
 
 @pytest.mark.parametrize("url", ["notaurl", "ftp://host/v1", "http://", "http://[::1/v1"])

@@ -27,7 +27,10 @@ class RemoteEngine:
     """``base_url`` is the engine's OpenAI root (``http://HOST:PORT/v1``); ``kind`` says how
     a grammar is sent (llama.cpp's server, llama-cpp-python's, vLLM's or SGLang's request
     fields; ``none``: the engine takes no grammar). ``stream=False`` asks for whole
-    completions instead of SSE."""
+    completions instead of SSE. ``keep_alive``: the seconds an idle connection to the engine
+    is kept for the next request; keep it under the engine's own (5 s for vLLM's, SGLang's
+    and llama.cpp's servers): a connection the engine closes as it is taken again fails the
+    request that took it, and under a burst of requests the server learns of the close late."""
 
     def __init__(
         self,
@@ -38,6 +41,7 @@ class RemoteEngine:
         stream: bool = True,
         api_key: str | None = None,
         max_tokens_default: int | None = None,
+        keep_alive: float = 3.0,
     ) -> None:
         if kind not in BACKEND_KINDS:
             raise ValueError(f"backend kind must be one of {BACKEND_KINDS}, not {kind!r}")
@@ -61,11 +65,18 @@ class RemoteEngine:
         self.stream = stream
         self.takes_grammar = kind != "none"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+
         # httpx's client on aiohttp's transport: aiohttp reads HTTP in C where httpcore
         # reads it in Python, about half the CPU per streamed event (benchmarks/serve.py).
         # The session is made at the first request, inside the server's event loop, with
-        # no limit on connections (a stream holds one)
-        transport = AiohttpTransport(client=_session)
+        # no limit on connections (a stream holds one); the engine is reached directly:
+        # reading HTTP(S)_PROXY and ~/.netrc again for every request cost more than the
+        # rest of sending it
+        def session() -> aiohttp.ClientSession:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=keep_alive)
+            return aiohttp.ClientSession(connector=connector, trust_env=False)
+
+        transport = AiohttpTransport(client=session)
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout), headers=headers, transport=transport
         )
@@ -130,12 +141,6 @@ class RemoteEngine:
             raise EngineError(f"the engine at {self.url} failed: {exc.__cause__!r}") from exc
         except (httpx.HTTPError, aiohttp.ClientError) as exc:
             raise EngineError(f"the engine at {self.url} failed: {exc!r}") from exc
-
-
-def _session() -> aiohttp.ClientSession:
-    # the engine is reached directly: reading HTTP(S)_PROXY and ~/.netrc again for every
-    # request cost more than the rest of sending it
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=False)
 
 
 def _timed_out(exc: Exception) -> bool:
