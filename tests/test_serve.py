@@ -329,6 +329,23 @@ def test_engine_events_split_and_merged_across_reads() -> None:
     assert len(got) <= 4  # one piece per read that completed an event, then the finish
 
 
+def test_an_engine_event_with_a_lone_surrogate_is_not_json(standin: tuple[StandIn, str]) -> None:
+    """orjson reads the engine's events: a lone surrogate escape (which no UTF-8 text holds)
+    makes the event unreadable, and the stream ends with the engine's error, not a chunk
+    that cannot be encoded."""
+    engine, url = standin
+    reset(engine, "Hello there, the weather is fine \ud800 today.")
+    engine.pace = 0.005  # a read per piece: the stream starts before the unreadable event
+    body = {"model": MODEL, "messages": USER, "stream": True}
+    try:
+        with served(qwen_free(), RemoteEngine(url)) as root:
+            events = sse_events(post(root, body))
+    finally:
+        engine.pace = 0.0
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert set(events[-1]) == {"error"} and "not JSON" in events[-1]["error"]["message"]
+
+
 def test_a_long_string_argument_streams_chunk_by_chunk(standin: tuple[StandIn, str]) -> None:
     """Qwen3-Coder's raw string value, 3,000 characters, the engine writing a piece every
     millisecond: the client gets an argument delta per piece well past the decoder's
