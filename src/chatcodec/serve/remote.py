@@ -67,7 +67,7 @@ class RemoteEngine:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
 
         # httpx's client on aiohttp's transport: aiohttp reads HTTP in C where httpcore
-        # reads it in Python, about half the CPU per streamed event (benchmarks/serve.py).
+        # reads it in Python (41% of the server's CPU under load, benchmarks/README.md).
         # The session is made at the first request, inside the server's event loop, with
         # no limit on connections (a stream holds one); the engine is reached directly:
         # reading HTTP(S)_PROXY and ~/.netrc again for every request cost more than the
