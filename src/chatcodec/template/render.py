@@ -986,17 +986,18 @@ def _spans_from_shared_inputs(
             head = prefixes.render(index, True) if index else ""
             head_kept = prefixes.kept if index else 0
             if head is None:
-                turn = None
+                turn, turn_kept = None, 0
             elif index + 1 == len(inputs.chat) and prefixes.flag is False:
-                turn = text  # the full render is this prefix's: same inputs, same flags
-                prefixes.kept = len(text)
+                # the full render is this prefix's: same inputs, same flags
+                turn, turn_kept = text, len(text)
             else:
                 turn = prefixes.render(index + 1, False)
+                turn_kept = prefixes.kept
             if head is None or turn is None:
                 continue  # a prefix this template refuses (e.g. it must start with a user turn)
             content = message.get("content")
             anchor = content.strip() if isinstance(content, str) else ""
-            span = _locate_turn(text, head, turn, cursor, anchor, head_kept, prefixes.kept)
+            span = _locate_turn(text, head, turn, cursor, anchor, head_kept, turn_kept)
             if span is not None:
                 spans.append(span)
                 cursor = span.end
