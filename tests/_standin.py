@@ -27,18 +27,10 @@ __all__ = ["StandIn", "ServerThread"]
 
 
 class ServerThread:
-    """``app`` served by uvicorn on 127.0.0.1 in a thread; ``url`` once started.
-    ``keep_alive``: the seconds it keeps an idle connection open (uvicorn's default 5)."""
+    """``app`` served by uvicorn on 127.0.0.1 in a thread; ``url`` once started."""
 
-    def __init__(self, app: Any, keep_alive: float = 5) -> None:
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=0,
-            log_level="warning",
-            lifespan="on",
-            timeout_keep_alive=keep_alive,
-        )
+    def __init__(self, app: Any) -> None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -59,7 +59,7 @@ def qwen() -> Codec:
     return Codec(template_source(QWEN), eos_token="<|im_end|>")
 
 
-def qwen_free() -> Codec:
+def plain_codec() -> Codec:
     """A template of the tests' own (runs without ../shared)."""
     return Codec("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
 
@@ -338,7 +338,7 @@ def test_an_engine_event_with_a_lone_surrogate_is_not_json(standin: tuple[StandI
     engine.pace = 0.005  # a read per piece: the stream starts before the unreadable event
     body = {"model": MODEL, "messages": USER, "stream": True}
     try:
-        with served(qwen_free(), RemoteEngine(url)) as root:
+        with served(plain_codec(), RemoteEngine(url)) as root:
             events = sse_events(post(root, body))
     finally:
         engine.pace = 0.0
@@ -525,7 +525,7 @@ def test_small_and_long_conversations_are_set_up_alike(standin: tuple[StandIn, s
     both send the engine the template's prompt and read its reply."""
     engine, url = standin
     reset(engine, "Sunny.")
-    with served(qwen_free(), RemoteEngine(url)) as root:
+    with served(plain_codec(), RemoteEngine(url)) as root:
         for text in ("Hi.", "word " * 8000):
             body = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
             for stream in (False, True):
@@ -557,7 +557,7 @@ def test_an_idle_connection_to_the_engine_is_kept_for_keep_alive_seconds() -> No
     with ServerThread(engine.app) as thread:
         for keep_alive, kept in ((0.3, False), (15.0, True)):
             with served(
-                qwen_free(), RemoteEngine(thread.url + "/v1", keep_alive=keep_alive)
+                plain_codec(), RemoteEngine(thread.url + "/v1", keep_alive=keep_alive)
             ) as root:
                 engine.peers.clear()
                 for wait in (0.0, 0.0, 0.6):
