@@ -26,15 +26,16 @@ class Encoding:
 
     ``input_ids``, ``attention_mask`` and ``assistant_masks`` are transformers' names (one
     entry per token; the mask is 1 on the tokens trained on); ``offsets`` is the ``[start,
-    end)`` character range of each token in ``text``; ``spans`` the character spans of the
-    assistant's text the mask was made from.
+    end)`` character range of each token in ``text`` (a sequence of pairs, built on first
+    use when the tokens came from the tokenizer's cache); ``spans`` the character spans of
+    the assistant's text the mask was made from.
     """
 
     text: str
     input_ids: list[int]
     attention_mask: list[int]
     assistant_masks: list[int]
-    offsets: list[tuple[int, int]]
+    offsets: Sequence[tuple[int, int]]
     spans: tuple[Span, ...]
 
     def to_dict(self, text: bool = False) -> dict[str, Any]:

@@ -47,7 +47,7 @@ class Tokenized:
     the token holding a character (``None`` for a character no token holds)."""
 
     ids: list[int]
-    offsets: list[tuple[int, int]]
+    offsets: Sequence[tuple[int, int]]
     char_to_token: Callable[[int], int | None]
 
 
@@ -93,9 +93,17 @@ class JsonTokenizer:
     """``tokenizer.json`` through the ``tokenizers`` package, with the settings of the
     ``tokenizer_config.json`` beside it applied as transformers 5.23.0 applies them at load:
     the config's ``added_tokens_decoder`` added again in id order (flags included), then its
-    special tokens the vocabulary lacks, ``split_special_tokens``, no truncation, no padding."""
+    special tokens the vocabulary lacks, ``split_special_tokens``, no truncation, no padding.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    The tokens of the text between added tokens are kept for texts to come, up to
+    ``cache_chars`` characters of such text (the least recently used dropped; 0: none kept).
+    The ids and offsets are the same either way (``chatcodec.tokencache`` says why, and when
+    nothing is kept because they might not be).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], cache_chars: int = 1_000_000) -> None:
+        from .tokencache import PieceCache
+
         self.path = Path(path)
         self.config = _effective_config(self.path.parent)
         self._backend = _backend(self.path, self.config)
@@ -104,15 +112,16 @@ class JsonTokenizer:
             for index, token in self._backend.get_added_tokens_decoder().items()
             if token.special
         )
+        self.cache = PieceCache.for_backend(self._backend, cache_chars)
 
     def __repr__(self) -> str:
         return f"<JsonTokenizer {self.path}>"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path}
+        return {"path": self.path, "cache_chars": self.cache.capacity if self.cache else 0}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"])  # type: ignore[misc]
+        self.__init__(state["path"], state.get("cache_chars", 0))  # type: ignore[misc]
 
     @property
     def backend(self) -> Any:
@@ -120,6 +129,11 @@ class JsonTokenizer:
         return self._backend
 
     def tokenize(self, text: str) -> Tokenized:
+        if self.cache is not None:
+            found = self.cache.tokenize(text)
+            if found is not None:
+                ids, offsets = found
+                return Tokenized(ids, offsets, offsets.char_to_token)
         encoding = self._backend.encode(text, add_special_tokens=False)
         return Tokenized(encoding.ids, encoding.offsets, encoding.char_to_token)
 

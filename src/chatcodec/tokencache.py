@@ -1,0 +1,276 @@
+"""Tokens of repeated text, kept: the pieces between a ``tokenizers`` tokenizer's added tokens.
+
+A dataset repeats text: a system prompt, a tool list, a conversation's earlier turns in
+each of its prefixes. The ``tokenizers`` encode of a text first cuts it at its added tokens
+(``<|im_start|>``, ``<|eot_id|>``, ...), and every later step (normalizer, pre-tokenizer,
+model, offsets) works on each piece between them alone. So a piece's tokens are the same
+wherever it stands, and ``PieceCache`` keeps them by the piece's text: a text whose pieces
+were all seen before is tokenized without calling the tokenizer.
+
+Exact, and where it could not be it is not used (``PieceCache.for_backend`` gives None):
+
+- The cuts are the tokenizer's: the same leftmost-longest match over the added tokens it
+  matches on the raw text (those with ``normalized=False``), skipping special tokens under
+  ``split_special_tokens`` as it does. A tokenizer whose raw-text added tokens strip
+  whitespace or match single words only (``lstrip``/``rstrip``/``single_word``, whose match
+  depends on the text around it) is not cached; neither is a model with BPE dropout.
+- The one thing about a piece that depends on its place is whether it starts the text
+  (``Metaspace``'s ``prepend_scheme="first"``, the ``ByteLevel`` offsets of token 0): that
+  is part of the key.
+- Unseen pieces are tokenized in one call, joined by a separator (one of the added tokens
+  cut at), so each stands between added tokens as it did in the text. The answer is checked:
+  every separator must come back as its own token at its own place, else the whole text is
+  tokenized as one (and nothing is kept).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from operator import itemgetter
+from typing import Any, overload
+
+__all__ = ["PieceCache", "PieceOffsets"]
+
+# a piece's tokens: their ids, their offsets as the tokenizer gave them, and what to add to
+# those offsets to place them in the piece's own text (the piece starts at 0)
+_Entry = tuple[list[int], list[tuple[int, int]], int]
+_end = itemgetter(1)
+
+
+class PieceOffsets(Sequence[tuple[int, int]]):
+    """The ``[start, end)`` characters of each token of a text assembled from pieces, built
+    on first use; and ``char_to_token`` over them without building them."""
+
+    __slots__ = ("_bases", "_built", "_entries", "_starts")
+
+    def __init__(self, starts: list[int], bases: list[int], entries: list[_Entry]) -> None:
+        self._starts = starts  # each piece's first character in the text
+        self._bases = bases  # the index of each piece's first token
+        self._entries = entries  # each piece's tokens, offsets shifted by the piece's start
+        self._built: list[tuple[int, int]] | None = None
+
+    def _list(self) -> list[tuple[int, int]]:
+        if self._built is None:
+            self._built = [
+                (a + shift, b + shift) for _, offsets, shift in self._entries for a, b in offsets
+            ]
+        return self._built
+
+    def __len__(self) -> int:
+        return self._bases[-1] + len(self._entries[-1][0]) if self._entries else 0
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[int, int]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
+        return self._list()[index]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PieceOffsets):
+            other = other._list()
+        return isinstance(other, Sequence) and self._list() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, mutable-like
+
+    def __repr__(self) -> str:
+        return repr(self._list())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (self._list(),))  # a pickled copy is the plain list
+
+    def char_to_token(self, char: int) -> int | None:
+        """The first token whose range holds the character (None: none does), as
+        ``tokenizers.Encoding.char_to_token`` answers it. A token's range lies inside its
+        piece's, and within a piece the ranges' ends never fall."""
+        piece = bisect_right(self._starts, char) - 1
+        if piece < 0:
+            return None
+        _, offsets, shift = self._entries[piece]
+        local = char - shift
+        index = bisect_right(offsets, local, key=_end)
+        if index < len(offsets) and offsets[index][0] <= local:
+            return self._bases[piece] + index
+        return None
+
+
+class PieceCache:
+    """Pieces of text and their tokens, the least recently used dropped past ``capacity``
+    characters of text kept. Build one with ``for_backend``."""
+
+    def __init__(
+        self,
+        backend: Any,
+        pattern: re.Pattern[str],
+        cut: dict[str, tuple[int, tuple[int, int], tuple[int, int]]],
+        separator: str,
+        capacity: int,
+    ) -> None:
+        self._backend = backend
+        self._pattern = pattern  # every added token matched on the raw text, longest first
+        self._cut = cut  # text -> (id, offsets at the text's start, offsets elsewhere)
+        self._separator = separator
+        self._separator_id = cut[separator][0]
+        self.capacity = capacity
+        self._kept: OrderedDict[tuple[str, bool], _Entry] = OrderedDict()
+        self._size = 0
+        self.hits = 0
+        self.misses = 0
+
+    @classmethod
+    def for_backend(cls, backend: Any, capacity: int) -> PieceCache | None:
+        """A cache for a ``tokenizers.Tokenizer`` set up as it will encode (added tokens,
+        ``encode_special_tokens``); None where caching could change its answer."""
+        if capacity <= 0 or getattr(backend.model, "dropout", None):
+            return None
+        matched: dict[str, int] = {}
+        cut: dict[str, tuple[int, tuple[int, int], tuple[int, int]]] = {}
+        skip_special = bool(backend.encode_special_tokens)
+        for index, token in backend.get_added_tokens_decoder().items():
+            if token.normalized or not token.content:
+                continue
+            matched[token.content] = index
+            if token.special and skip_special:
+                continue
+            if token.lstrip or token.rstrip or token.single_word:
+                return None
+            cut[token.content] = (index, (0, 0), (0, 0))
+        if not cut:
+            return None
+        unknown = getattr(backend.model, "unk_token", None)
+        unknown_id = backend.token_to_id(unknown) if isinstance(unknown, str) else None
+        candidates = sorted((t for t in cut if cut[t][0] != unknown_id), key=lambda t: (len(t), t))
+        if not candidates:
+            return None
+        separator = candidates[0]
+        for text, (index, _, _) in cut.items():
+            alone = backend.encode(text, add_special_tokens=False)
+            after = backend.encode(separator + text, add_special_tokens=False)
+            if alone.ids != [index] or after.ids != [cut[separator][0], index]:
+                return None  # the tokenizer does not give this added token as itself
+            a, b = after.offsets[1]
+            cut[text] = (index, alone.offsets[0], (a - len(separator), b - len(separator)))
+        pattern = re.compile("|".join(re.escape(t) for t in sorted(matched, key=len, reverse=True)))
+        return cls(backend, pattern, cut, separator, capacity)
+
+    @property
+    def size(self) -> int:
+        """Characters of text kept."""
+        return self._size
+
+    @property
+    def pieces(self) -> int:
+        """Pieces of text kept."""
+        return len(self._kept)
+
+    def clear(self) -> None:
+        """Forget every piece kept."""
+        self._kept.clear()
+        self._size = 0
+
+    def tokenize(self, text: str) -> tuple[list[int], PieceOffsets] | None:
+        """The ids and offsets ``backend.encode(text, add_special_tokens=False)`` gives, from
+        the pieces kept and one call for the others; None when that call's answer fails the
+        check (tokenize the text whole)."""
+        starts: list[int] = []
+        entries: list[_Entry | None] = []
+        unseen: dict[tuple[str, bool], list[int]] = {}  # piece -> its places in entries
+        cut = self._cut
+        position = 0
+        end = len(text)
+        for match in self._pattern.finditer(text):
+            found = cut.get(match.group())
+            if found is None:  # a special token left as text (split_special_tokens)
+                continue
+            start = match.start()
+            if start > position:
+                entries.append(self._piece(text, position, start, len(entries), unseen))
+                starts.append(position)
+            index, first, rest = found
+            entries.append(([index], [first if start == 0 else rest], start))
+            starts.append(start)
+            position = match.end()
+        if position < end:
+            entries.append(self._piece(text, position, end, len(entries), unseen))
+            starts.append(position)
+        if unseen and not self._fill(unseen, starts, entries):
+            return None
+        ids: list[int] = []
+        bases: list[int] = []
+        for entry in entries:
+            bases.append(len(ids))
+            ids += entry[0]  # type: ignore[index]
+        return ids, PieceOffsets(starts, bases, entries)  # type: ignore[arg-type]
+
+    def _piece(
+        self, text: str, start: int, end: int, slot: int, unseen: dict[tuple[str, bool], list[int]]
+    ) -> _Entry | None:
+        """A kept piece's tokens placed at ``start``; None (and noted unseen) if not kept."""
+        key = (text[start:end], start == 0)
+        entry = self._kept.get(key)
+        if entry is None:
+            unseen.setdefault(key, []).append(slot)
+            self.misses += 1
+            return None
+        self._kept.move_to_end(key)
+        self.hits += 1
+        return (entry[0], entry[1], entry[2] + start)
+
+    def _fill(
+        self,
+        unseen: dict[tuple[str, bool], list[int]],
+        starts: list[int],
+        entries: list[_Entry | None],
+    ) -> bool:
+        """Tokenize the unseen pieces in one call, each between separators, check the
+        separators came back in place, then place and keep the pieces."""
+        separator, separator_id = self._separator, self._separator_id
+        _, first, rest = self._cut[separator]
+        lead = not any(at_start for _, at_start in unseen)  # else that piece starts the call
+        pieces = sorted(unseen, key=lambda key: not key[1])  # the one at the start first
+        chunks = [separator] if lead else []
+        marks = []
+        length = len(separator) if lead else 0
+        for piece, _ in pieces:
+            marks.append(length)
+            chunks += (piece, separator)
+            length += len(piece) + len(separator)
+        encoding = self._backend.encode("".join(chunks), add_special_tokens=False)
+        ids, offsets = encoding.ids, encoding.offsets
+        if lead and (not ids or ids[0] != separator_id or offsets[0] != first):
+            return False
+        at = 1 if lead else 0
+        found: list[_Entry] = []
+        for (piece, _), mark in zip(pieces, marks, strict=True):
+            try:
+                stop = ids.index(separator_id, at)
+            except ValueError:
+                return False
+            end = mark + len(piece)
+            if offsets[stop] != (end + rest[0], end + rest[1]):
+                return False
+            found.append((ids[at:stop], offsets[at:stop], -mark))
+            at = stop + 1
+        if at != len(ids):
+            return False
+        for key, entry in zip(pieces, found, strict=True):
+            for slot in unseen[key]:
+                entries[slot] = (entry[0], entry[1], entry[2] + starts[slot])
+            self._keep(key, entry)
+        return True
+
+    def _keep(self, key: tuple[str, bool], entry: _Entry) -> None:
+        size = len(key[0])
+        if size > self.capacity:
+            return
+        self._kept[key] = entry
+        self._size += size
+        while self._size > self.capacity:
+            (piece, _), _ = self._kept.popitem(last=False)
+            self._size -= len(piece)

@@ -1,0 +1,190 @@
+"""The piece cache (chatcodec.tokencache): the tokens of the text between added tokens, kept
+for the texts to come, give exactly what the ``tokenizers`` encode of the whole text gives:
+ids, offsets and ``char_to_token`` for every character, cold or warm, on tokenizers trained
+here (byte-level and SentencePiece-style) with the settings that change how text is cut or
+where a token's offsets lie; and nothing is kept where a setting could make it differ.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chatcodec import load
+from chatcodec.tokencache import PieceCache
+from chatcodec.tokenizer import JsonTokenizer
+
+from ._hypothesis import SEEDED
+from ._tokenizer import base_tokenizer_json, write_checkpoint
+
+tokenizers = pytest.importorskip("tokenizers")
+
+SPECIAL = ["<|im_start|>", "<|im_end|>", "<|im_start|>assistant", " <sp>"]
+TAGS = ["<think>", "</think>", "<tool_call>"]
+FRAGMENTS = [
+    *SPECIAL,
+    *TAGS,
+    "Hello",
+    " world",
+    "\n",
+    "\n\n",
+    "  ",
+    " ",
+    "\t",
+    "▁",
+    "Café",
+    "🙂",
+    "你好",
+    "x",
+    "<|",
+    "|>",
+    "<",
+    "think>",
+    "assistant",
+    "hello",
+    "HELLO",
+    '{"a": 1}',
+]
+SETUPS = ["byte_level", "metaspace", "split_special", "trim_offsets", "normalized"]
+
+
+@functools.cache
+def backend(setup: str) -> Any:
+    """A tokenizer trained here, set up one way (see SETUPS)."""
+    from tokenizers import AddedToken, Tokenizer, normalizers, processors
+
+    tokenizer = Tokenizer.from_str(
+        base_tokenizer_json("metaspace" if setup == "metaspace" else "byte_level")
+    )
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in SPECIAL])
+    tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAGS])
+    if setup == "split_special":
+        tokenizer.encode_special_tokens = True
+    if setup == "trim_offsets":  # offsets trimmed of spaces, the first token's kept
+        tokenizer.post_processor = processors.ByteLevel(trim_offsets=True, add_prefix_space=True)
+    if setup == "normalized":  # a normalizer, and added tokens matched on its output
+        tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+        tokenizer.add_tokens([AddedToken("hello", normalized=True), AddedToken("lo w")])
+    return tokenizer
+
+
+def assert_same(cache: PieceCache, tokenizer: Any, text: str) -> None:
+    expected = tokenizer.encode(text, add_special_tokens=False)
+    found = cache.tokenize(text)
+    assert found is not None
+    ids, offsets = found
+    assert ids == expected.ids
+    assert offsets == expected.offsets
+    assert len(offsets) == len(expected.offsets)
+    for char in range(len(text) + 2):
+        assert offsets.char_to_token(char) == expected.char_to_token(char), char
+
+
+texts = st.lists(
+    st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=6), max_size=12).map("".join),
+    min_size=1,
+    max_size=4,
+)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+@settings(SEEDED, max_examples=150)
+@given(texts=texts)
+def test_cached_tokens_are_the_tokenizers(setup: str, texts: list[str]) -> None:
+    """Several texts through one cache, each twice (cold, then from kept pieces), and the
+    texts joined (pieces seen in other places, at the start or not)."""
+    tokenizer = backend(setup)
+    cache = PieceCache.for_backend(tokenizer, 10_000)
+    assert cache is not None
+    for text in [*texts, *texts, "".join(texts), "".join(reversed(texts))]:
+        assert_same(cache, tokenizer, text)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_pieces_are_kept_and_found(setup: str) -> None:
+    tokenizer = backend(setup)
+    cache = PieceCache.for_backend(tokenizer, 10_000)
+    assert cache is not None
+    system = "<|im_start|>system\nYou are terse.<think>\n"
+    assert_same(cache, tokenizer, system + "<|im_start|>user\nHello<tool_call>")
+    misses, hits = cache.misses, cache.hits
+    assert_same(cache, tokenizer, system + "<|im_start|>user\nCafé 🙂<tool_call>")
+    assert cache.misses == misses + 1  # only the new user text
+    assert cache.hits > hits
+
+
+def test_the_capacity_bounds_the_text_kept() -> None:
+    tokenizer = backend("byte_level")
+    cache = PieceCache.for_backend(tokenizer, 20)
+    assert cache is not None
+    for word in ("first piece", "second one", "third"):
+        assert_same(cache, tokenizer, f"<|im_start|>{word}<|im_end|>")
+    assert cache.size <= 20
+    assert cache.pieces == 2  # "first piece" (11 characters) made way
+    assert_same(cache, tokenizer, "<|im_start|>a piece longer than the whole cache<|im_end|>")
+    assert cache.size <= 20
+    cache.clear()
+    assert (cache.size, cache.pieces) == (0, 0)
+
+
+def test_a_failed_check_tokenizes_the_text_whole() -> None:
+    """An added token that starts with the separator ("<tool_call>" and "<tool_callx>"): a
+    piece after the separator would join it. The call's answer fails the check, the text is
+    tokenized whole, and the pieces of that call are not kept."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tokenizer = Tokenizer.from_str(base_tokenizer_json("byte_level"))
+    tokenizer.add_tokens(
+        [AddedToken("<a>", normalized=False), AddedToken("<a>x", normalized=False)]
+    )
+    tokenizer.add_special_tokens([AddedToken("<|b|>", normalized=False, special=True)])
+    cache = PieceCache.for_backend(tokenizer, 1000)
+    assert cache is not None
+    assert cache.tokenize("<|b|>xyz") is None
+    assert cache.pieces == 0
+
+
+@pytest.mark.parametrize("flag", ["lstrip", "rstrip", "single_word"])
+def test_tokens_that_match_by_their_surroundings_turn_the_cache_off(flag: str) -> None:
+    from tokenizers import AddedToken, Tokenizer
+
+    tokenizer = Tokenizer.from_str(base_tokenizer_json("byte_level"))
+    tokenizer.add_special_tokens([AddedToken("<|a|>", normalized=False, special=True)])
+    assert PieceCache.for_backend(tokenizer, 1000) is not None
+    tokenizer.add_special_tokens([AddedToken("<mask>", normalized=False, **{flag: True})])
+    assert PieceCache.for_backend(tokenizer, 1000) is None
+
+
+def test_no_cache_without_added_tokens_or_room() -> None:
+    from tokenizers import Tokenizer
+
+    plain = Tokenizer.from_str(base_tokenizer_json("byte_level"))
+    assert PieceCache.for_backend(plain, 1000) is None
+    assert PieceCache.for_backend(backend("byte_level"), 0) is None
+
+
+def test_the_json_tokenizer_keeps_pieces_and_its_setting_pickles(tmp_path: Path) -> None:
+    template = "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}"
+    folder = write_checkpoint(tmp_path / "chatml", template)
+    codec = load(folder)
+    tokenizer = codec.tokenizer
+    assert isinstance(tokenizer, JsonTokenizer) and tokenizer.cache is not None
+    assert tokenizer.cache.capacity == 1_000_000
+    messages = [{"role": "user", "content": "Hello"}, {"role": "user", "content": "x"}]
+    first = codec.encode(messages)
+    again = codec.encode(messages)
+    assert tokenizer.cache.hits >= 2
+    assert again == first
+    assert list(again.offsets) == tokenizer.backend.encode(first.text).offsets
+    assert pickle.loads(pickle.dumps(again.offsets)) == list(again.offsets)
+    off = JsonTokenizer(folder / "tokenizer.json", cache_chars=0)
+    assert off.cache is None
+    assert pickle.loads(pickle.dumps(off)).cache is None
+    kept = pickle.loads(pickle.dumps(JsonTokenizer(folder / "tokenizer.json", cache_chars=50)))
+    assert kept.cache is not None and kept.cache.capacity == 50
