@@ -76,14 +76,12 @@ def backend(setup: str) -> Any:
 
 def assert_same(cache: PieceCache, tokenizer: Any, text: str) -> None:
     expected = tokenizer.encode(text, add_special_tokens=False)
-    found = cache.tokenize(text)
-    assert found is not None
-    ids, offsets = found
+    ids, offsets, char_to_token = cache.tokenize(text)
     assert ids == expected.ids
     assert offsets == expected.offsets
     assert len(offsets) == len(expected.offsets)
     for char in range(len(text) + 2):
-        assert offsets.char_to_token(char) == expected.char_to_token(char), char
+        assert char_to_token(char) == expected.char_to_token(char), char
 
 
 texts = st.lists(
@@ -134,9 +132,9 @@ def test_the_capacity_bounds_the_text_kept() -> None:
 
 
 def test_a_failed_check_tokenizes_the_text_whole() -> None:
-    """An added token that starts with the separator ("<tool_call>" and "<tool_callx>"): a
-    piece after the separator would join it. The call's answer fails the check, the text is
-    tokenized whole, and the pieces of that call are not kept."""
+    """An added token that starts with the separator ("<a>" and "<a>x"): a piece after the
+    separator joins it, the call's answer fails the check, and the text is encoded whole;
+    its piece is kept from that answer (there it stood between its own neighbours)."""
     from tokenizers import AddedToken, Tokenizer
 
     tokenizer = Tokenizer.from_str(base_tokenizer_json("byte_level"))
@@ -146,7 +144,22 @@ def test_a_failed_check_tokenizes_the_text_whole() -> None:
     tokenizer.add_special_tokens([AddedToken("<|b|>", normalized=False, special=True)])
     cache = PieceCache.for_backend(tokenizer, 1000)
     assert cache is not None
-    assert cache.tokenize("<|b|>xyz") is None
+    assert_same(cache, tokenizer, "<|b|>xyz")
+    assert (cache.pieces, cache.misses, cache.hits) == (1, 1, 0)
+    assert_same(cache, tokenizer, "<|b|>xyz")
+    assert (cache.pieces, cache.misses, cache.hits) == (1, 1, 1)
+
+
+def test_a_cut_token_the_model_also_writes_keeps_nothing() -> None:
+    """A SentencePiece-style model writes ``<unk>`` (an added token, cut at) for a character
+    it does not know: in a text encoded whole, the first ``<unk>`` is not the cut token, and
+    nothing is kept from that answer."""
+    tokenizer = backend("metaspace")
+    cache = PieceCache.for_backend(tokenizer, 1000)
+    assert cache is not None
+    text = "жxxxxx<unk>"
+    assert tokenizer.encode(text).tokens.count("<unk>") == 2
+    assert_same(cache, tokenizer, text)
     assert cache.pieces == 0
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, overload
 
@@ -37,6 +37,8 @@ __all__ = ["PieceCache", "PieceOffsets"]
 # a piece's tokens: their ids, their offsets as the tokenizer gave them, and what to add to
 # those offsets to place them in the piece's own text (the piece starts at 0)
 _Entry = tuple[list[int], list[tuple[int, int]], int]
+# what the tokenizer answers for a text: ids, offsets, char_to_token
+Tokens = tuple[list[int], Sequence[tuple[int, int]], Callable[[int], "int | None"]]
 _end = itemgetter(1)
 
 
@@ -109,11 +111,13 @@ class PieceCache:
         backend: Any,
         pattern: re.Pattern[str],
         cut: dict[str, tuple[int, tuple[int, int], tuple[int, int]]],
+        skipped: bool,
         separator: str,
         capacity: int,
     ) -> None:
         self._backend = backend
-        self._pattern = pattern  # every added token matched on the raw text, longest first
+        self._pattern = pattern  # (every added token matched on the raw text), longest first
+        self._skipped = skipped  # some are special tokens left as text
         self._cut = cut  # text -> (id, offsets at the text's start, offsets elsewhere)
         self._separator = separator
         self._separator_id = cut[separator][0]
@@ -156,8 +160,9 @@ class PieceCache:
                 return None  # the tokenizer does not give this added token as itself
             a, b = after.offsets[1]
             cut[text] = (index, alone.offsets[0], (a - len(separator), b - len(separator)))
-        pattern = re.compile("|".join(re.escape(t) for t in sorted(matched, key=len, reverse=True)))
-        return cls(backend, pattern, cut, separator, capacity)
+        longest_first = sorted(matched, key=len, reverse=True)
+        pattern = re.compile("(" + "|".join(re.escape(t) for t in longest_first) + ")")
+        return cls(backend, pattern, cut, len(matched) > len(cut), separator, capacity)
 
     @property
     def size(self) -> int:
@@ -174,53 +179,70 @@ class PieceCache:
         self._kept.clear()
         self._size = 0
 
-    def tokenize(self, text: str) -> tuple[list[int], PieceOffsets] | None:
-        """The ids and offsets ``backend.encode(text, add_special_tokens=False)`` gives, from
-        the pieces kept and one call for the others; None when that call's answer fails the
-        check (tokenize the text whole)."""
-        starts: list[int] = []
-        entries: list[_Entry | None] = []
-        unseen: dict[tuple[str, bool], list[int]] = {}  # piece -> its places in entries
-        cut = self._cut
-        position = 0
-        end = len(text)
-        for match in self._pattern.finditer(text):
-            found = cut.get(match.group())
-            if found is None:  # a special token left as text (split_special_tokens)
-                continue
-            start = match.start()
-            if start > position:
-                entries.append(self._piece(text, position, start, len(entries), unseen))
+    def tokenize(self, text: str) -> Tokens:
+        """The ids, offsets and ``char_to_token`` of ``backend.encode(text,
+        add_special_tokens=False)``: from the pieces kept and one call for the others; or,
+        when most of the text between added tokens is new (or that call fails its check), from the text encoded
+        whole, its new pieces kept from that answer."""
+        starts: list[int] = []  # each piece's (and cut token's) first character
+        entries: list[_Entry | None] = []  # their tokens (None: not seen before)
+        cuts: list[int] = []  # where in entries the cut tokens are
+        unseen: dict[tuple[str, bool], list[int]] = {}  # new piece -> where in entries
+        kept, cut = self._kept, self._cut
+        parts = self._pattern.split(text)  # piece, added token, piece, ..., piece
+        if self._skipped:
+            parts = self._unsplit(parts)
+        new = seen = position = slot = 0
+        last = len(parts) - 1
+        for at in range(0, last + 1, 2):
+            piece = parts[at]
+            if piece:
+                key = (piece, not position)
+                entry = kept.get(key)
+                if entry is None:
+                    if key in unseen:
+                        unseen[key].append(slot)
+                    else:
+                        unseen[key] = [slot]
+                    new += len(piece)
+                else:
+                    kept.move_to_end(key)
+                    seen += len(piece)
+                    entry = (entry[0], entry[1], entry[2] + position)
+                entries.append(entry)
                 starts.append(position)
-            index, first, rest = found
-            entries.append(([index], [first if start == 0 else rest], start))
-            starts.append(start)
-            position = match.end()
-        if position < end:
-            entries.append(self._piece(text, position, end, len(entries), unseen))
-            starts.append(position)
-        if unseen and not self._fill(unseen, starts, entries):
-            return None
+                position += len(piece)
+                slot += 1
+            if at < last:
+                token = parts[at + 1]
+                index, first, rest = cut[token]
+                cuts.append(slot)
+                entries.append(([index], [rest if position else first], position))
+                starts.append(position)
+                position += len(token)
+                slot += 1
+        misses = sum(map(len, unseen.values()))
+        self.misses += misses
+        self.hits += len(entries) - len(cuts) - misses
+        if unseen and (new > seen or not self._fill(unseen, starts, entries)):
+            return self._whole(text, starts, entries, cuts, unseen)
         ids: list[int] = []
         bases: list[int] = []
         for entry in entries:
             bases.append(len(ids))
             ids += entry[0]  # type: ignore[index]
-        return ids, PieceOffsets(starts, bases, entries)  # type: ignore[arg-type]
+        offsets = PieceOffsets(starts, bases, entries)  # type: ignore[arg-type]
+        return ids, offsets, offsets.char_to_token
 
-    def _piece(
-        self, text: str, start: int, end: int, slot: int, unseen: dict[tuple[str, bool], list[int]]
-    ) -> _Entry | None:
-        """A kept piece's tokens placed at ``start``; None (and noted unseen) if not kept."""
-        key = (text[start:end], start == 0)
-        entry = self._kept.get(key)
-        if entry is None:
-            unseen.setdefault(key, []).append(slot)
-            self.misses += 1
-            return None
-        self._kept.move_to_end(key)
-        self.hits += 1
-        return (entry[0], entry[1], entry[2] + start)
+    def _unsplit(self, parts: list[str]) -> list[str]:
+        """The parts with each special token left as text joined to its neighbours."""
+        joined = [parts[0]]
+        for at in range(1, len(parts), 2):
+            if parts[at] in self._cut:
+                joined += (parts[at], parts[at + 1])
+            else:
+                joined[-1] += parts[at] + parts[at + 1]
+        return joined
 
     def _fill(
         self,
@@ -264,6 +286,35 @@ class PieceCache:
                 entries[slot] = (entry[0], entry[1], entry[2] + starts[slot])
             self._keep(key, entry)
         return True
+
+    def _whole(
+        self,
+        text: str,
+        starts: list[int],
+        entries: list[_Entry | None],
+        cuts: list[int],
+        unseen: dict[tuple[str, bool], list[int]],
+    ) -> Tokens:
+        """The text encoded whole; its new pieces kept from that answer while its cut
+        tokens come back in place (the tokens between two of them are the piece's)."""
+        encoding = self._backend.encode(text, add_special_tokens=False)
+        ids, offsets = encoding.ids, encoding.offsets
+        new = {slot: key for key, slots in unseen.items() for slot in slots}
+        at = 0
+        for slot in cuts:
+            (index,), ((a, b),), start = entries[slot]  # type: ignore[misc]
+            try:
+                stop = ids.index(index, at)
+            except ValueError:
+                return ids, offsets, encoding.char_to_token
+            if offsets[stop] != (a + start, b + start):
+                return ids, offsets, encoding.char_to_token
+            if slot - 1 in new:  # the piece before this cut token
+                self._keep(new[slot - 1], (ids[at:stop], offsets[at:stop], -starts[slot - 1]))
+            at = stop + 1
+        if len(entries) - 1 in new:  # the piece after the last
+            self._keep(new[len(entries) - 1], (ids[at:], offsets[at:], -starts[-1]))
+        return ids, offsets, encoding.char_to_token
 
     def _keep(self, key: tuple[str, bool], entry: _Entry) -> None:
         size = len(key[0])

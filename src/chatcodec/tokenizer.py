@@ -130,10 +130,7 @@ class JsonTokenizer:
 
     def tokenize(self, text: str) -> Tokenized:
         if self.cache is not None:
-            found = self.cache.tokenize(text)
-            if found is not None:
-                ids, offsets = found
-                return Tokenized(ids, offsets, offsets.char_to_token)
+            return Tokenized(*self.cache.tokenize(text))
         encoding = self._backend.encode(text, add_special_tokens=False)
         return Tokenized(encoding.ids, encoding.offsets, encoding.char_to_token)
 
