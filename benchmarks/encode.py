@@ -47,6 +47,16 @@ from tests._tokenizer import write_checkpoint  # noqa: E402
 
 
 @dataclass
+class Pass:
+    template: str
+    tagged: bool
+    count: int
+    ours: float  # seconds per pass
+    theirs: float
+    found: float  # the share of the pass's pieces (text between added tokens) found kept
+
+
+@dataclass
 class Timed:
     template: str
     tagged: bool
@@ -70,10 +80,39 @@ class Engines:
         self.hf = transformers.AutoTokenizer.from_pretrained(str(folder))
         self.tagged = self.codec.template.has_generation_tag
 
-    def ours(self, case: dict[str, Any]) -> Callable[[], Any]:
+    def ours(self, case: dict[str, Any], cold: bool = False) -> Callable[[], Any]:
+        """chatcodec's encode; ``cold``: the tokenizer's piece cache emptied first, as for a
+        conversation whose text was never seen (the timed call repeats the same one)."""
         codec, now, kwargs = self.codec, case["now_unix"], case["kwargs"]
         args = (case["messages"], case["tools"], case["documents"], case["add_generation_prompt"])
+        if cold:
+            clear = codec.tokenizer.cache.clear
+
+            def run() -> Any:
+                clear()
+                return codec.encode(*args, now=now, **kwargs)
+
+            return run
         return lambda: codec.encode(*args, now=now, **kwargs)
+
+    def passes(self, cases: Sequence[dict[str, Any]]) -> tuple[Callable[[], Any], ...]:
+        """One pass over the conversations in their order, each encoded once: chatcodec's
+        (its cache emptied first, so it only keeps what this pass repeats) and
+        transformers'."""
+        ours = [self.ours(case) for case in cases]
+        theirs = [self.theirs(case) for case in cases]
+        cache = self.codec.tokenizer.cache
+
+        def our_pass() -> None:
+            cache.clear()
+            for call in ours:
+                call()
+
+        def their_pass() -> None:
+            for call in theirs:
+                call()
+
+        return our_pass, their_pass
 
     def theirs(self, case: dict[str, Any]) -> Callable[[], Any]:
         instant = pinned(case["now_unix"])
@@ -133,17 +172,21 @@ def family_tokens(cases: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {k: kwargs[k] for k in ("bos_token", "eos_token") if kwargs.get(k)}
 
 
-def bench(shared: Path, every: int, rounds: int, work: Path) -> tuple[list[Timed], list[str]]:
+def bench(
+    shared: Path, every: int, rounds: int, work: Path
+) -> tuple[list[Timed], list[Pass], list[str]]:
     grouped: dict[str, list[dict[str, Any]]] = {}
     for case in load_cases(shared):
         if "error" not in case and not case["continue_final_message"]:
             grouped.setdefault(case["template"], []).append(case)
     grouped.setdefault("Qwen-Qwen3-0.6B.jinja", []).append(big_qwen3_case())
     timed: list[Timed] = []
+    passes: list[Pass] = []
     mismatches: list[str] = []
     for name, cases in sorted(grouped.items()):
         source = (shared / "chat_templates" / name).read_text(encoding="utf-8")
         engines = Engines(write_checkpoint(work / name, source, family_tokens(cases)))
+        agreed_cases = []
         for index, case in enumerate(cases):
             if index % every and not case["id"].startswith("qwen3_big"):
                 continue
@@ -155,13 +198,26 @@ def bench(shared: Path, every: int, rounds: int, work: Path) -> tuple[list[Timed
                 if not agreed:
                     mismatches.append(case["id"])
                     continue
-                ours, theirs = paired_times(engines.ours(case), engines.theirs(case), rounds, 2)
+                ours, theirs = paired_times(
+                    engines.ours(case, cold=True), engines.theirs(case), rounds, 2
+                )
                 tokenize = fastest(engines.tokenize(case), rounds, 2)
             timed.append(Timed(case["id"], engines.tagged, ours, theirs, tokenize))
-    return timed, mismatches
+            agreed_cases.append(case)
+        if agreed_cases:
+            our_pass, their_pass = engines.passes(agreed_cases)
+            cache = engines.codec.tokenizer.cache
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cache.hits = cache.misses = 0
+                our_pass()  # one untimed pass: the pieces it finds kept
+                found = cache.hits / max(cache.hits + cache.misses, 1)
+                ours, theirs = paired_times(our_pass, their_pass, rounds, 1)
+            passes.append(Pass(name, engines.tagged, len(agreed_cases), ours, theirs, found))
+    return timed, passes, mismatches
 
 
-def report(timed: Sequence[Timed]) -> None:
+def report(timed: Sequence[Timed], passes: Sequence[Pass]) -> None:
     def row(label: str, items: Sequence[Timed]) -> None:
         if not items:
             return
@@ -186,6 +242,30 @@ def report(timed: Sequence[Timed]) -> None:
     row("templates without it (derived spans)", [t for t in timed if not t.tagged])
     row("big Qwen3 case (40 messages, 5 tools)", [t for t in timed if "qwen3_big" in t.template])
 
+    def pass_row(label: str, items: Sequence[Pass]) -> None:
+        if not items:
+            return
+        count = sum(p.count for p in items)
+        ours, theirs = sum(p.ours for p in items), sum(p.theirs for p in items)
+        found = sum(p.found * p.count for p in items) / count
+        print(
+            f"| {label} | {len(items)} | {count} | {count / ours:,.0f} | {count / theirs:,.0f} "
+            f"| **{theirs / ours:.2f}x** | {found:.0%} |"
+        )
+
+    print(
+        "\nOne pass per template over its conversations, each encoded once (chatcodec's piece "
+        "cache emptied at the start of each pass):\n"
+    )
+    print(
+        "| passes | templates | conversations | chatcodec conv/s | transformers conv/s "
+        "| ratio | pieces found kept |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    pass_row("all", passes)
+    pass_row("templates with {% generation %}", [p for p in passes if p.tagged])
+    pass_row("templates without it (derived spans)", [p for p in passes if not p.tagged])
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -196,9 +276,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rounds = args.rounds or (3 if args.quick else 5)
     with tempfile.TemporaryDirectory() as work:
         started = time.perf_counter()
-        timed, mismatches = bench(args.shared, 5 if args.quick else 1, rounds, Path(work))
+        timed, passes, mismatches = bench(args.shared, 5 if args.quick else 1, rounds, Path(work))
     print(f"{len(timed)} conversations timed in {time.perf_counter() - started:.0f} s\n")
-    report(timed)
+    print("Each conversation alone, its text new to chatcodec's piece cache:\n")
+    report(timed, passes)
     if mismatches:
         print(f"\n{len(mismatches)} conversations differ: {mismatches[:10]}")
         return 1
