@@ -50,8 +50,12 @@ FRAGMENTS = [
     "hello",
     "HELLO",
     '{"a": 1}',
+    "<unused1",
+    "<unused12>",
+    "2>",
+    "<u",
 ]
-SETUPS = ["byte_level", "metaspace", "split_special", "trim_offsets", "normalized"]
+SETUPS = ["byte_level", "metaspace", "split_special", "trim_offsets", "normalized", "prefixes"]
 
 
 @functools.cache
@@ -68,6 +72,12 @@ def backend(setup: str) -> Any:
         tokenizer.encode_special_tokens = True
     if setup == "trim_offsets":  # offsets trimmed of spaces, the first token's kept
         tokenizer.post_processor = processors.ByteLevel(trim_offsets=True, add_prefix_space=True)
+    if setup == "prefixes":  # many added tokens, some the start of others
+        unused = [f"<unused{index}>" for index in range(300)]
+        tokenizer.add_special_tokens(
+            [AddedToken(t, normalized=False, special=True) for t in unused]
+        )
+        tokenizer.add_tokens([AddedToken(t, normalized=False) for t in ("<unused1", "<u")])
     if setup == "normalized":  # a normalizer, and added tokens matched on its output
         tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
         tokenizer.add_tokens([AddedToken("hello", normalized=True), AddedToken("lo w")])
