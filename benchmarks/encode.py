@@ -17,8 +17,13 @@ all zeros without the tag (it warns); chatcodec's are the derived ones, so on th
 chatcodec does more work. Ratios are transformers' time / chatcodec's (above 1: chatcodec is
 faster). The last two columns time the ``tokenizers`` package's own encode of the same text
 alone: its share of chatcodec's time, and the ratio an encoder would reach that rendered and
-masked for free (transformers' time / that encode): no encoder built on this tokenizer can
-pass that ceiling.
+masked for free (transformers' time / that encode): no encoder tokenizing every text afresh
+can pass that ceiling.
+
+chatcodec's tokenizer keeps the tokens of text between added tokens, so each timed call
+empties that cache first (the call is repeated; it would find its own pieces). A second
+table times one pass per template over its conversations, each once, the cache emptied at
+the start of the pass: the repeats a pass over this corpus meets.
 """
 
 from __future__ import annotations
