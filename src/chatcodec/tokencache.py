@@ -17,10 +17,12 @@ Exact, and where it could not be it is not used (``PieceCache.for_backend`` give
 - The one thing about a piece that depends on its place is whether it starts the text
   (``Metaspace``'s ``prepend_scheme="first"``, the ``ByteLevel`` offsets of token 0): that
   is part of the key.
-- Unseen pieces are tokenized in one call, joined by a separator (one of the added tokens
-  cut at), so each stands between added tokens as it did in the text. The answer is checked:
-  every separator must come back as its own token at its own place, else the whole text is
-  tokenized as one (and nothing is kept).
+- A text mostly of pieces seen before has its new pieces tokenized in one call, joined by
+  a separator (one of the added tokens cut at), so each stands between added tokens as it
+  did in the text. The answer is checked: every separator must come back as its own token
+  at its own place, else the text is tokenized whole.
+- A text mostly new is tokenized whole, and its new pieces are kept from that answer while
+  its added tokens come back as themselves in their places.
 """
 
 from __future__ import annotations

@@ -112,16 +112,17 @@ class JsonTokenizer:
             for index, token in self._backend.get_added_tokens_decoder().items()
             if token.special
         )
+        self.cache_chars = cache_chars
         self.cache = PieceCache.for_backend(self._backend, cache_chars)
 
     def __repr__(self) -> str:
         return f"<JsonTokenizer {self.path}>"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "cache_chars": self.cache.capacity if self.cache else 0}
+        return {"path": self.path, "cache_chars": self.cache_chars}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state.get("cache_chars", 0))  # type: ignore[misc]
+        self.__init__(state["path"], state["cache_chars"])  # type: ignore[misc]
 
     @property
     def backend(self) -> Any:
