@@ -138,6 +138,9 @@ def test_the_capacity_bounds_the_text_kept() -> None:
     assert_same(cache, tokenizer, "<|im_start|>a piece longer than the whole cache<|im_end|>")
     assert cache.size <= 20
     cache.clear()
+    assert_same(cache, tokenizer, "<|im_start|>twice<|im_end|><|im_start|>twice<|im_end|>")
+    assert (cache.size, cache.pieces) == (5, 1)  # counted once
+    cache.clear()
     assert (cache.size, cache.pieces) == (0, 0)
 
 

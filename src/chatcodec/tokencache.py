@@ -183,8 +183,8 @@ class PieceCache:
     def tokenize(self, text: str) -> Tokens:
         """The ids, offsets and ``char_to_token`` of ``backend.encode(text,
         add_special_tokens=False)``: from the pieces kept and one call for the others; or,
-        when most of the text between added tokens is new (or that call fails its check), from the text encoded
-        whole, its new pieces kept from that answer."""
+        when most of the text between added tokens is new (or that call fails its check),
+        from the text encoded whole, its new pieces kept from that answer."""
         starts: list[int] = []  # each piece's (and cut token's) first character
         entries: list[_Entry | None] = []  # their tokens (None: not seen before)
         cuts: list[int] = []  # where in entries the cut tokens are
@@ -319,7 +319,7 @@ class PieceCache:
 
     def _keep(self, key: tuple[str, bool], entry: _Entry) -> None:
         size = len(key[0])
-        if size > self.capacity:
+        if size > self.capacity or key in self._kept:  # a piece twice in one text: once
             return
         self._kept[key] = entry
         self._size += size
