@@ -222,6 +222,15 @@ def bench(
     return timed, passes, mismatches
 
 
+def by_tag(items: Sequence[Any]) -> list[tuple[str, list[Any]]]:
+    """The rows of a table: all, then templates with the tag, then without it."""
+    return [
+        ("all", list(items)),
+        ("templates with {% generation %}", [item for item in items if item.tagged]),
+        ("templates without it (derived spans)", [item for item in items if not item.tagged]),
+    ]
+
+
 def report(timed: Sequence[Timed], passes: Sequence[Pass]) -> None:
     def row(label: str, items: Sequence[Timed]) -> None:
         if not items:
@@ -242,9 +251,8 @@ def report(timed: Sequence[Timed], passes: Sequence[Pass]) -> None:
         "| ceiling (transformers / tokenizers' encode) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    row("all", timed)
-    row("templates with {% generation %}", [t for t in timed if t.tagged])
-    row("templates without it (derived spans)", [t for t in timed if not t.tagged])
+    for label, group in by_tag(timed):
+        row(label, group)
     row("big Qwen3 case (40 messages, 5 tools)", [t for t in timed if "qwen3_big" in t.template])
 
     def pass_row(label: str, items: Sequence[Pass]) -> None:
@@ -267,9 +275,8 @@ def report(timed: Sequence[Timed], passes: Sequence[Pass]) -> None:
         "| ratio | pieces found kept |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    pass_row("all", passes)
-    pass_row("templates with {% generation %}", [p for p in passes if p.tagged])
-    pass_row("templates without it (derived spans)", [p for p in passes if not p.tagged])
+    for label, group in by_tag(passes):
+        pass_row(label, group)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
