@@ -118,7 +118,7 @@ class PieceCache:
         capacity: int,
     ) -> None:
         self._backend = backend
-        self._pattern = pattern  # (every added token matched on the raw text), longest first
+        self._pattern = pattern  # finds the added tokens matched on the raw text, longest first
         self._skipped = skipped  # some are special tokens left as text
         self._cut = cut  # text -> (id, offsets at the text's start, offsets elsewhere)
         self._separator = separator
@@ -135,13 +135,13 @@ class PieceCache:
         ``encode_special_tokens``); None where caching could change its answer."""
         if capacity <= 0 or getattr(backend.model, "dropout", None):
             return None
-        matched: dict[str, int] = {}
+        matched: set[str] = set()  # every added token matched on the raw text
         cut: dict[str, tuple[int, tuple[int, int], tuple[int, int]]] = {}
         skip_special = bool(backend.encode_special_tokens)
         for index, token in backend.get_added_tokens_decoder().items():
             if token.normalized or not token.content:
                 continue
-            matched[token.content] = index
+            matched.add(token.content)
             if token.special and skip_special:
                 continue
             if token.lstrip or token.rstrip or token.single_word:
@@ -162,7 +162,7 @@ class PieceCache:
                 return None  # the tokenizer does not give this added token as itself
             a, b = after.offsets[1]
             cut[text] = (index, alone.offsets[0], (a - len(separator), b - len(separator)))
-        pattern = re.compile(f"({_longest_match(list(matched))})")
+        pattern = re.compile(f"({_longest_match(sorted(matched))})")
         return cls(backend, pattern, cut, len(matched) > len(cut), separator, capacity)
 
     @property
