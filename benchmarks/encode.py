@@ -6,9 +6,11 @@ Run from the repository root (the corpus lives in ``../shared`` beside the check
     pip install -e '.[dev]'            # tokenizers, transformers==5.23.0
     python benchmarks/encode.py          # every rendered conversation of the corpus
     python benchmarks/encode.py --quick  # every 5th, fewer rounds
+    python benchmarks/encode.py --only Qwen --vocab ggml-vocab-qwen2.gguf  # a real vocabulary
 
 Each template gets a checkpoint folder written for the run (tests/_tokenizer.py: a byte-level
-BPE trained once, the template's markers as added tokens), loaded by ``chatcodec.load`` and by
+BPE trained once, the template's markers as added tokens; or, with ``--vocab``, a real
+byte-level vocabulary read from a llama.cpp GGUF), loaded by ``chatcodec.load`` and by
 ``AutoTokenizer.from_pretrained``. Both are timed on the same conversations (the render
 corpus's, where neither raises), in alternating batches, each the fastest of its rounds.
 Every timed conversation is checked first: the two ``input_ids`` must be equal (and the masks,
@@ -177,20 +179,110 @@ def family_tokens(cases: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {k: kwargs[k] for k in ("bos_token", "eos_token") if kwargs.get(k)}
 
 
+# The split patterns of the byte-level BPE vocabularies --vocab takes, by the GGUF's
+# tokenizer.ggml.pre: those of Qwen2's and Llama 3's tokenizer.json (the conversion gives the
+# ids of llama.cpp's own tests, models/ggml-vocab-{qwen2,llama-bpe}.gguf.inp/.out)
+_SPLITS = {
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+
+
+def vocab_tokenizer_json(path: Path) -> str:
+    """A tokenizer.json text from a llama.cpp vocabulary (GGUF) of a byte-level BPE: its
+    tokens, merges and control tokens (as special added tokens), Qwen2's or Llama 3's split
+    pattern and normalizer."""
+    import json
+
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{path}: not a GGUF file ({exc})") from None
+    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.")}
+    model, pre = fields.get("tokenizer.ggml.model"), fields.get("tokenizer.ggml.pre")
+    if model != "gpt2" or pre not in _SPLITS:
+        raise SystemExit(
+            f"{path}: a byte-level BPE vocabulary with pre-tokenizer {' or '.join(_SPLITS)} "
+            f"is needed (this one: model {model!r}, pre {pre!r})"
+        )
+    tokens, kinds = fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.token_type"]
+    added = [
+        {
+            "id": index,
+            "content": token,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for index, (token, kind) in enumerate(zip(tokens, kinds, strict=True))
+        if kind == 3  # llama.cpp's CONTROL
+    ]
+    byte_level = {
+        "type": "ByteLevel",
+        "add_prefix_space": False,
+        "trim_offsets": False,
+        "use_regex": False,
+    }
+    split = {
+        "type": "Split",
+        "pattern": {"Regex": _SPLITS[pre]},
+        "behavior": "Isolated",
+        "invert": False,
+    }
+    return json.dumps(
+        {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": added,
+            "normalizer": {"type": "NFC"} if pre == "qwen2" else None,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split, byte_level]},
+            "post_processor": byte_level,
+            "decoder": byte_level,
+            "model": {
+                "type": "BPE",
+                "dropout": None,
+                "unk_token": None,
+                "continuing_subword_prefix": None,
+                "end_of_word_suffix": None,
+                "fuse_unk": False,
+                "byte_fallback": False,
+                "ignore_merges": pre == "llama-bpe",
+                "vocab": {token: index for index, token in enumerate(tokens)},
+                "merges": fields["tokenizer.ggml.merges"],
+            },
+        }
+    )
+
+
 def bench(
-    shared: Path, every: int, rounds: int, work: Path
+    shared: Path,
+    every: int,
+    rounds: int,
+    work: Path,
+    only: Sequence[str] = (),
+    vocab: str | None = None,
 ) -> tuple[list[Timed], list[Pass], list[str]]:
     grouped: dict[str, list[dict[str, Any]]] = {}
     for case in load_cases(shared):
         if "error" not in case and not case["continue_final_message"]:
             grouped.setdefault(case["template"], []).append(case)
     grouped.setdefault("Qwen-Qwen3-0.6B.jinja", []).append(big_qwen3_case())
+    if only:
+        grouped = {k: v for k, v in grouped.items() if any(text in k for text in only)}
     timed: list[Timed] = []
     passes: list[Pass] = []
     mismatches: list[str] = []
     for name, cases in sorted(grouped.items()):
         source = (shared / "chat_templates" / name).read_text(encoding="utf-8")
-        engines = Engines(write_checkpoint(work / name, source, family_tokens(cases)))
+        folder = write_checkpoint(work / name, source, family_tokens(cases), base=vocab)
+        engines = Engines(folder)
         agreed_cases = []
         for index, case in enumerate(cases):
             if index % every and not case["id"].startswith("qwen3_big"):
@@ -284,12 +376,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     parser.add_argument("--quick", action="store_true", help="every 5th conversation, 3 rounds")
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="only the templates whose file name contains TEXT (repeatable)",
+    )
+    parser.add_argument(
+        "--vocab",
+        type=Path,
+        metavar="FILE.gguf",
+        help="a real vocabulary instead of the tests' small BPE: llama.cpp's "
+        "models/ggml-vocab-qwen2.gguf or ggml-vocab-llama-bpe.gguf (or a GGUF of those families)",
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 5)
+    vocab = None if args.vocab is None else vocab_tokenizer_json(args.vocab)
     with tempfile.TemporaryDirectory() as work:
         started = time.perf_counter()
-        timed, passes, mismatches = bench(args.shared, 5 if args.quick else 1, rounds, Path(work))
-    print(f"{len(timed)} conversations timed in {time.perf_counter() - started:.0f} s\n")
+        timed, passes, mismatches = bench(
+            args.shared, 5 if args.quick else 1, rounds, Path(work), args.only, vocab
+        )
+    if not timed:
+        print("no conversation to time (--only matched no template?)")
+        return 1
+    print(f"{len(timed)} conversations timed in {time.perf_counter() - started:.0f} s")
+    tokenizer = args.vocab or "the tests' byte-level BPE"
+    print(f"tokenizer: {tokenizer}, the template's markers added\n")
     print("Each conversation alone, its text new to chatcodec's piece cache:\n")
     report(timed, passes)
     if mismatches:

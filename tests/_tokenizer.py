@@ -77,13 +77,15 @@ def write_checkpoint(
     special_tokens: Mapping[str, str] | None = None,
     config: Mapping[str, Any] | None = None,
     kind: str = "byte_level",
+    base: str | None = None,
 ) -> Path:
-    """A checkpoint folder: the trained BPE plus the template's markers as added tokens."""
+    """A checkpoint folder: the trained BPE (or ``base``, a tokenizer.json text) plus the
+    template's markers as added tokens."""
     from tokenizers import AddedToken, Tokenizer
 
     named = {k: v for k, v in (special_tokens or {}).items() if isinstance(v, str) and v}
     special, tags = marker_tokens(template, named.values())
-    tokenizer = Tokenizer.from_str(base_tokenizer_json(kind))
+    tokenizer = Tokenizer.from_str(base or base_tokenizer_json(kind))
     tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
     tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in tags])
     folder.mkdir(parents=True, exist_ok=True)
