@@ -211,6 +211,12 @@ def test_the_json_tokenizer_keeps_pieces_and_its_setting_pickles(tmp_path: Path)
     assert pickle.loads(pickle.dumps(again.offsets)) == list(again.offsets)
     off = JsonTokenizer(folder / "tokenizer.json", cache_chars=0)
     assert off.cache is None
+    plain, expected = off.tokenize(first.text), off.backend.encode(first.text)
+    assert len(plain.offsets) == len(expected.offsets)  # known before the offsets are read
+    assert plain.offsets[-1] == expected.offsets[-1] and plain.offsets == expected.offsets
+    assert [plain.char_to_token(c) for c in range(len(first.text) + 1)] == [
+        expected.char_to_token(c) for c in range(len(first.text) + 1)
+    ]
     assert pickle.loads(pickle.dumps(off)).cache is None
     kept = pickle.loads(pickle.dumps(JsonTokenizer(folder / "tokenizer.json", cache_chars=50)))
     assert kept.cache is not None and kept.cache.capacity == 50

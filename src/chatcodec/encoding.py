@@ -26,9 +26,9 @@ class Encoding:
 
     ``input_ids``, ``attention_mask`` and ``assistant_masks`` are transformers' names (one
     entry per token; the mask is 1 on the tokens trained on); ``offsets`` is the ``[start,
-    end)`` character range of each token in ``text`` (a sequence of pairs, built on first
-    use when the tokens came from the tokenizer's cache); ``spans`` the character spans of
-    the assistant's text the mask was made from.
+    end)`` character range of each token in ``text`` (a sequence of pairs, read from the
+    tokenizer's answers on first use); ``spans`` the character spans of the assistant's
+    text the mask was made from.
     """
 
     text: str

@@ -23,6 +23,11 @@ Exact, and where it could not be it is not used (``PieceCache.for_backend`` give
   at its own place, else the text is tokenized whole.
 - A text mostly new is tokenized whole, and its new pieces are kept from that answer while
   its added tokens come back as themselves in their places.
+
+A piece's offsets stay in the tokenizer's answer it came from (a ``tokenizers.Encoding``):
+read from it when asked for, and ``char_to_token`` asks that answer at the character's place
+in it. A mask reads a few tokens' places; copying out a Python pair per token cost a
+quarter of the tokenizer's own encode (and a kept piece held an object per token).
 """
 
 from __future__ import annotations
@@ -31,40 +36,51 @@ import re
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any, overload
 
-__all__ = ["PieceCache", "PieceOffsets"]
+__all__ = ["PieceCache", "PieceOffsets", "tokens_of"]
 
-# a piece's tokens: their ids, their offsets as the tokenizer gave them, and what to add to
-# those offsets to place them in the piece's own text (the piece starts at 0)
-_Entry = tuple[list[int], list[tuple[int, int]], int]
+# a piece's tokens: their ids; the tokenizer's answer they came from (an Encoding) and the
+# index of the first of them in it; and what to add to that answer's character positions
+# to place them in the piece's own text (the piece starts at 0)
+_Entry = tuple[list[int], Any, int, int]
 # what the tokenizer answers for a text: ids, offsets, char_to_token
 Tokens = tuple[list[int], Sequence[tuple[int, int]], Callable[[int], "int | None"]]
-_end = itemgetter(1)
 
 
 class PieceOffsets(Sequence[tuple[int, int]]):
-    """The ``[start, end)`` characters of each token of a text assembled from pieces, built
-    on first use; and ``char_to_token`` over them without building them."""
+    """The ``[start, end)`` characters of each token of a text assembled from pieces, read
+    from the tokenizer's answers they came from on first use; and ``char_to_token`` asking
+    those answers without reading them all."""
 
-    __slots__ = ("_bases", "_built", "_entries", "_starts")
+    __slots__ = ("_bases", "_built", "_entries", "_length", "_starts")
 
     def __init__(self, starts: list[int], bases: list[int], entries: list[_Entry]) -> None:
         self._starts = starts  # each piece's first character in the text
         self._bases = bases  # the index of each piece's first token
-        self._entries = entries  # each piece's tokens, offsets shifted by the piece's start
+        self._entries = entries  # each piece's tokens, placed at the piece's start
+        self._length = bases[-1] + len(entries[-1][0]) if entries else 0
         self._built: list[tuple[int, int]] | None = None
+
+    def _count(self, piece: int) -> int:
+        bases = self._bases
+        return (bases[piece + 1] if piece + 1 < len(bases) else self._length) - bases[piece]
 
     def _list(self) -> list[tuple[int, int]]:
         if self._built is None:
-            self._built = [
-                (a + shift, b + shift) for _, offsets, shift in self._entries for a, b in offsets
-            ]
+            read: dict[int, list[tuple[int, int]]] = {}  # each answer's offsets, read once
+            built: list[tuple[int, int]] = []
+            for piece, (_, source, first, shift) in enumerate(self._entries):
+                offsets = read.get(id(source))
+                if offsets is None:
+                    offsets = read[id(source)] = source.offsets
+                stop = first + self._count(piece)
+                built += [(a + shift, b + shift) for a, b in offsets[first:stop]]
+            self._built = built
         return self._built
 
     def __len__(self) -> int:
-        return self._bases[-1] + len(self._entries[-1][0]) if self._entries else 0
+        return self._length
 
     @overload
     def __getitem__(self, index: int) -> tuple[int, int]: ...
@@ -91,17 +107,38 @@ class PieceOffsets(Sequence[tuple[int, int]]):
 
     def char_to_token(self, char: int) -> int | None:
         """The first token whose range holds the character (None: none does), as
-        ``tokenizers.Encoding.char_to_token`` answers it. A token's range lies inside its
-        piece's, and within a piece the ranges' ends never fall."""
+        ``tokenizers.Encoding.char_to_token`` answers it: the answer the character's piece
+        came from, asked at the character's place in it (a token's range lies inside its
+        piece's)."""
         piece = bisect_right(self._starts, char) - 1
         if piece < 0:
             return None
-        _, offsets, shift = self._entries[piece]
-        local = char - shift
-        index = bisect_right(offsets, local, key=_end)
-        if index < len(offsets) and offsets[index][0] <= local:
-            return self._bases[piece] + index
-        return None
+        _, source, first, shift = self._entries[piece]
+        index = source.char_to_token(char - shift)
+        if index is None or not first <= index < first + self._count(piece):
+            return None
+        return self._bases[piece] + index - first
+
+
+def tokens_of(encoding: Any) -> Tokens:
+    """The ids, offsets (read on first use) and ``char_to_token`` of a ``tokenizers``
+    Encoding."""
+    ids = encoding.ids
+    return ids, PieceOffsets([0], [0], [(ids, encoding, 0, 0)]), encoding.char_to_token
+
+
+class _Placed:
+    """An added token's one token where the tokenizer places it: the answer its entries
+    read (kept instead of the tokenizer's, as thousands of added tokens may be cut at)."""
+
+    __slots__ = ("offsets",)
+
+    def __init__(self, offsets: tuple[int, int]) -> None:
+        self.offsets = [offsets]
+
+    def char_to_token(self, char: int) -> int | None:
+        start, end = self.offsets[0]
+        return 0 if start <= char < end else None
 
 
 class PieceCache:
@@ -121,6 +158,10 @@ class PieceCache:
         self._pattern = pattern  # finds the added tokens matched on the raw text, longest first
         self._skipped = skipped  # some are special tokens left as text
         self._cut = cut  # text -> (id, offsets at the text's start, offsets elsewhere)
+        self._placed = {  # text -> its entry at the text's start, elsewhere
+            text: (([index], _Placed(first), 0, 0), ([index], _Placed(rest), 0, 0))
+            for text, (index, first, rest) in cut.items()
+        }
         self._separator = separator
         self._separator_id = cut[separator][0]
         self.capacity = capacity
@@ -187,9 +228,9 @@ class PieceCache:
         from the text encoded whole, its new pieces kept from that answer."""
         starts: list[int] = []  # each piece's (and cut token's) first character
         entries: list[_Entry | None] = []  # their tokens (None: not seen before)
-        cuts: list[int] = []  # where in entries the cut tokens are
+        cuts: list[tuple[int, str]] = []  # where in entries the cut tokens are, and which
         unseen: dict[tuple[str, bool], list[int]] = {}  # new piece -> where in entries
-        kept, cut = self._kept, self._cut
+        kept, placed = self._kept, self._placed
         parts = self._pattern.split(text)  # piece, added token, piece, ..., piece
         if self._skipped:
             parts = self._unsplit(parts)
@@ -209,16 +250,16 @@ class PieceCache:
                 else:
                     kept.move_to_end(key)
                     seen += len(piece)
-                    entry = (entry[0], entry[1], entry[2] + position)
+                    entry = (entry[0], entry[1], entry[2], entry[3] + position)
                 entries.append(entry)
                 starts.append(position)
                 position += len(piece)
                 slot += 1
             if at < last:
                 token = parts[at + 1]
-                index, first, rest = cut[token]
-                cuts.append(slot)
-                entries.append(([index], [rest if position else first], position))
+                token_ids, source, first, shift = placed[token][1 if position else 0]
+                cuts.append((slot, token))
+                entries.append((token_ids, source, first, shift + position))
                 starts.append(position)
                 position += len(token)
                 slot += 1
@@ -265,8 +306,8 @@ class PieceCache:
             chunks += (piece, separator)
             length += len(piece) + len(separator)
         encoding = self._backend.encode("".join(chunks), add_special_tokens=False)
-        ids, offsets = encoding.ids, encoding.offsets
-        if lead and (not ids or ids[0] != separator_id or offsets[0] != first):
+        ids, place = encoding.ids, encoding.token_to_chars
+        if lead and (not ids or ids[0] != separator_id or place(0) != first):
             return False
         at = 1 if lead else 0
         found: list[_Entry] = []
@@ -276,15 +317,15 @@ class PieceCache:
             except ValueError:
                 return False
             end = mark + len(piece)
-            if offsets[stop] != (end + rest[0], end + rest[1]):
+            if place(stop) != (end + rest[0], end + rest[1]):
                 return False
-            found.append((ids[at:stop], offsets[at:stop], -mark))
+            found.append((ids[at:stop], encoding, at, -mark))
             at = stop + 1
         if at != len(ids):
             return False
         for key, entry in zip(pieces, found, strict=True):
             for slot in unseen[key]:
-                entries[slot] = (entry[0], entry[1], entry[2] + starts[slot])
+                entries[slot] = (entry[0], entry[1], entry[2], entry[3] + starts[slot])
             self._keep(key, entry)
         return True
 
@@ -293,29 +334,31 @@ class PieceCache:
         text: str,
         starts: list[int],
         entries: list[_Entry | None],
-        cuts: list[int],
+        cuts: list[tuple[int, str]],
         unseen: dict[tuple[str, bool], list[int]],
     ) -> Tokens:
         """The text encoded whole; its new pieces kept from that answer while its cut
         tokens come back in place (the tokens between two of them are the piece's)."""
         encoding = self._backend.encode(text, add_special_tokens=False)
-        ids, offsets = encoding.ids, encoding.offsets
+        whole = tokens_of(encoding)
+        ids, place = whole[0], encoding.token_to_chars
         new = {slot: key for key, slots in unseen.items() for slot in slots}
         at = 0
-        for slot in cuts:
-            (index,), ((a, b),), start = entries[slot]  # type: ignore[misc]
+        for slot, token in cuts:
+            index, first, rest = self._cut[token]
+            start = starts[slot]
             try:
                 stop = ids.index(index, at)
             except ValueError:
-                return ids, offsets, encoding.char_to_token
-            if offsets[stop] != (a + start, b + start):
-                return ids, offsets, encoding.char_to_token
+                return whole
+            if place(stop) != ((rest[0] + start, rest[1] + start) if start else first):
+                return whole
             if slot - 1 in new:  # the piece before this cut token
-                self._keep(new[slot - 1], (ids[at:stop], offsets[at:stop], -starts[slot - 1]))
+                self._keep(new[slot - 1], (ids[at:stop], encoding, at, -starts[slot - 1]))
             at = stop + 1
         if len(entries) - 1 in new:  # the piece after the last
-            self._keep(new[len(entries) - 1], (ids[at:], offsets[at:], -starts[-1]))
-        return ids, offsets, encoding.char_to_token
+            self._keep(new[len(entries) - 1], (ids[at:], encoding, at, -starts[-1]))
+        return whole
 
     def _keep(self, key: tuple[str, bool], entry: _Entry) -> None:
         size = len(key[0])

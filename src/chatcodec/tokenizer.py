@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import MissingExtraError, TokenizerError
+from .tokencache import PieceCache, tokens_of
 
 __all__ = [
     "GGUFTokenizer",
@@ -102,8 +103,6 @@ class JsonTokenizer:
     """
 
     def __init__(self, path: str | os.PathLike[str], cache_chars: int = 1_000_000) -> None:
-        from .tokencache import PieceCache
-
         self.path = Path(path)
         self.config = _effective_config(self.path.parent)
         self._backend = _backend(self.path, self.config)
@@ -132,8 +131,7 @@ class JsonTokenizer:
     def tokenize(self, text: str) -> Tokenized:
         if self.cache is not None:
             return Tokenized(*self.cache.tokenize(text))
-        encoding = self._backend.encode(text, add_special_tokens=False)
-        return Tokenized(encoding.ids, encoding.offsets, encoding.char_to_token)
+        return Tokenized(*tokens_of(self._backend.encode(text, add_special_tokens=False)))
 
     def is_special(self, token_id: int) -> bool:
         return token_id in self._special
