@@ -128,8 +128,9 @@ def tokens_of(encoding: Any) -> Tokens:
 
 
 class _Placed:
-    """An added token's one token where the tokenizer places it: the answer its entries
-    read (kept instead of the tokenizer's, as thousands of added tokens may be cut at)."""
+    """An added token's offsets where the tokenizer places it, answering as the Encoding of
+    that one token would: the cut tokens' entries read it instead of keeping an Encoding per
+    added token (a tokenizer may have thousands)."""
 
     __slots__ = ("offsets",)
 
