@@ -319,6 +319,12 @@ STARTS = [
     "{% endif %}{% endfor %}",
     "{% for m in messages[::-1] %}{% if m.role == 'user' and ns.user < 0 %}"
     "{% set ns.user = messages | length - 1 - loop.index0 %}{% endif %}{% endfor %}",
+    # backward scans worked out from probes (resume._Scan): Qwen3's, and one that goes on
+    "{% for m in messages[::-1] %}{% set i = messages | length - 1 - loop.index0 %}"
+    "{% if ns.open and m.role == 'user' %}{% set ns.open = false %}{% set ns.user = i %}"
+    "{% endif %}{% endfor %}",
+    "{% for m in messages | reverse %}{% if ns.open and m.role == 'tool' %}"
+    "{% set ns.top = loop.revindex0 %}{% endif %}{% endfor %}",
     "{% set roles = messages | map(attribute='role') | join(',') %}",
     "{% if tools %}T{{ tools | length }}{% endif %}",
     "{% set many = messages | length > 3 %}",
@@ -393,7 +399,7 @@ ENDS = [
     "{{ raise_exception('no') }}{% endif %}",
 ]
 FIXED = (
-    "{% set ns = namespace(n=0, user=-1, kept=none, seen=none, top=0, box=none) %}"
+    "{% set ns = namespace(n=0, user=-1, kept=none, seen=none, top=0, box=none, open=true) %}"
     "{% macro show(m) %}[{{ m.role }}]{% endmacro %}"
     "{% macro total() %}{{ messages | length }}{% endmacro %}"
 )
@@ -601,3 +607,149 @@ def test_expressions_of_a_traced_value(expression: str) -> None:
     for value in ("ns.last", "add_generation_prompt"):
         body = "{% set x = " + value + " %}[{{ " + expression + " }}]" + CHATML_BODY
         check(_loop(body, LAST_USER + "{% if add_generation_prompt %}{% endif %}"))
+
+
+# --- backward scans of the start, worked out from one probe per message (resume._Scan) ---
+
+QWEN3_SCAN = (
+    "{% set ns = namespace(multi=true, last=messages|length - 1) %}"
+    "{% for message in messages[::-1] %}"
+    "{% set index = (messages|length - 1) - loop.index0 %}"
+    "{% if ns.multi and message.role == 'user' and not (message.content.startswith('<r>')"
+    " and message.content.endswith('</r>')) %}"
+    "{% set ns.multi = false %}{% set ns.last = index %}"
+    "{% endif %}{% endfor %}"
+)
+QWEN3_BODY = "{% if loop.index0 > ns.last %}*{% endif %}" + CHATML_BODY
+AGENT = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "Q"},
+    *[
+        {"role": "assistant", "content": "", "tool_calls": [CALL]}
+        if i % 2 == 0
+        else {"role": "tool", "tool_call_id": "c1", "content": "R"}
+        for i in range(20)
+    ],
+    {"role": "user", "content": "<r>a tool's answer, as a user message</r>"},
+    {"role": "assistant", "content": "A"},
+    {"role": "user", "content": "Q2"},
+    {"role": "assistant", "content": "A2"},
+]
+
+
+@pytest.fixture
+def scans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many times the scans were probed (once per watched render) and worked out."""
+    counts = {"probed": 0, "worked out": 0}
+    probe, effect = resume.ResumePlan._probe, resume.ResumePlan._scan_effect
+
+    def probed(*args: Any) -> Any:
+        counts["probed"] += 1
+        return probe(*args)
+
+    def worked_out(*args: Any) -> Any:
+        counts["worked out"] += 1
+        return effect(*args)
+
+    monkeypatch.setattr(resume.ResumePlan, "_probe", probed)
+    monkeypatch.setattr(resume.ResumePlan, "_scan_effect", worked_out)
+    return counts
+
+
+def test_a_backward_scan_is_worked_out_not_run_again(scans: dict[str, int]) -> None:
+    # Qwen3's scan on an agent's conversation: every prefix's scan is the effects of its
+    # passes, probed once per message of each watched render (both flags: 2 renders)
+    resumed = check(_loop(QWEN3_BODY, QWEN3_SCAN), AGENT)
+    assert scans["probed"] == 2
+    assert scans["worked out"] > len(AGENT)
+    assert resumed == 2 * 2 * len(AGENT) - 2 * 2  # the system message's own: rendered
+    template = ChatTemplate(_loop(QWEN3_BODY, QWEN3_SCAN))
+    rendered = template.render_with_spans(AGENT)
+    assert rendered.spans == derive_spans_by_prefixes(
+        template, rendered.text, AGENT, None, None, None, {}
+    )
+
+
+@pytest.mark.parametrize(
+    "scan",
+    [
+        # walked with `reverse`, positions from revindex; a macro in the test
+        "{% macro text(c) %}{{ c }}{% endmacro %}"
+        "{% set ns = namespace(multi=true, last=-1) %}"
+        "{% for message in messages | reverse %}{% set index = loop.revindex0 %}"
+        "{% if ns.multi and message.role == 'user' and text(message.content) != '' %}"
+        "{% set ns.multi = false %}{% set ns.last = index %}{% endif %}{% endfor %}",
+        # a flag the scan never clears: every pass that matches sets the field again
+        "{% set ns = namespace(multi=true, last=-1) %}"
+        "{% for message in messages[::-1] %}{% set index = loop.length - loop.index %}"
+        "{% if ns.multi and message.role == 'tool' %}{% set ns.last = index %}{% endif %}"
+        "{% endfor %}",
+        # a flag false from the start on short prefixes (from the messages' length)
+        "{% set ns = namespace(multi=messages|length > 3, last=-1) %}"
+        "{% for message in messages[::-1] %}{% set index = (messages|length - 1) - "
+        "loop.index0 %}{% if ns.multi and message.role == 'user' %}{% set ns.multi = false %}"
+        "{% set ns.last = index %}{% endif %}{% endfor %}",
+        # a flag that is not a plain value: every prefix runs its scan again
+        "{% set ns = namespace(multi=[1], last=-1) %}"
+        "{% for message in messages[::-1] %}{% set index = (messages|length - 1) - "
+        "loop.index0 %}{% if ns.multi and message.role == 'user' %}{% set ns.multi = [] %}"
+        "{% set ns.last = index %}{% endif %}{% endfor %}",
+    ],
+)
+def test_backward_scans_worked_out(
+    scan: str, scans: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the prefixes resumed are those that resume when the scan runs again on each
+    resumed = [check(_loop(QWEN3_BODY, scan), messages) for messages in (AGENT, CONVERSATION)]
+    assert scans["probed"] > 0
+    monkeypatch.setattr(resume, "_scan_of", lambda *args: None)
+    assert resumed == [check(_loop(QWEN3_BODY, scan), m) for m in (AGENT, CONVERSATION)]
+
+
+def test_a_backward_scan_whose_pass_raises_on_a_message(scans: dict[str, int]) -> None:
+    # `startswith` of a missing content raises: a prefix whose scan reaches that message
+    # while the flag holds is refused, as its render is (all but the two that hold the
+    # second question, whose scans stop there); those two resume
+    messages = [dict(m) for m in AGENT]
+    messages[1] = {"role": "user"}
+    assert messages[-2] == {"role": "user", "content": "Q2"}
+    assert check(_loop(QWEN3_BODY, QWEN3_SCAN), messages) == 2 * 2 * 2
+    assert scans["worked out"] > 0
+    assert _render(ChatTemplate(_loop(QWEN3_BODY, QWEN3_SCAN)), messages[:3], False) is None
+
+
+@pytest.mark.parametrize(
+    "scan",
+    [
+        # the pass's int depends on the prefix's length
+        "{% set i = loop.index0 %}{% if ns.multi and m.role == 'user' %}"
+        "{% set ns.multi = false %}{% set ns.last = i %}{% endif %}",
+        # the pass prints
+        "{% if ns.multi and m.role == 'user' %}{{ m.role }}{% set ns.multi = false %}{% endif %}",
+        # the pass reads another field of the namespace
+        "{% if ns.multi and m.role == 'user' %}{% set ns.last = ns.last + 1 %}{% endif %}",
+        # the pass reads the messages, or the loop, otherwise
+        "{% if ns.multi and m.role == 'user' %}{% set ns.last = messages | length %}{% endif %}",
+        "{% if ns.multi and loop.first %}{% set ns.last = 0 %}{% endif %}",
+        # a variable the start sets (it may differ between prefixes)
+        "{% if ns.multi and m.role == 'user' %}{% set ns.last = top %}{% endif %}",
+        # a loop control
+        "{% if ns.multi and m.role == 'user' %}{% set ns.last = 1 %}{% break %}{% endif %}",
+        # a macro that sets a namespace's field
+        "{% if ns.multi and m.role == 'user' %}{{ bump() }}{% endif %}",
+        # the flag not tested first, or set in another namespace
+        "{% if m.role == 'user' and ns.multi %}{% set ns.multi = false %}{% endif %}",
+        "{% if ns.multi and m.role == 'user' %}{% set other.x = 1 %}{% endif %}",
+    ],
+)
+def test_loops_that_are_not_backward_scans_run_again(scan: str, scans: dict[str, int]) -> None:
+    start = (
+        "{% set top = messages | length %}{% set other = namespace(x=0) %}"
+        "{% macro bump() %}{% set other.x = 2 %}{% endmacro %}"
+        "{% set ns = namespace(multi=true, last=-1) %}"
+        "{% for m in messages[::-1] %}" + scan + "{% endfor %}"
+    )
+    body = "{% if loop.index0 > ns.last %}*{% endif %}{{ other.x }}" + CHATML_BODY
+    check(_loop(body, start), AGENT)
+    check(_loop(body, start))
+    assert scans == {"probed": 0, "worked out": 0}

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import itertools
 import math
 import operator
@@ -85,6 +86,8 @@ _WALK = MARK_PREFIX + "_walk"
 _SCAN = MARK_PREFIX + "_scan"
 _SCAN_WALK = MARK_PREFIX + "_scan_walk"
 _ITEMS = "__chatcodec_items"
+_SCAN_EFFECT = MARK_PREFIX + "_scan_effect"  # a rerun's reversed scan, worked out (_Scan)
+_J = "__chatcodec_j"  # a probed pass's message index (_Scan)
 _STATEFUL = frozenset({"cycler", "joiner"})
 _SCALARS = (str, int, float, bool, type(None))
 # Namespaces copied over all the marks of one watched render, at most: a template that
@@ -95,6 +98,10 @@ _SNAPSHOTS = 1 << 16
 
 class GivenUp(Exception):
     """A resumed prefix read past its own messages."""
+
+
+class _Unknown(Exception):
+    """A backward scan that its probes cannot work out on a prefix (_Scan): it runs."""
 
 
 @dataclass(slots=True)
@@ -163,6 +170,10 @@ class Watch:
         self.past: dict[int, tuple[list[tuple[int, int]], frozenset[int]]] = {}  # _reads_past's
         self.reaches: list[int] | None = None  # the statements' reaches, sorted (_reads_past)
         self.traced_in: dict[int, frozenset[int]] = {}  # _scanned's, by a mark's copies
+        # per reversed scan of the start (by its statement's index), what each pass would
+        # do while its flag holds, by message, and the messages where it does anything
+        # (ResumePlan._scan_effect); None where a probe could not tell
+        self.effects: dict[int, tuple[list[Any], list[int]] | None] = {}
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -764,6 +775,7 @@ class _Part:
 
     template: jinja2.Template
     fresh: frozenset[str]
+    plain: jinja2.Template | None = None  # as written, where ``template`` works out a scan
 
 
 @dataclass(repr=False, eq=False)
@@ -783,6 +795,7 @@ class ResumePlan:
     watched_globals: dict[str, Any] = field(default_factory=dict)  # as renders take them
     _globals: dict[str, Any] = field(default_factory=dict)
     _parts: dict[tuple[int, int], _Part | None] = field(default_factory=dict)
+    _scans: dict[int, _Scan | None] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -1111,29 +1124,136 @@ class ResumePlan:
         before = watch.steps[read[0]]
         if part is None or part.fresh & before.names.keys():
             return None  # it would start unset a variable the whole render had set
-        _restore(watch, before)
-        names = self._entered(watch, base, before.names, k, prompt)
-        made: list[Any] = []
-        make = names["namespace"]
+        for template in (part.template, part.plain):
+            if template is None:
+                break
+            _restore(watch, before)
+            names = self._entered(watch, base, before.names, k, prompt)
+            made: list[Any] = []
+            make = names["namespace"]
 
-        def namespace(*args: Any, **kwargs: Any) -> Any:
-            space = make(*args, **kwargs)
-            made.append(space)
-            return space
+            names["namespace"] = functools.partial(_made, make, made)
+            names[_SCAN_EFFECT] = functools.partial(self._scan_effect, watch, names, make)
+            context = self._context(names)
+            out: list[str] = []
+            limit = watch.limit
+            watch.limit = k if k < len(watch.chat) else _WHOLE + 1
+            try:
+                _run(template, context, out, before.position)
+            except _Unknown:  # a scan its probes cannot work out: run as written
+                continue
+            except Exception:  # noqa: BLE001 - read past its messages, or raised: no rerun
+                return None
+            finally:
+                watch.limit = limit
+            spaces = (*(space for space, _ in before.spaces), *made)
+            fields = [dict(_fields(space)) for space in spaces]
+            return _Rerun("".join(out), dict(context.vars), made, fields)
+        return None
 
-        names["namespace"] = namespace
-        context = self._context(names)
-        out: list[str] = []
-        limit = watch.limit
-        watch.limit = k if k < len(watch.chat) else _WHOLE + 1
+    def _scan(self, at: int) -> _Scan | None:
+        """The reversed scan that statement ``at`` of the start is, if it is one (_Scan)."""
+        if at not in self._scans:
+            node = self.start[at]
+            found = _scan_of(node, self.start, self.root) if isinstance(node, nodes.For) else None
+            if found is not None:
+                found.probe = self.compile_tree(found.tree)
+            self._scans[at] = found
+        return self._scans[at]
+
+    def _scan_effect(
+        self,
+        watch: Watch,
+        names: dict[str, Any],
+        make: Callable[..., Any],
+        context: Any,
+        item: tuple[int, Any, Any],
+    ) -> None:
+        """Statement ``at`` of the start, a reversed scan (_Scan), on the messages
+        ``walked``: the effects of its passes, probed once per message, put on the namespace
+        ``space`` in the order the passes would make them, from the last message down,
+        until the scan's flag is false. Raises _Unknown when it cannot tell (a message whose
+        pass raised, messages that are not a prefix of the conversation, a flag that is not
+        a plain value): the scan then runs as written."""
+        at, space, walked = item
+        scan = self._scans[at]
+        assert scan is not None
+        chat = watch.chat
+        k = len(walked) if type(walked) is list else -1
+        if not 0 <= k <= len(chat) or not all(map(operator.is_, walked, chat)):
+            raise _Unknown
+        if not isinstance(space, jinja2.utils.Namespace):
+            raise _Unknown
+        fields = _fields(space)
+        if at not in watch.effects:
+            watch.effects[at] = self._probe(watch, names, make, scan)
+        probed = watch.effects[at]
+        if probed is None:
+            raise _Unknown
+        effects, doing = probed
+        position = bisect.bisect_left(doing, k)
+        while True:
+            flag = fields.get(scan.flag, missing)
+            if type(flag) not in _SCALARS:
+                raise _Unknown
+            if not flag or not position:
+                return  # every pass left tests a false flag (or none is left): nothing more
+            position -= 1
+            effect = effects[doing[position]]
+            if effect is _RAISED:
+                raise _Unknown
+            for name, value in effect:
+                space[name] = value
+
+    def _probe(
+        self, watch: Watch, names: dict[str, Any], make: Callable[..., Any], scan: _Scan
+    ) -> tuple[list[Any], list[int]] | None:
+        """What a pass of ``scan`` does on each message of the conversation while its flag
+        holds: the namespace fields it sets, in order (None: nothing), or _RAISED; and the
+        messages whose pass does anything. None when a pass does what a probe cannot
+        stand for (it writes another namespace, or reads a value that differs between
+        prefixes)."""
+        for name in scan.reads:
+            value = names.get(name)
+            if isinstance(value, (WatchedMessages, _Traced)):
+                return None
+        effects: list[Any] = []
+        doing: list[int] = []
+        saved, replaced = render_state.written, watch.replaced
+        watch.replaced = _EVERY_VALUE  # a probe stands for every prefix: none may differ
         try:
-            _run(part.template, context, out, before.position)
-        except Exception:  # noqa: BLE001 - read past its messages, or raised: no rerun
-            return None
+            for index, message in enumerate(watch.chat):
+                space = make()
+                fields = _fields(space)
+                fields[scan.flag] = _HOLDS
+                probe = dict(names)
+                probe.update({scan.space: space, _ITEMS: [message], _J: index})
+                written: set[int] = set()
+                render_state.written = written
+                out: list[str] = []
+                try:
+                    _run(scan.probe, self._context(probe), out, 0)
+                except GivenUp:  # it used a traced value, or read a watched list
+                    return None
+                except Exception:  # noqa: BLE001 - the pass raises on this message
+                    effect: Any = _RAISED
+                else:
+                    if out or not written <= {id(space)}:
+                        return None  # printed, or wrote another namespace
+                    effect = (
+                        tuple(
+                            (name, value)
+                            for name, value in fields.items()
+                            if not (name == scan.flag and value is _HOLDS)
+                        )
+                        or None
+                    )
+                effects.append(effect)
+                if effect is not None:
+                    doing.append(index)
         finally:
-            watch.limit = limit
-        fields = [dict(_fields(space)) for space in (*(s for s, _ in before.spaces), *made)]
-        return _Rerun("".join(out), dict(context.vars), made, fields)
+            render_state.written, watch.replaced = saved, replaced
+        return effects, doing
 
     def _part(self, first: int, stop: int) -> _Part | None:
         """Statements ``first`` to ``stop - 1`` of the start compiled alone; None when a
@@ -1147,9 +1267,231 @@ class ResumePlan:
             )
             if any(_initial(self.root, name) != VAR_LOAD_UNDEFINED for name in fresh):
                 self._parts[key] = None
-            else:
-                self._parts[key] = _Part(self.compile_tree(tree), fresh)
+                return None
+            plain = self.compile_tree(tree)
+            scans = [at for at in range(first, stop) if self._scan(at) is not None]
+            if not scans:
+                self._parts[key] = _Part(plain, fresh)
+                return self._parts[key]
+            worked_out = nodes.Template(copy.deepcopy(self.start[first:stop]))
+            for at in scans:  # worked out from its probes (_scan_effect), else run
+                scan = self._scans[at]
+                assert scan is not None
+                names = [nodes.Name(scan.space, "load"), nodes.Name(scan.walked, "load")]
+                item = nodes.Tuple([nodes.Const(at), *names], "load")
+                worked_out.body[at - first] = marker_statement(_SCAN_EFFECT, item)
+            self._parts[key] = _Part(self.compile_tree(worked_out), fresh, plain)
         return self._parts[key]
+
+
+@dataclass(eq=False)
+class _Scan:
+    """A loop of the start that walks the messages backwards for the last one of a kind
+    (Qwen3's last user query)::
+
+        {%- for message in messages[::-1] %}
+            {%- set index = (messages|length - 1) - loop.index0 %}
+            {%- if ns.multi_step_tool and message.role == "user" and ... %}
+                {%- set ns.multi_step_tool = false %}
+                {%- set ns.last_query_index = index %}
+            {%- endif %}
+        {%- endfor %}
+
+    Run again on each prefix it costs a pass per message, and a conversation as many
+    passes as the square of its length. Its shape makes each pass a function of its
+    message alone (``_scan_of`` checks it): a pass sets loop-local ints of its message's
+    index (the loop's position and the messages' length, in sums whose length cancels),
+    then tests ``ns.flag`` first and does nothing else when it is false; what the test's
+    rest and its body read is the pass's message, those ints and names no prefix sets
+    otherwise, and they print nothing and set only ``ns``'s fields. So a pass run once
+    per message, alone, on a namespace whose flag holds (a probe), gives what it does in
+    any prefix's scan while the flag holds; a prefix's scan is the effects of its
+    passes, from its last message down, until one leaves the flag false."""
+
+    tree: nodes.Template  # one pass alone, over ``_ITEMS``, its ints from ``_J``
+    space: str  # the namespace's name
+    flag: str  # the field its test starts with
+    walked: str  # the name of the messages it walks backwards
+    reads: frozenset[str]  # the names a pass reads (its own, macros' included)
+    probe: Any = None  # ``tree`` compiled
+
+
+class _EveryValue(dict):  # type: ignore[type-arg]
+    """Watch.replaced while a scan is probed: every traced value, so that any use of one
+    gives up (a probe's result must not depend on the prefix it was made for)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+_EVERY_VALUE = _EveryValue()
+_HOLDS = object()  # a probe's flag: true, and no value a template can set
+_RAISED = object()  # a pass's effect: it raised
+# The loop's position on message j of a backward walk of k messages, as (k, j, 1)
+# coefficients: index0 = k - 1 - j, index = k - j, revindex0 = j, revindex = j + 1, length = k
+_POSITIONS = {
+    "index0": (1, -1, -1),
+    "index": (1, -1, 0),
+    "revindex0": (0, 1, 0),
+    "revindex": (0, 1, 1),
+    "length": (1, 0, 0),
+}
+# What a scan's pass may hold: anything but loops, macros, blocks and loop controls
+_NOT_IN_SCANS = (
+    nodes.For,
+    nodes.Macro,
+    nodes.CallBlock,
+    nodes.FilterBlock,
+    nodes.Output,
+    nodes.Break,
+    nodes.Continue,
+    nodes.Scope,
+    nodes.With,
+    nodes.AssignBlock,
+)
+
+
+def _scan_of(loop: nodes.For, start: list[nodes.Node], root: Any) -> _Scan | None:
+    """The loop as a _Scan, when it has a scan's shape (see there); else None."""
+    walk = loop_source(loop)
+    if isinstance(walk, nodes.Getitem) and isinstance(walk.arg, nodes.Slice):
+        cut = walk.arg
+        backwards = (
+            cut.start is None
+            and cut.stop is None
+            and cut.step is not None
+            and _linear(cut.step, "") == (0, 0, -1)  # `[::-1]` parses as a negated 1
+        )
+    elif isinstance(walk, nodes.Filter):
+        backwards = walk.name == "reverse" and not walk.args and not walk.kwargs
+    else:
+        return None
+    walked = walk.node
+    if not (
+        backwards
+        and isinstance(walked, nodes.Name)
+        and isinstance(loop.target, nodes.Name)
+        and loop.test is None
+        and not loop.else_
+        and not loop.recursive
+        and loop.body
+    ):
+        return None
+    *locals_, test = loop.body
+    if not (isinstance(test, nodes.If) and not test.elif_ and not test.else_):
+        return None
+    guard = test.test
+    while isinstance(guard, nodes.And):
+        guard = guard.left
+    if not (isinstance(guard, nodes.Getattr) and isinstance(guard.node, nodes.Name)):
+        return None
+    space, target = guard.node.name, loop.target.name
+    body: list[nodes.Node] = []
+    for node in locals_:  # the pass's ints, from the message's index
+        if not (isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name)):
+            return None
+        terms = _linear(node.node, walked.name)
+        if terms is None or terms[0]:
+            return None  # not an int of the message's index alone
+        _, per, plus = terms
+        at = nodes.Add(nodes.Mul(nodes.Const(per), nodes.Name(_J, "load")), nodes.Const(plus))
+        body.append(nodes.Assign(nodes.Name(node.target.name, "store"), at))
+    body.append(copy.deepcopy(test))
+    if any(test.find_all(_NOT_IN_SCANS)):
+        return None
+    # the namespace: read by the test's first term only, set by `{% set ns.field %}` only
+    if any(ref.name != space for ref in test.find_all(nodes.NSRef)):
+        return None
+    if sum(1 for name in test.find_all(nodes.Name) if name.name == space) != 1:
+        return None
+    macros = {node.name: node for node in start if isinstance(node, nodes.Macro)}
+    reads = _reads(body, macros, set())
+    if reads is None:
+        return None
+    fixed = {space, target, _J}
+    invariant = reads - fixed
+    if {"loop", walked.name, "messages", "add_generation_prompt"} & invariant:
+        return None  # the loop's position, the messages or the flag, read otherwise
+    # names the template sets at its top level differ between prefixes, or may: none but
+    # its macros
+    if any(name in root.stores and name not in macros for name in invariant):
+        return None
+    tree = nodes.Template(
+        [nodes.For(nodes.Name(target, "store"), nodes.Name(_ITEMS, "load"), body, [], None, False)]
+    )
+    return _Scan(tree, space, guard.attr, walked.name, frozenset(invariant))
+
+
+def _linear(node: nodes.Node, walked: str) -> tuple[int, int, int] | None:
+    """An int expression of a backward walk's position (``loop.index0``, ...), the walked
+    messages' length and constants, as its (k, j, 1) coefficients (see _POSITIONS); None
+    for anything else."""
+    if isinstance(node, nodes.Const):
+        return (0, 0, node.value) if type(node.value) is int else None
+    if isinstance(node, (nodes.Add, nodes.Sub)):
+        left, right = _linear(node.left, walked), _linear(node.right, walked)
+        if left is None or right is None:
+            return None
+        sign = 1 if isinstance(node, nodes.Add) else -1
+        return (
+            left[0] + sign * right[0],
+            left[1] + sign * right[1],
+            left[2] + sign * right[2],
+        )
+    if isinstance(node, nodes.Neg):
+        inner = _linear(node.node, walked)
+        return None if inner is None else (-inner[0], -inner[1], -inner[2])
+    if isinstance(node, nodes.Getattr):
+        if isinstance(node.node, nodes.Name) and node.node.name == "loop":
+            return _POSITIONS.get(node.attr)
+        return None
+    if (
+        isinstance(node, nodes.Filter)
+        and node.name == "length"
+        and isinstance(node.node, nodes.Name)
+        and node.node.name == walked
+        and not node.args
+        and not node.kwargs
+        and node.dyn_args is None
+        and node.dyn_kwargs is None
+    ):
+        return (1, 0, 0)
+    return None
+
+
+def _reads(
+    body: list[nodes.Node], macros: dict[str, nodes.Macro], seen: set[str]
+) -> set[str] | None:
+    """The names ``body`` reads, with those of the template's macros it calls (in turn);
+    None when a macro it calls does more than work out text (sets a namespace's field,
+    calls back its caller, or defines a macro)."""
+    found: set[str] = set()
+    for node in body:
+        found.update(name.name for name in node.find_all(nodes.Name) if name.ctx == "load")
+    for name in sorted(found & macros.keys() - seen):
+        seen.add(name)
+        macro = macros[name]
+        if any(macro.find_all((nodes.NSRef, nodes.Macro, nodes.CallBlock))):
+            return None
+        inner = _reads(macro.body, macros, seen)
+        if inner is None:
+            return None
+        own = {arg.name for arg in macro.args} | {"caller", "varargs", "kwargs", "loop"}
+        stored = {
+            store.name
+            for node in macro.body
+            for store in node.find_all(nodes.Name)
+            if store.ctx in ("store", "param")
+        }
+        found |= inner - own - stored
+    return found
+
+
+def _made(make: Callable[..., Any], made: list[Any], *args: Any, **kwargs: Any) -> Any:
+    """``namespace(...)`` in a rerun: ``make``'s namespace, noted in ``made``."""
+    space = make(*args, **kwargs)
+    made.append(space)
+    return space
 
 
 def _run(template: jinja2.Template, context: Any, out: list[str], size: int) -> int:
