@@ -159,7 +159,8 @@ class Watch:
         self.measures: dict[int, _Traced] = {}  # the same, by where their messages start
         self.replaced: dict[int, Any] = {}  # while a prefix resumes: traced values it changes
         self.flag: _Traced | None = None  # add_generation_prompt, when traced
-        # first_changed's answers
+        # first_changed's answers, and where each traced value's uses by a statement end
+        self.ends_of: dict[int, list[int]] = {}
         self.changed: dict[tuple[frozenset[tuple[int, Any]], frozenset[int]], int] = {}
         # the top-level loops of the start over the messages: what each walks and its marks
         # (as the main loop's), by the index of its statement
@@ -177,6 +178,7 @@ class Watch:
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
+        self.given: list[Any] | None = None  # the messages _entered gave a prefix, last
 
     def see(self, index: int) -> None:
         if index >= self.limit:
@@ -285,9 +287,17 @@ class Watch:
         if first is None:
             first = _WHOLE
             for traced in values:
-                for use in self.traced[traced].__cc_uses__:
+                uses = self.traced[traced].__cc_uses__
+                after = self._statement_ends(traced, uses)
+                at, size = 0, len(uses)
+                while at < size:
+                    use = uses[at]
                     if use.at < -1:  # in the start
-                        if -2 - use.at in rerun or use.holds(values):
+                        if -2 - use.at in rerun:  # (a scan's uses, one per pass: skipped)
+                            at = after[at]
+                            continue
+                        if use.holds(values):
+                            at += 1
                             continue
                         first = -1
                         break
@@ -296,10 +306,23 @@ class Watch:
                     if not use.holds(values):
                         first = use.at
                         break
+                    at += 1
                 if first < 0:
                     break
             self.changed[key] = first
         return min(first, last)
+
+    def _statement_ends(self, traced: int, uses: list[_Use]) -> list[int]:
+        """For each use of a traced value in the start, where the uses of the next
+        statement begin (the uses come in the order the render made them)."""
+        found = self.ends_of.get(traced)
+        if found is None:
+            found = list(range(1, len(uses) + 1))
+            for at in range(len(uses) - 2, -1, -1):
+                if uses[at].at < -1 and uses[at + 1].at == uses[at].at:
+                    found[at] = found[at + 1]
+            self.ends_of[traced] = found
+        return found
 
     def measured(self, view: WatchedMessages) -> _Traced:
         """``view | length``, traced: a prefix has its own. One traced value per view's
@@ -1025,7 +1048,10 @@ class ResumePlan:
         base, views, given, traced = entry
         entered = base.copy()
         for name in given:
-            entered[name] = watch.chat[:k] if name == "messages" else prompt
+            if name == "messages":
+                entered[name] = watch.given = watch.chat[:k]
+            else:
+                entered[name] = prompt
         for name, view in views:
             entered[name] = prefix_of(view, k)
         if values is not None:
@@ -1179,8 +1205,14 @@ class ResumePlan:
         scan = self._scans[at]
         assert scan is not None
         chat = watch.chat
-        k = len(walked) if type(walked) is list else -1
-        if not 0 <= k <= len(chat) or not all(map(operator.is_, walked, chat)):
+        # the first k messages: the list _entered gave (the sandbox changes no list), or
+        # one with the same items
+        if type(walked) is not list:
+            raise _Unknown
+        k = len(walked)
+        if walked is not watch.given and not (
+            k <= len(chat) and all(map(operator.is_, walked, chat))
+        ):
             raise _Unknown
         if not isinstance(space, jinja2.utils.Namespace):
             raise _Unknown
