@@ -639,13 +639,15 @@ AGENT = [
 
 @pytest.fixture
 def scans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How many times the scans were probed (once per watched render) and worked out."""
-    counts = {"probed": 0, "worked out": 0}
+    """How many times the scans were probed (once per watched render), their probes
+    refused to stand for their passes, and they were worked out."""
+    counts = {"probed": 0, "refused": 0, "worked out": 0}
     probe, effect = resume.ResumePlan._probe, resume.ResumePlan._scan_effect
 
     def probed(*args: Any) -> Any:
-        counts["probed"] += 1
-        return probe(*args)
+        found = probe(*args)
+        counts["probed" if found is not None else "refused"] += 1
+        return found
 
     def worked_out(*args: Any) -> Any:
         counts["worked out"] += 1
@@ -752,4 +754,60 @@ def test_loops_that_are_not_backward_scans_run_again(scan: str, scans: dict[str,
     body = "{% if loop.index0 > ns.last %}*{% endif %}{{ other.x }}" + CHATML_BODY
     check(_loop(body, start), AGENT)
     check(_loop(body, start))
-    assert scans == {"probed": 0, "worked out": 0}
+    assert scans["probed"] == 0  # not a scan, or one whose probes refuse (`top`)
+
+
+@pytest.mark.parametrize(
+    "scan",
+    [
+        # a variable set before the statements run again, and a macro that writes a
+        # namespace only when asked to (Qwen3.5's render_content): probed
+        "{% if ns.multi and m.role == tag and text(m.content, false) != '' %}"
+        "{% set ns.multi = false %}{% set ns.last = index %}{% endif %}",
+    ],
+)
+def test_backward_scans_that_read_the_start_s_names(
+    scan: str, scans: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = (
+        "{% set tag = 'user' %}{% set count = namespace(n=0) %}"
+        "{% macro text(c, counted) %}{% if counted %}{% set count.n = count.n + 1 %}"
+        "{% endif %}{{ c }}{% endmacro %}"
+        "{% set ns = namespace(multi=true, last=messages|length - 1) %}"
+        "{% for m in messages[::-1] %}{% set index = messages|length - 1 - loop.index0 %}"
+        + scan
+        + "{% endfor %}"
+    )
+    body = "{% if loop.index0 > ns.last %}*{% endif %}{{ count.n }}" + CHATML_BODY
+    resumed = [check(_loop(body, start), messages) for messages in (AGENT, CONVERSATION)]
+    assert scans["probed"] > 0
+    assert scans["refused"] == 0
+    monkeypatch.setattr(resume, "_scan_of", lambda *args: None)
+    assert resumed == [check(_loop(body, start), m) for m in (AGENT, CONVERSATION)]
+
+
+def test_a_probe_that_writes_another_namespace_or_reads_a_traced_value(
+    scans: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a macro that counts what it is given, and a variable holding the messages' length:
+    # the probes refuse, and the scan runs on every prefix as written
+    start = (
+        "{% set top = messages | length %}{% set count = namespace(n=0) %}"
+        "{% macro text(c) %}{% set count.n = count.n + 1 %}{{ c }}{% endmacro %}"
+        "{% set ns = namespace(multi=true, last=-1) %}"
+        "{% for m in messages[::-1] %}"
+        "{% if ns.multi and m.role == 'user' and text(m.content) != '' %}"
+        "{% set ns.multi = false %}{% set ns.last = 1 %}{% endif %}{% endfor %}"
+    )
+    sources = [
+        start,
+        start.replace("text(m.content) != ''", "top > 1"),
+    ]
+    body = "{% if loop.index0 > ns.last %}*{% endif %}{{ count.n }}" + CHATML_BODY
+    for source in sources:
+        resumed = [check(_loop(body, source), messages) for messages in (AGENT, CONVERSATION)]
+        assert scans["refused"] > 0
+        assert scans["probed"] == 0
+        with monkeypatch.context() as patched:
+            patched.setattr(resume, "_scan_of", lambda *args: None)
+            assert resumed == [check(_loop(body, source), m) for m in (AGENT, CONVERSATION)]

@@ -171,10 +171,11 @@ class Watch:
         self.past: dict[int, tuple[list[tuple[int, int]], frozenset[int]]] = {}  # _reads_past's
         self.reaches: list[int] | None = None  # the statements' reaches, sorted (_reads_past)
         self.traced_in: dict[int, frozenset[int]] = {}  # _scanned's, by a mark's copies
-        # per reversed scan of the start (by its statement's index), what each pass would
-        # do while its flag holds, by message, and the messages where it does anything
-        # (ResumePlan._scan_effect); None where a probe could not tell
-        self.effects: dict[int, tuple[list[Any], list[int]] | None] = {}
+        # per backward scan of the start (by its statement's index, and that of the first
+        # statement run again with it), what each pass would do while its flag holds, by
+        # message, and the messages where it does anything (ResumePlan._scan_effect); None
+        # where probes cannot tell
+        self.effects: dict[tuple[int, int], tuple[list[Any], list[int]] | None] = {}
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -819,6 +820,7 @@ class ResumePlan:
     _globals: dict[str, Any] = field(default_factory=dict)
     _parts: dict[tuple[int, int], _Part | None] = field(default_factory=dict)
     _scans: dict[int, _Scan | None] = field(default_factory=dict)
+    _ready_scans: dict[tuple[int, int], bool] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -1159,7 +1161,7 @@ class ResumePlan:
             make = names["namespace"]
 
             names["namespace"] = functools.partial(_made, make, made)
-            names[_SCAN_EFFECT] = functools.partial(self._scan_effect, watch, names, make)
+            names[_SCAN_EFFECT] = functools.partial(self._scan_effect, watch, names, make, read[0])
             context = self._context(names)
             out: list[str] = []
             limit = watch.limit
@@ -1192,6 +1194,7 @@ class ResumePlan:
         watch: Watch,
         names: dict[str, Any],
         make: Callable[..., Any],
+        first: int,
         context: Any,
         item: tuple[int, Any, Any],
     ) -> None:
@@ -1217,9 +1220,11 @@ class ResumePlan:
         if not isinstance(space, jinja2.utils.Namespace):
             raise _Unknown
         fields = _fields(space)
-        if at not in watch.effects:
-            watch.effects[at] = self._probe(watch, names, make, scan)
-        probed = watch.effects[at]
+        key = (at, first)
+        if key not in watch.effects:
+            ready = self._ready(at, first, scan)
+            watch.effects[key] = self._probe(watch, names, make, scan) if ready else None
+        probed = watch.effects[key]
         if probed is None:
             raise _Unknown
         effects, doing = probed
@@ -1236,6 +1241,19 @@ class ResumePlan:
                 raise _Unknown
             for name, value in effect:
                 space[name] = value
+
+    def _ready(self, at: int, first: int, scan: _Scan) -> bool:
+        """Whether the statements run again before scan ``at`` (from ``first``) leave what
+        its passes read as the whole render left it: they set none of the names and no
+        namespace's field (which a macro it calls could read). What came before them is
+        the same in every prefix (traced values aside, which a probe refuses)."""
+        key = (at, first)
+        if key not in self._ready_scans:
+            before = self.start[first:at]
+            stores = symbols_for_node(nodes.Template(copy.deepcopy(before))).stores
+            macros = {node.name: node for node in self.start if isinstance(node, nodes.Macro)}
+            self._ready_scans[key] = not (stores & scan.reads) and not _sets_fields(before, macros)
+        return self._ready_scans[key]
 
     def _probe(
         self, watch: Watch, names: dict[str, Any], make: Callable[..., Any], scan: _Scan
@@ -1258,7 +1276,7 @@ class ResumePlan:
                 space = make()
                 fields = _fields(space)
                 fields[scan.flag] = _HOLDS
-                probe = dict(names)
+                probe = dict(names, namespace=make)
                 probe.update({scan.space: space, _ITEMS: [message], _J: index})
                 written: set[int] = set()
                 render_state.written = written
@@ -1437,21 +1455,19 @@ def _scan_of(loop: nodes.For, start: list[nodes.Node], root: Any) -> _Scan | Non
     if sum(1 for name in test.find_all(nodes.Name) if name.name == space) != 1:
         return None
     macros = {node.name: node for node in start if isinstance(node, nodes.Macro)}
-    reads = _reads(body, macros, set())
-    if reads is None:
-        return None
-    fixed = {space, target, _J}
-    invariant = reads - fixed
-    if {"loop", walked.name, "messages", "add_generation_prompt"} & invariant:
+    direct = {
+        name.name for node in body for name in node.find_all(nodes.Name) if name.ctx == "load"
+    }
+    called = _reads(direct & macros.keys(), macros, set())
+    if called is None or space in called:
+        return None  # a macro that reads the namespace would see the scan's, not a probe's
+    reads = (direct | called) - {space, target, _J}
+    if {"loop", walked.name, "messages", "add_generation_prompt"} & reads:
         return None  # the loop's position, the messages or the flag, read otherwise
-    # names the template sets at its top level differ between prefixes, or may: none but
-    # its macros
-    if any(name in root.stores and name not in macros for name in invariant):
-        return None
     tree = nodes.Template(
         [nodes.For(nodes.Name(target, "store"), nodes.Name(_ITEMS, "load"), body, [], None, False)]
     )
-    return _Scan(tree, space, guard.attr, walked.name, frozenset(invariant))
+    return _Scan(tree, space, guard.attr, walked.name, frozenset(reads))
 
 
 def _linear(node: nodes.Node, walked: str) -> tuple[int, int, int] | None:
@@ -1491,32 +1507,47 @@ def _linear(node: nodes.Node, walked: str) -> tuple[int, int, int] | None:
     return None
 
 
-def _reads(
-    body: list[nodes.Node], macros: dict[str, nodes.Macro], seen: set[str]
-) -> set[str] | None:
-    """The names ``body`` reads, with those of the template's macros it calls (in turn);
-    None when a macro it calls does more than work out text (sets a namespace's field,
-    calls back its caller, or defines a macro)."""
+def _reads(names: set[str], macros: dict[str, nodes.Macro], seen: set[str]) -> set[str] | None:
+    """The names the template's macros ``names`` read, with those of the macros they call
+    (in turn); None when one defines a macro or calls back its caller."""
     found: set[str] = set()
-    for node in body:
-        found.update(name.name for name in node.find_all(nodes.Name) if name.ctx == "load")
-    for name in sorted(found & macros.keys() - seen):
+    for name in sorted(names - seen):
         seen.add(name)
         macro = macros[name]
-        if any(macro.find_all((nodes.NSRef, nodes.Macro, nodes.CallBlock))):
+        if any(macro.find_all((nodes.Macro, nodes.CallBlock))):
             return None
-        inner = _reads(macro.body, macros, seen)
+        loads = {n.name for n in macro.find_all(nodes.Name) if n.ctx == "load"}
+        inner = _reads(loads & macros.keys(), macros, seen)
         if inner is None:
             return None
         own = {arg.name for arg in macro.args} | {"caller", "varargs", "kwargs", "loop"}
-        stored = {
-            store.name
-            for node in macro.body
-            for store in node.find_all(nodes.Name)
-            if store.ctx in ("store", "param")
-        }
-        found |= inner - own - stored
+        stored = {n.name for n in macro.find_all(nodes.Name) if n.ctx in ("store", "param")}
+        found |= (loads | inner) - own - stored
     return found
+
+
+def _sets_fields(nodes_: list[nodes.Node], macros: dict[str, nodes.Macro]) -> bool:
+    """Whether statements (macro definitions aside) may set a namespace's field: a
+    ``{% set ns.field %}`` of theirs, or a call of a macro that has one (or calls one)."""
+    writers = {name for name, macro in macros.items() if any(macro.find_all(nodes.NSRef))}
+    grew = True
+    while grew:  # the macros that call a writer write too
+        calling = {
+            name
+            for name, macro in macros.items()
+            if name not in writers
+            and any(n.name in writers for n in macro.find_all(nodes.Name) if n.ctx == "load")
+        }
+        writers |= calling
+        grew = bool(calling)
+    for node in nodes_:
+        if isinstance(node, nodes.Macro):
+            continue
+        if any(node.find_all(nodes.NSRef)):
+            return True
+        if any(n.name in writers for n in node.find_all(nodes.Name) if n.ctx == "load"):
+            return True
+    return False
 
 
 def _made(make: Callable[..., Any], made: list[Any], *args: Any, **kwargs: Any) -> Any:
