@@ -2,8 +2,9 @@
 
 Run from the repository root (the corpus lives in ``../shared`` beside the checkout)::
 
-    python benchmarks/spans.py            # every corpus template without {% generation %}
-    python benchmarks/spans.py --rounds 3 # fewer timing rounds
+    python benchmarks/spans.py             # every corpus template without {% generation %}
+    python benchmarks/spans.py --rounds 3  # fewer timing rounds
+    python benchmarks/spans.py --agent 400 # an agent's conversation of 400 messages instead
 
 For each template: the render of the benchmark conversation of ``render.py`` (Qwen3 agent
 conversation, 40 messages, 19 assistant turns, tool calls, results and reasoning, 5 tools;
@@ -16,6 +17,9 @@ turn) with the collector off; the ratios are to the render of the same rounds. T
 counts the templates whose spans cost at most 3x the render. "2 msgs" is the render of the conversation's
 first two messages against the whole: the share of a render that does not depend on the
 conversation's length (system prompt, tools), which every prefix render pays again.
+``--agent N`` times an agent's trajectory of N messages instead (the same system prompt and
+tools, one question, then calls with reasoning and their results): one long turn, where
+spans that cost a constant number of renders stay at the same ratio whatever N.
 """
 
 from __future__ import annotations
@@ -55,13 +59,38 @@ def best_times(calls: Sequence[tuple[Callable[[], Any], int]], rounds: int) -> l
     return best
 
 
+def agent_case(size: int) -> dict[str, Any]:
+    """An agent's conversation of ``size`` messages (at least 4): the big case's system
+    prompt and tools, one question, then calls (with reasoning) and their results in turn,
+    ending with a result: one long turn, as agent trajectories are."""
+    big = big_qwen3_case()
+    messages = big["messages"][:2]
+    turn = 0
+    while len(messages) < size:
+        call = {
+            "id": f"call_{turn}",
+            "type": "function",
+            "function": {"name": f"tool_{turn % 5}", "arguments": {"query": f"step {turn}"}},
+        }
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": f"Step {turn}: I should look this up.",
+                "tool_calls": [call],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"Result {turn}."})
+        turn += 1
+    return dict(big, messages=messages[:size])
+
+
 def bench_template(
-    name: str, source: str, special: dict[str, Any], rounds: int
+    name: str, source: str, special: dict[str, Any], rounds: int, big: dict[str, Any]
 ) -> tuple[float, float, float, float, float] | None:
     template = ChatTemplate(source, name=name)
     if template.has_generation_tag:
         return None
-    big = big_qwen3_case()
     messages = big["messages"]
     for tools in (big["tools"], None):
         options = {"tools": tools, "documents": None, "now": 0, **special}
@@ -119,7 +148,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default="", help="templates whose name contains this")
+    parser.add_argument(
+        "--agent",
+        type=int,
+        metavar="N",
+        help="an agent's conversation of N messages (one question, then N-2 calls and "
+        "results) instead of the 40-message one",
+    )
     args = parser.parse_args(argv)
+    if args.agent is not None and args.agent < 4:
+        parser.error("--agent takes 4 messages or more")
+    big = big_qwen3_case() if args.agent is None else agent_case(args.agent)
     warnings.simplefilter("ignore")  # special tokens the template never reads
     special: dict[str, dict[str, Any]] = {}
     for case in load_cases(args.shared):
@@ -133,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only not in name:
             continue
         source = (args.shared / "chat_templates" / name).read_text(encoding="utf-8")
-        result = bench_template(name, source, special[name], args.rounds)
+        result = bench_template(name, source, special[name], args.rounds, big)
         if result is None:
             continue
         base, fixed, new, old, share = result
@@ -142,7 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{name[:46]:46} {base * 1e3:7.2f}m {fixed / base:6.0%} {new / base:6.1f}x "
             f"{old / base:6.1f}x {old / new:5.1f} {share:7.0%}"
         )
-    print(f"\n{len(rows)} templates (40 messages, 19 assistant turns); ratios to the render")
+    turns = sum(message["role"] == "assistant" for message in big["messages"])
+    print(
+        f"\n{len(rows)} templates ({len(big['messages'])} messages, {turns} assistant turns); "
+        "ratios to the render"
+    )
     for label, column in (("spans", 2), ("prefix method", 3)):
         ratios = [row[column] / row[0] for row in rows]
         print(

@@ -39,6 +39,14 @@ last user query) are run again on the prefix's inputs, from their marks, and mus
 same text and state (variables and namespace fields, compared by type and value) as in the
 whole render, but for traced ints left another int. A loop of the start over the messages
 needs no run: the prefix's loop ends where the whole one's pass on message ``k`` began.
+A loop of the start that walks the messages *backwards* for the last one of a kind
+(Qwen3's scan for the last user query) would run again on each prefix, a pass per message:
+quadratic in the conversation's length. When its shape makes each pass a function of its
+message alone while a namespace flag holds (``_Scan``), each pass is run once per message,
+alone (a probe), and a prefix's scan is the effects of its passes from its last message
+down, until one clears the flag; a probe that would stand for other passes than its own (it
+uses a traced value, writes another namespace, or the statements run before it set what it
+reads) refuses, and the scan runs as written.
 Everything else a render can see is the same in both: the inputs are shared and immutable,
 and a template's only mutable state is its namespaces (a loop's body cannot assign
 variables outside it). A prefix that cannot be resumed (no mark, a pass that read too far,
