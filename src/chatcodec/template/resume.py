@@ -102,6 +102,7 @@ _SCALARS = (str, int, float, bool, type(None))
 # makes a namespace per message and has many messages, or makes thousands, is not watched
 # further (its marks would cost more than rendering its prefixes)
 _SNAPSHOTS = 1 << 16
+_FEW = 16  # namespaces put back all at once (_restore): cheaper than finding which changed
 
 
 class GivenUp(Exception):
@@ -125,6 +126,7 @@ class Mark:
     # a pass's: the furthest read before its loop fetched its message (by the passes before
     # it, a look at this message included, and the start's last statement)
     behind: int = -1
+    order: int = -1  # where it stands among the render's marks (Watch.log)
 
 
 class Watch:
@@ -188,6 +190,14 @@ class Watch:
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
         self.given: list[Any] | None = None  # the messages _entered gave a prefix, last
+        # per mark, in order, the namespaces (by index) it copied anew: between two marks,
+        # only those changed; and the mark whose state the namespaces hold since the last
+        # _restore, with the namespaces (by id) set since (render_state.written, untrace)
+        self.log: list[set[int]] = []
+        self.contents: dict[int, tuple[tuple[str, int], ...]] = {}  # Watch.content's
+        self.holding: set[int] = set()  # the namespaces (by index) a mark copied a traced value of
+        self.held: Mark | None = None
+        self.dirty: set[int] = set()
 
     def see(self, index: int) -> None:
         if index >= self.limit:
@@ -357,18 +367,40 @@ class Watch:
             values[id(length)] = max(0, k - (length.__cc_base__ or 0))
         return values
 
-    @staticmethod
-    def untrace(spaces: list[tuple[Any, dict[str, Any]]], values: dict[int, Any]) -> None:
+    def untrace(self, spaces: list[tuple[Any, dict[str, Any]]], values: dict[int, Any]) -> None:
         """Put plain values in the namespaces' traced fields: ``values``' where given."""
-        for space, fields in spaces:
-            for name, value in fields.items():
-                if type(value) is _Traced:
-                    _fields(space)[name] = _value(value, values)
+        for at in self.holding:
+            if at < len(spaces):
+                space, fields = spaces[at]
+                for name, value in fields.items():
+                    if type(value) is _Traced:
+                        _fields(space)[name] = _value(value, values)
+                        self.dirty.add(id(space))
+
+    def content(self, copy: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+        """A mark's copy of a namespace's fields as their names and the ids of their values
+        (a copy is kept as long as the marks, and shared by the marks that follow it until
+        the namespace is set again: worked out once)."""
+        found = self.contents.get(id(copy))
+        if found is None:
+            found = self.contents[id(copy)] = tuple(zip(copy, map(id, copy.values()), strict=False))
+        return found
+
+    def traced_fields(self, spaces: list[tuple[Any, dict[str, Any]]]) -> list[tuple[str, Any]]:
+        """The traced values in the namespaces' fields at a mark (``spaces``), by name."""
+        return [
+            (name, value)
+            for at in self.holding
+            if at < len(spaces)
+            for name, value in spaces[at][1].items()
+            if type(value) is _Traced
+        ]
 
     def _mark(self, item: Any, names: dict[str, Any], behind: int = -1) -> Mark:
         spaces, state = self.copied, render_state
         written = state.written  # (set by the render's first mark, on_step)
         assert written is not None
+        fresh: set[int] = set()
         if written or len(spaces) != len(self.spaces):  # else the last mark's copies
             old = len(spaces)
             fresh = {self.made[key] for key in written if key in self.made}
@@ -379,7 +411,10 @@ class Watch:
                 self.copies -= 1
                 copied[at] = (self.spaces[at], dict(fields))
                 values = fields.values()  # (plain values, the most, tested by type in C first)
-                if self.usable and not _NOT_ITERATORS.issuperset(map(type, values)):
+                kinds = set(map(type, values))
+                if _Traced in kinds:
+                    self.holding.add(at)
+                if self.usable and not _NOT_ITERATORS.issuperset(kinds):
                     self.usable = not any(map(_iterator, values))
             written.clear()
             self.copied = spaces = copied
@@ -387,7 +422,9 @@ class Watch:
                 self.usable = False
         if not self.usable:  # nothing will resume
             spaces = []
-        return Mark(item, state.position, names, spaces, self.furthest, self.reach, behind)
+        self.log.append(fresh)
+        order = len(self.log) - 1
+        return Mark(item, state.position, names, spaces, self.furthest, self.reach, behind, order)
 
 
 def _iterator(value: Any) -> bool:
@@ -410,10 +447,25 @@ def _fields(space: Any) -> dict[str, Any]:
 
 
 def _restore(watch: Watch, mark: Mark) -> None:
-    """Put every namespace's fields back as they were at ``mark``."""
-    for kept, (_, fields) in zip(watch.fields, mark.spaces, strict=False):
-        kept.clear()
-        kept.update(fields)
+    """Put every namespace's fields back as they were at ``mark`` (the namespaces made
+    after it are left as they are: a resumed part makes its own). Only those that differ
+    are: the namespaces set since the last restore, and those the render copied anew at a
+    mark between the one restored then and this one (the others' copies are the same)."""
+    held, spaces, known = watch.held, mark.spaces, watch.fields
+    if held is None or len(spaces) <= _FEW:
+        changed: Any = range(len(spaces))
+    else:
+        low, high = sorted((held.order, mark.order))
+        changed = set().union(*watch.log[low + 1 : high + 1])
+        made = watch.made
+        changed.update(made[key] for key in watch.dirty if key in made)
+    for at in changed:
+        if at < len(spaces) and at < len(known):
+            kept = known[at]
+            kept.clear()
+            kept.update(spaces[at][1])
+    watch.held = mark
+    watch.dirty.clear()
 
 
 @dataclass(slots=True)
@@ -933,6 +985,7 @@ class ResumePlan:
                 ended = after
         watch.limit = bound
         flag = watch.flag
+        written, render_state.written = render_state.written, watch.dirty
         try:
             values: dict[int, Any] = {}
             if flag is not None and prompt != flag.__cc_value__:
@@ -983,6 +1036,7 @@ class ResumePlan:
             watch.limit = _WHOLE + 1
             watch.replaced = {}
             _pending.start = None
+            render_state.written = written
         return "".join(out), mark.position
 
     def _ending(
@@ -1002,12 +1056,13 @@ class ResumePlan:
             seen = watch.ending[id(names)] = (pure, traced)
         if not seen[0]:
             return None
-        shown = watch.ending.get(id(mark.spaces))
+        spaces = mark.spaces
+        shown = watch.ending.get(id(spaces))
         if shown is None:
-            snapshots = [snapshot for _, snapshot in mark.spaces]
-            fields = tuple((name, id(value)) for s in snapshots for name, value in s.items())
-            traced = seen[1].union(id(value) for s in snapshots for value in s.values())
-            shown = watch.ending[id(mark.spaces)] = (fields, traced)
+            # the namespaces' fields, and the traced values among them
+            fields = tuple(map(watch.content, map(_COPY, spaces)))
+            traced = seen[1].union(id(value) for _, value in watch.traced_fields(spaces))
+            shown = watch.ending[id(spaces)] = (fields, traced)
         fields, traced = shown
         changed = (
             frozenset(
@@ -1127,10 +1182,7 @@ class ResumePlan:
         traced = watch.traced_in.get(id(end.spaces))
         if traced is None:
             traced = watch.traced_in[id(end.spaces)] = frozenset(
-                id(value)
-                for _, fields in end.spaces
-                for value in fields.values()
-                if type(value) is _Traced
+                id(value) for _, value in watch.traced_fields(end.spaces)
             )
         kept = traced.isdisjoint(values)  # else the answer depends on the prefix's values
         if kept and key in watch.scanned:
@@ -1310,6 +1362,8 @@ class ResumePlan:
                 if effect is not None:
                     doing.append(index)
         finally:
+            if saved is not None:
+                saved.update(render_state.written or ())  # (a write that refused the probe)
             render_state.written, watch.replaced = saved, replaced
         return effects, doing
 
@@ -1384,6 +1438,7 @@ class _EveryValue(dict):  # type: ignore[type-arg]
 
 _EVERY_VALUE = _EveryValue()
 _HOLDS = object()  # a probe's flag: true, and no value a template can set
+_COPY = operator.itemgetter(1)  # a mark's copy of a namespace's fields
 _RAISED = object()  # a pass's effect: it raised
 # The loop's position on message j of a backward walk of k messages, as (k, j, 1)
 # coefficients: index0 = k - 1 - j, index = k - j, revindex0 = j, revindex = j + 1, length = k
