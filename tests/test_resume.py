@@ -9,6 +9,7 @@ on the conversation's length; the property test builds templates out of them at 
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from typing import Any
@@ -811,3 +812,33 @@ def test_a_probe_that_writes_another_namespace_or_reads_a_traced_value(
         with monkeypatch.context() as patched:
             patched.setattr(resume, "_scan_of", lambda *args: None)
             assert resumed == [check(_loop(body, source), m) for m in (AGENT, CONVERSATION)]
+
+
+def test_prefixes_in_any_order_with_a_namespace_per_pass() -> None:
+    # Granite 4's shape: a namespace made in every pass, a namespace the passes set, and
+    # the index of the last user query: more namespaces than _restore puts back all at once
+    # (resume._FEW), so a prefix puts back only those that changed since the last one it
+    # resumed, whichever way it goes
+    start = (
+        "{% set ns = namespace(last=-1, seen=0, tag='') %}"
+        "{% for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}"
+        "{% endif %}{% endfor %}"
+    )
+    body = (
+        "{% set local = namespace(text=m.content or '') %}"
+        "{% if m.role == 'tool' %}{% set ns.seen = ns.seen + 1 %}{% set local.text = 'T' %}"
+        "{% endif %}{% if loop.index0 > ns.last %}*{% endif %}{% set ns.tag = m.role %}"
+        "[{{ local.text }}{{ ns.seen }}]" + CHATML_BODY
+    )
+    source = _loop(body, start, "{{ ns.tag }}{{ ns.seen }}" + GENERATION_PROMPT)
+    messages = AGENT + AGENT[1:]
+    assert len(messages) > 2 * resume._FEW
+    template = ChatTemplate(source)
+    order = [(n, flag) for n in range(1, len(messages) + 1) for flag in (False, True)]
+    for shuffled in (order, order[::-1], random.Random(7).sample(order, len(order))):
+        prefixes = PrefixRenders.of(template, messages)
+        with prefixes.resuming():
+            for n, flag in shuffled:
+                expected = _render(template, messages[:n], flag)
+                assert prefixes.render(n, flag) == expected, (n, flag)
+        assert prefixes.resumed > len(order) // 2
