@@ -20,6 +20,7 @@ conversation's length (system prompt, tools), which every prefix render pays aga
 ``--agent N`` times an agent's trajectory of N messages instead (the same system prompt and
 tools, one question, then calls with reasoning and their results): one long turn, where
 spans that cost a constant number of renders stay at the same ratio whatever N.
+``--questions Q`` splits it into Q such turns, each opened by its own question.
 """
 
 from __future__ import annotations
@@ -59,14 +60,19 @@ def best_times(calls: Sequence[tuple[Callable[[], Any], int]], rounds: int) -> l
     return best
 
 
-def agent_case(size: int) -> dict[str, Any]:
+def agent_case(size: int, questions: int = 1) -> dict[str, Any]:
     """An agent's conversation of ``size`` messages (at least 4): the big case's system
     prompt and tools, one question, then calls (with reasoning) and their results in turn,
-    ending with a result: one long turn, as agent trajectories are."""
+    ending with a result: one long turn, as agent trajectories are; or ``questions`` such
+    turns of about the same length, each opened by its own question."""
     big = big_qwen3_case()
     messages = big["messages"][:2]
     turn = 0
+    every, asked = max(4, size // questions), 1
     while len(messages) < size:
+        if asked < questions and len(messages) >= every * asked:
+            messages.append({"role": "user", "content": f"Question {turn}: and now?"})
+            asked += 1
         call = {
             "id": f"call_{turn}",
             "type": "function",
@@ -152,13 +158,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--agent",
         type=int,
         metavar="N",
-        help="an agent's conversation of N messages (one question, then N-2 calls and "
+        help="an agent's conversation of N messages (one question, then calls and "
         "results) instead of the 40-message one",
+    )
+    parser.add_argument(
+        "--questions",
+        type=int,
+        default=1,
+        metavar="Q",
+        help="with --agent: Q questions, each followed by its calls and results",
     )
     args = parser.parse_args(argv)
     if args.agent is not None and args.agent < 4:
         parser.error("--agent takes 4 messages or more")
-    big = big_qwen3_case() if args.agent is None else agent_case(args.agent)
+    if args.questions < 1 or (args.questions > 1 and args.agent is None):
+        parser.error("--questions takes 1 or more, with --agent")
+    big = big_qwen3_case() if args.agent is None else agent_case(args.agent, args.questions)
     warnings.simplefilter("ignore")  # special tokens the template never reads
     special: dict[str, dict[str, Any]] = {}
     for case in load_cases(args.shared):

@@ -2,8 +2,8 @@
 
 ``derive_spans_by_prefixes`` (two real renders per assistant turn, each from its own copy
 of the inputs) is the reference. ``render_with_spans`` is held to it on every conversation
-of the render corpus, on a 40-message agent conversation per corpus template, on edge cases
-and on hypothesis-built conversations.
+of the render corpus, on a 40-message agent conversation and an agent's conversation of two
+questions per corpus template, on edge cases and on hypothesis-built conversations.
 """
 
 from __future__ import annotations
@@ -134,6 +134,33 @@ def test_spans_on_a_long_conversation(name: str) -> None:
         for agp in (False, True):
             options = {"tools": tool_list, "documents": None, "add_generation_prompt": agp}
             _assert_same_spans(template, messages, now=0, **options, **_special(name))
+
+
+def agent_conversation() -> list[dict[str, Any]]:
+    """Two questions, each followed by an agent's calls and results, then an answer: the
+    prefixes of the first turn have another last question than the whole conversation,
+    which changes the reasoning its passes show from far back (their spans resume from a
+    render of that turn: PrefixRenders.render)."""
+    messages, _ = long_conversation()
+    first, calls, result, answer = messages[1:5]
+    return [
+        messages[0],
+        first,
+        *[calls, result] * 12,
+        answer,
+        {"role": "user", "content": "And the last one?"},
+        *[calls, result] * 5,
+        answer,
+    ]
+
+
+@pytest.mark.parametrize("name", _templates() or [pytest.param("", marks=pytest.mark.skip)])
+def test_spans_on_an_agent_conversation_of_two_questions(name: str) -> None:
+    template = _compiled(name)
+    messages, tools = agent_conversation(), long_conversation()[1]
+    for tool_list, agp in ((tools, False), (None, True)):
+        options = {"tools": tool_list, "documents": None, "add_generation_prompt": agp}
+        _assert_same_spans(template, messages, now=0, **options, **_special(name))
 
 
 # --- hypothesis-built conversations ------------------------------------------------------

@@ -824,45 +824,54 @@ class PrefixRenders:
         self.template, self.inputs, self.plan = template, inputs, plan
         self.flag: bool = inputs.variables["add_generation_prompt"]
         self.resumed = self.rendered = self.kept = 0
-        self._watched: dict[bool, tuple[Watch, str] | None] = {}
+        # by the number of messages watched (the conversation's, or a turn's: see render)
+        # and the flag
+        self._watched: dict[Any, tuple[Watch, str] | None] = {}
         self._names: dict[str, Any] | None = None
+        self._turn_ends: list[int] | None = None  # _find_turn_ends's
+        self._turns: set[int] = set()  # turns watched (with the flag of the whole's render)
+        self._turns_failed: set[int] = set()  # those whose render did not serve a prefix
         if plan is None:
             self.text = template._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
         else:
             self.text = self._watch(self.flag, raising=True)[1]  # type: ignore[index]
 
-    def _watch(self, flag: bool, raising: bool = False) -> tuple[Watch, str] | None:
-        """The watched render of the whole conversation with this generation-prompt flag;
-        None when the template refuses it."""
-        if flag in self._watched:
-            return self._watched[flag]
+    def _watch(
+        self, flag: bool, raising: bool = False, size: int | None = None
+    ) -> tuple[Watch, str] | None:
+        """The watched render of the whole conversation (or of its first ``size``
+        messages) with this generation-prompt flag; None when the template refuses it."""
+        key = (size, flag) if size is not None else flag  # (the whole's: the most asked)
+        if key in self._watched:
+            return self._watched[key]
         from .resume import Watch
 
         inputs, plan = self.inputs, self.plan
+        size = len(inputs.chat) if size is None else size
+
         assert plan is not None
+        chat = inputs.chat if size == len(inputs.chat) else inputs.chat[:size]
         for trace in (True, False) if plan.traces else (False,):
-            watch = Watch(inputs.chat)
+            watch = Watch(chat)
             watch.trace = trace
             given = watch.trace_flag(flag) if trace and plan.reads_flag_early else flag
             variables = dict(inputs.variables, messages=watch.messages, add_generation_prompt=given)
             variables.update(watch.hooks(self.template._globals["namespace"]))
             compiled = (plan.watched, plan.watched_globals)
             try:
-                text = self.template._run(
-                    inputs.chat, variables, inputs.now, [], inputs.made, compiled
-                )
+                text = self.template._run(chat, variables, inputs.now, [], inputs.made, compiled)
             except TemplateError:
                 if watch.traced:
                     continue  # a traced value refused a use (|tojson): watched untraced
                 if raising:
                     raise
-                self._watched[flag] = None
+                self._watched[key] = None
                 return None
             finally:
                 watch.finish()
             if not trace:
                 plan.traces = False  # traced values broke this template: not tried again
-            self._watched[flag] = (watch, text)
+            self._watched[key] = (watch, text)
             return watch, text
         raise AssertionError("unreachable: the untraced render returns or raises")
 
@@ -890,23 +899,35 @@ class PrefixRenders:
         self.kept = 0
         plan, inputs = self.plan, self.inputs
         if plan is not None:
+            if self._names is None:
+                self._names = plan.context_names(inputs.variables)
+            tried = None
+            main = self._watched.get(self.flag) or self._watch(self.flag)
+            if main is not None and main[0].traced:  # (else no prefix resumes far back)
+                ends = self._turn_ends or self._find_turn_ends()
+                turn = ends[min(n, len(ends) - 1)]
+                # (a turn that ends soon has too few prefixes left to pay for its render)
+                if (
+                    turn < len(inputs.chat)
+                    and (n + _PASSES_BACK <= turn or turn in self._turns)
+                    and turn not in self._turns_failed
+                ):
+                    text, tried = self._resume_in_turn(main, turn, n, prompt)
+                    if text is not None:
+                        return text
             # a template that reads the flag before its loop ends resumes from the render
             # with the other flag traced (see resume._Traced), else from one with its own
-            flags = [self.flag]
-            if plan.reads_flag_early and prompt != self.flag:
-                flags.append(prompt)
-            for flag in flags:
-                watched = self._watch(flag)
-                if watched is None:
+            other = plan.reads_flag_early and prompt != self.flag
+            for flag in (self.flag, prompt) if other else (self.flag,):
+                watched = main if flag == self.flag else self._watch(flag)
+                if watched is None or watched is tried:
                     continue
                 if flag != prompt and plan.reads_flag_early and watched[0].flag is None:
                     continue  # the flag was not traced: the render with the prefix's own
-                if self._names is None:
-                    self._names = plan.context_names(inputs.variables)
                 resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
                 if resumed is not None:
                     self.resumed += 1
-                    if watched[1] is self.text:
+                    if watched[1] is self.text:  # (a turn's render shares less of it)
                         self.kept = resumed[1]
                     return resumed[0]
         self.rendered += 1
@@ -916,6 +937,52 @@ class PrefixRenders:
             return self.template._run(chat, variables, inputs.now, None, inputs.made)
         except TemplateError:
             return None
+
+    def _resume_in_turn(
+        self, main: tuple[Watch, str], turn: int, n: int, prompt: bool
+    ) -> tuple[str | None, tuple[Watch, str] | None]:
+        """The first ``n`` messages resumed from the whole render (``main``), or, where its
+        passes would run again from far back, from the render of their turn (the first
+        ``turn`` messages, up to the next user message): a prefix whose values (its own
+        last user query) change the whole render's passes from far back would run them
+        all again, and the next prefixes of its turn too; in their turn's render those
+        values are their own (render watches a turn only when it goes on long enough to
+        pay for its render). With the render that could not resume it at all, if any."""
+        plan, names = self.plan, self._names
+        assert plan is not None and names is not None
+        try:
+            resumed = plan.resume(*main, names, n, prompt, _PASSES_BACK)
+        except plan.TooManyPasses:
+            pass
+        else:
+            return (None, main) if resumed is None else (self._resumed(main, resumed), None)
+        in_turn = self._watch(self.flag, size=turn)
+        self._turns.add(turn)
+        if in_turn is not None:
+            try:
+                resumed = plan.resume(*in_turn, names, n, prompt, _PASSES_BACK)
+            except plan.TooManyPasses:
+                resumed = None
+            if resumed is not None:
+                return self._resumed(in_turn, resumed), None
+        self._turns_failed.add(turn)  # (its render does not serve: not tried again)
+        return None, None
+
+    def _resumed(self, watched: tuple[Watch, str], resumed: tuple[str, int]) -> str:
+        self.resumed += 1
+        if watched[1] is self.text:  # (a turn's render shares less of it)
+            self.kept = resumed[1]
+        return resumed[0]
+
+    def _find_turn_ends(self) -> list[int]:
+        """For every ``n``, where the turn of the first ``n`` messages ends: at the next
+        user message from ``n`` on (the conversation's length when there is none)."""
+        chat = self.inputs.chat
+        ends = [len(chat)] * (len(chat) + 1)
+        for index in range(len(chat) - 1, -1, -1):
+            ends[index] = index if chat[index].get("role") == "user" else ends[index + 1]
+        self._turn_ends = ends
+        return ends
 
     @contextlib.contextmanager
     def resuming(self) -> Iterator[None]:
@@ -938,6 +1005,9 @@ class PrefixRenders:
             render_state.end(saved)
 
 
+# A prefix that would run more passes than this again resumes from a watched render of
+# its turn, when the turn goes on for as many messages more (PrefixRenders.render)
+_PASSES_BACK = 8
 # After this many prefixes, a template that resumed less than this share of them stops
 # watching its renders (ChatTemplate._resuming_pays)
 _TALLY_SEEN, _TALLY_SHARE = 64, 0.25

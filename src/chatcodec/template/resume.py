@@ -75,7 +75,7 @@ import operator
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
 from jinja2 import nodes
@@ -85,7 +85,7 @@ from jinja2.utils import missing
 
 from .environment import MARK_PREFIX, loop_source, marker_statement, render_state
 
-__all__ = ["ResumePlan", "Watch", "WatchedMessages"]
+__all__ = ["ResumePlan", "TooManyPasses", "Watch", "WatchedMessages"]
 
 _WHOLE = 1 << 62  # "read as far as the end": a length, a negative index, a full walk
 _PASS = MARK_PREFIX + "_pass"  # the render variables the marks call
@@ -107,6 +107,10 @@ _FEW = 16  # namespaces put back all at once (_restore): cheaper than finding wh
 
 class GivenUp(Exception):
     """A resumed prefix read past its own messages."""
+
+
+class TooManyPasses(Exception):
+    """A prefix would resume so far back that a watched render of a longer prefix pays."""
 
 
 class _Unknown(Exception):
@@ -411,10 +415,9 @@ class Watch:
                 self.copies -= 1
                 copied[at] = (self.spaces[at], dict(fields))
                 values = fields.values()  # (plain values, the most, tested by type in C first)
-                kinds = set(map(type, values))
-                if _Traced in kinds:
+                if self.traced and _Traced in map(type, values):
                     self.holding.add(at)
-                if self.usable and not _NOT_ITERATORS.issuperset(kinds):
+                if self.usable and not _NOT_ITERATORS.issuperset(map(type, values)):
                     self.usable = not any(map(_iterator, values))
             written.clear()
             self.copied = spaces = copied
@@ -877,6 +880,8 @@ class ResumePlan:
     root: Any  # jinja's symbols of the whole template
     traces: bool  # whether watched renders trace int fields (see _Traced)
     watched_globals: dict[str, Any] = field(default_factory=dict)  # as renders take them
+    # what resume raises past its ``passes`` (for callers that do not import this module)
+    TooManyPasses: ClassVar[type[TooManyPasses]] = TooManyPasses
     _globals: dict[str, Any] = field(default_factory=dict)
     _parts: dict[tuple[int, int], _Part | None] = field(default_factory=dict)
     _scans: dict[int, _Scan | None] = field(default_factory=dict)
@@ -959,14 +964,21 @@ class ResumePlan:
         return dict(self._globals, **variables)
 
     def resume(
-        self, watch: Watch, text: str, names: dict[str, Any], k: int, prompt: bool
+        self,
+        watch: Watch,
+        text: str,
+        names: dict[str, Any],
+        k: int,
+        prompt: bool,
+        passes: int | None = None,
     ) -> tuple[str, int] | None:
         """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
         resumed from the watched render (``text``: its text; ``names``: ``context_names``
         of the render's variables): its text up to a mark, then the template's end alone
         (at the pass on message ``k``), or the passes from the last one (or the first whose
         uses the prefix's traced values change) and the end; with the length of the part
-        taken from ``text``. None when it cannot be resumed. Runs inside a render's state
+        taken from ``text``. None when it cannot be resumed; TooManyPasses when it would run
+        more than ``passes`` passes again. Runs inside a render's state
         (``render_state.begin``)."""
         chat = watch.chat
         item = chat[k - 1] if 0 < k <= len(chat) and watch.usable else None
@@ -985,7 +997,9 @@ class ResumePlan:
                 ended = after
         watch.limit = bound
         flag = watch.flag
-        written, render_state.written = render_state.written, watch.dirty
+        # (the namespaces set while it resumes, where _restore puts back only those)
+        written = render_state.written
+        render_state.written = watch.dirty if len(watch.spaces) > _FEW else None
         try:
             values: dict[int, Any] = {}
             if flag is not None and prompt != flag.__cc_value__:
@@ -1001,6 +1015,8 @@ class ResumePlan:
             at = k if ended is not None else k - 1
             if values:  # resumed at the first pass the prefix's values change
                 at = watch.first_changed(values, at, rerun)
+            if passes is not None and k - at > passes:
+                raise TooManyPasses
             key = None
             if at == k and ended is not None:
                 mark, tail = ended, self.end  # every pass ran as in the whole render
@@ -1030,6 +1046,8 @@ class ResumePlan:
             _run(tail, self._context(names), out, mark.position)
             if key is not None and watch.reach < 0:
                 watch.ends[key] = "".join(out[1:])
+        except TooManyPasses:
+            raise
         except Exception:  # noqa: BLE001 - read too far, or raised: rendered from the start
             return None
         finally:
@@ -1060,7 +1078,13 @@ class ResumePlan:
         shown = watch.ending.get(id(spaces))
         if shown is None:
             # the namespaces' fields, and the traced values among them
-            fields = tuple(map(watch.content, map(_COPY, spaces)))
+            fields: tuple[Any, ...]
+            if len(spaces) > _FEW:
+                fields = tuple(map(watch.content, map(_COPY, spaces)))
+            else:
+                fields = tuple(
+                    (name, id(value)) for _, copy in spaces for name, value in copy.items()
+                )
             traced = seen[1].union(id(value) for _, value in watch.traced_fields(spaces))
             shown = watch.ending[id(spaces)] = (fields, traced)
         fields, traced = shown
