@@ -848,7 +848,6 @@ class PrefixRenders:
 
         inputs, plan = self.inputs, self.plan
         size = len(inputs.chat) if size is None else size
-
         assert plan is not None
         chat = inputs.chat if size == len(inputs.chat) else inputs.chat[:size]
         for trace in (True, False) if plan.traces else (False,):
@@ -926,10 +925,7 @@ class PrefixRenders:
                     continue  # the flag was not traced: the render with the prefix's own
                 resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
                 if resumed is not None:
-                    self.resumed += 1
-                    if watched[1] is self.text:  # (a turn's render shares less of it)
-                        self.kept = resumed[1]
-                    return resumed[0]
+                    return self._resumed(watched, resumed)
         self.rendered += 1
         chat = inputs.chat[:n]
         variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
@@ -969,6 +965,8 @@ class PrefixRenders:
         return None, None
 
     def _resumed(self, watched: tuple[Watch, str], resumed: tuple[str, int]) -> str:
+        """A prefix's text resumed from ``watched`` (counted; ``kept`` where it shares the
+        whole render's text)."""
         self.resumed += 1
         if watched[1] is self.text:  # (a turn's render shares less of it)
             self.kept = resumed[1]
