@@ -94,7 +94,7 @@ _WALK = MARK_PREFIX + "_walk"
 _SCAN = MARK_PREFIX + "_scan"
 _SCAN_WALK = MARK_PREFIX + "_scan_walk"
 _ITEMS = "__chatcodec_items"
-_SCAN_EFFECT = MARK_PREFIX + "_scan_effect"  # a rerun's reversed scan, worked out (_Scan)
+_SCAN_EFFECT = MARK_PREFIX + "_scan_effect"  # a rerun's backward scan, worked out (_Scan)
 _J = "__chatcodec_j"  # a probed pass's message index (_Scan)
 _STATEFUL = frozenset({"cycler", "joiner"})
 _SCALARS = (str, int, float, bool, type(None))
@@ -1264,10 +1264,10 @@ class ResumePlan:
         return None
 
     def _scan(self, at: int) -> _Scan | None:
-        """The reversed scan that statement ``at`` of the start is, if it is one (_Scan)."""
+        """The backward scan that statement ``at`` of the start is, if it is one (_Scan)."""
         if at not in self._scans:
             node = self.start[at]
-            found = _scan_of(node, self.start, self.root) if isinstance(node, nodes.For) else None
+            found = _scan_of(node, self.start) if isinstance(node, nodes.For) else None
             if found is not None:
                 found.probe = self.compile_tree(found.tree)
             self._scans[at] = found
@@ -1282,12 +1282,13 @@ class ResumePlan:
         context: Any,
         item: tuple[int, Any, Any],
     ) -> None:
-        """Statement ``at`` of the start, a reversed scan (_Scan), on the messages
-        ``walked``: the effects of its passes, probed once per message, put on the namespace
-        ``space`` in the order the passes would make them, from the last message down,
-        until the scan's flag is false. Raises _Unknown when it cannot tell (a message whose
-        pass raised, messages that are not a prefix of the conversation, a flag that is not
-        a plain value): the scan then runs as written."""
+        """A backward scan of the start (_Scan) in a rerun from statement ``first``
+        (``item``, as the rerun's marker gives it: the scan's statement ``at``, the namespace
+        ``space`` it sets and the messages ``walked`` it walks): the effects of its passes,
+        probed once per message, put on ``space`` in the order the passes would make them,
+        from the last message down, until the scan's flag is false. Raises _Unknown when it
+        cannot tell (a message whose pass raised, messages that are not a prefix of the
+        conversation, a flag that is not a plain value): the scan then runs as written."""
         at, space, walked = item
         scan = self._scans[at]
         assert scan is not None
@@ -1488,7 +1489,7 @@ _NOT_IN_SCANS = (
 )
 
 
-def _scan_of(loop: nodes.For, start: list[nodes.Node], root: Any) -> _Scan | None:
+def _scan_of(loop: nodes.For, start: list[nodes.Node]) -> _Scan | None:
     """The loop as a _Scan, when it has a scan's shape (see there); else None."""
     walk = loop_source(loop)
     if isinstance(walk, nodes.Getitem) and isinstance(walk.arg, nodes.Slice):
