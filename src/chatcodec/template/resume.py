@@ -886,6 +886,7 @@ class ResumePlan:
     _parts: dict[tuple[int, int], _Part | None] = field(default_factory=dict)
     _scans: dict[int, _Scan | None] = field(default_factory=dict)
     _ready_scans: dict[tuple[int, int], bool] = field(default_factory=dict)
+    _macros: dict[str, nodes.Macro] = field(default_factory=dict)  # the start's, by name
 
     @classmethod
     def build(
@@ -956,6 +957,7 @@ class ResumePlan:
         plan.tail.root_render_func.__globals__["LoopContext"] = _resumed_loop
         plan.watched.root_render_func.__globals__["LoopContext"] = _watched_loop
         plan._globals = dict(plan.tail.globals)
+        plan._macros = {node.name: node for node in plan.start if isinstance(node, nodes.Macro)}
         plan.watched_globals = dict(plan.watched.globals)
         return plan
 
@@ -1267,7 +1269,7 @@ class ResumePlan:
         """The backward scan that statement ``at`` of the start is, if it is one (_Scan)."""
         if at not in self._scans:
             node = self.start[at]
-            found = _scan_of(node, self.start) if isinstance(node, nodes.For) else None
+            found = _scan_of(node, self._macros) if isinstance(node, nodes.For) else None
             if found is not None:
                 found.probe = self.compile_tree(found.tree)
             self._scans[at] = found
@@ -1336,8 +1338,9 @@ class ResumePlan:
         if key not in self._ready_scans:
             before = self.start[first:at]
             stores = symbols_for_node(nodes.Template(copy.deepcopy(before))).stores
-            macros = {node.name: node for node in self.start if isinstance(node, nodes.Macro)}
-            self._ready_scans[key] = not (stores & scan.reads) and not _sets_fields(before, macros)
+            self._ready_scans[key] = not (stores & scan.reads) and not _sets_fields(
+                before, self._macros
+            )
         return self._ready_scans[key]
 
     def _probe(
@@ -1489,8 +1492,9 @@ _NOT_IN_SCANS = (
 )
 
 
-def _scan_of(loop: nodes.For, start: list[nodes.Node]) -> _Scan | None:
-    """The loop as a _Scan, when it has a scan's shape (see there); else None."""
+def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
+    """The loop as a _Scan, when it has a scan's shape (see there; ``macros``: the
+    template's, which a pass may call); else None."""
     walk = loop_source(loop)
     if isinstance(walk, nodes.Getitem) and isinstance(walk.arg, nodes.Slice):
         cut = walk.arg
@@ -1542,7 +1546,6 @@ def _scan_of(loop: nodes.For, start: list[nodes.Node]) -> _Scan | None:
         return None
     if sum(1 for name in test.find_all(nodes.Name) if name.name == space) != 1:
         return None
-    macros = {node.name: node for node in start if isinstance(node, nodes.Macro)}
     direct = {
         name.name for node in body for name in node.find_all(nodes.Name) if name.ctx == "load"
     }
