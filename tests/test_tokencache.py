@@ -55,13 +55,42 @@ FRAGMENTS = [
     "2>",
     "<u",
 ]
-SETUPS = ["byte_level", "metaspace", "split_special", "trim_offsets", "normalized", "prefixes"]
+SETUPS = [
+    "byte_level",
+    "metaspace",
+    "split_special",
+    "trim_offsets",
+    "normalized",
+    "prefixes",
+    "split",
+    "deepseek",
+    "inner",
+]
+# the split patterns of real tokenizer.json files: Llama 3's; DeepSeek V3's three, whose
+# first two leave text between their matches
+LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+DEEPSEEK = [
+    r"\p{N}{1,3}",
+    "[一-龥\u3040-ゟ゠-ヿ]+",
+    r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+]
+# plain ASCII, the text cut into words: what makes the split patterns differ
+PLAIN = st.lists(
+    st.sampled_from(
+        [*" \t\n\r!\"#'(),-./0123456789:;<>?@AZ[\\]_`az{|}~", "\r\n", "'s", "'LL", "  "]
+    ),
+    max_size=16,
+).map("".join)
 
 
 @functools.cache
 def backend(setup: str) -> Any:
     """A tokenizer trained here, set up one way (see SETUPS)."""
-    from tokenizers import AddedToken, Tokenizer, normalizers, processors
+    from tokenizers import AddedToken, Regex, Tokenizer, normalizers, pre_tokenizers, processors
 
     tokenizer = Tokenizer.from_str(
         base_tokenizer_json("metaspace" if setup == "metaspace" else "byte_level")
@@ -81,6 +110,17 @@ def backend(setup: str) -> Any:
     if setup == "normalized":  # a normalizer, and added tokens matched on its output
         tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
         tokenizer.add_tokens([AddedToken("hello", normalized=True), AddedToken("lo w")])
+    if setup in ("split", "deepseek"):  # splits, then a ByteLevel that does not split
+        splits = [LLAMA3] if setup == "split" else DEEPSEEK
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                *(pre_tokenizers.Split(Regex(pattern), "isolated") for pattern in splits),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    if setup == "inner":  # a normalizer that keeps ASCII, an added token matched after it
+        tokenizer.normalizer = normalizers.NFC()
+        tokenizer.add_tokens([AddedToken("lo w", normalized=True)])
     return tokenizer
 
 
@@ -95,7 +135,7 @@ def assert_same(cache: PieceCache, tokenizer: Any, text: str) -> None:
 
 
 texts = st.lists(
-    st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=6), max_size=12).map("".join),
+    st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=6) | PLAIN, max_size=12).map("".join),
     min_size=1,
     max_size=4,
 )
@@ -128,7 +168,7 @@ def test_pieces_are_kept_and_found(setup: str) -> None:
 
 
 def test_the_capacity_bounds_the_text_kept() -> None:
-    tokenizer = backend("byte_level")
+    tokenizer = backend("metaspace")  # pieces alone: no words kept besides them
     cache = PieceCache.for_backend(tokenizer, 20)
     assert cache is not None
     for word in ("first piece", "second one", "third"):
@@ -142,6 +182,90 @@ def test_the_capacity_bounds_the_text_kept() -> None:
     assert (cache.size, cache.pieces) == (5, 1)  # counted once
     cache.clear()
     assert (cache.size, cache.pieces) == (0, 0)
+
+
+def test_the_capacity_bounds_words_and_pieces_alike() -> None:
+    tokenizer = backend("byte_level")
+    cache = PieceCache.for_backend(tokenizer, 20)
+    assert cache is not None and cache.cuts_words
+    for text in ("first piece", "second one", "third", "a piece longer than the whole cache"):
+        assert_same(cache, tokenizer, f"<|im_start|>{text}<|im_end|>")
+        assert cache.size <= 20
+    assert_same(cache, tokenizer, "<|im_start|>third<|im_end|>")
+
+
+class Counted:
+    """A tokenizer whose encode calls are counted."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self.calls = 0
+
+    def encode(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self._tokenizer.encode(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_plain_pieces_are_tokenized_from_their_words(setup: str) -> None:
+    """Where the pre-tokenizer's words can be found without it (chatcodec.wordsplit), the
+    words of a text encoded whole are kept once met in a second text; then a new plain-ASCII
+    piece made of them is tokenized without calling the tokenizer, and one with a new word
+    costs one call for it. Elsewhere a new piece costs a call."""
+    tokenizer = backend(setup)
+    counted = Counted(tokenizer)
+    cache = PieceCache.for_backend(counted, 10_000)
+    assert cache is not None
+    assert cache.cuts_words == (setup not in ("metaspace", "normalized"))
+    assert_same(cache, tokenizer, "<think>user\nHi world, how are you? 1234</think>")
+    size = cache.size
+    assert_same(cache, tokenizer, "<think>user\nHi world? 1234, how are you</think>")
+    words_kept = cache.size - size > len("user\nHi world? 1234, how are you")
+    assert words_kept == cache.cuts_words
+    counted.calls = 0
+    again = "<think>user\nHi, how are you world? 1234</think>"
+    assert_same(cache, tokenizer, again)
+    assert counted.calls == (0 if cache.cuts_words else 1)
+    assert_same(cache, tokenizer, again.replace("world", "there"))
+    assert counted.calls == (1 if cache.cuts_words else 2)
+    assert_same(cache, tokenizer, "<think>user\nHi how are you there? 1234</think>")
+    assert counted.calls == (1 if cache.cuts_words else 3)
+    assert_same(cache, tokenizer, "<think>Hi, world!\t😀</think>")  # not plain
+    assert counted.calls == (2 if cache.cuts_words else 4)
+
+
+def test_a_piece_holding_a_normalized_added_token_is_not_cut() -> None:
+    tokenizer = backend("inner")
+    cache = PieceCache.for_backend(tokenizer, 10_000)
+    assert cache is not None and cache.cuts_words
+    text = "<|im_start|>hello world<|im_end|>"  # "lo w" matched inside the piece
+    assert "lo w" in tokenizer.encode(text).tokens
+    for _ in range(2):
+        assert_same(cache, tokenizer, text)
+
+
+def test_a_word_cut_otherwise_alone_leaves_its_piece_to_the_tokenizer() -> None:
+    """After splits "aba|b" then "ab|a", "aba" is "ab" + "a"; "ab" alone is "a" + "b", so a
+    piece holding that word is tokenized as a piece, and the word is not kept."""
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+
+    tokenizer = Tokenizer.from_str(backend("byte_level").to_str())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("aba|b"), "isolated"),
+            pre_tokenizers.Split(Regex("ab|a"), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    cache = PieceCache.for_backend(tokenizer, 1000)
+    assert cache is not None and cache.cuts_words
+    for text in ("<think>aba</think>", "<think>aba ab</think>", "<think>ab</think>aba"):
+        assert_same(cache, tokenizer, text)
+        assert_same(cache, tokenizer, text)
+    assert_same(cache, tokenizer, "<think>ab ab</think>" * 3)
 
 
 def test_a_failed_check_tokenizes_the_text_whole() -> None:

@@ -17,12 +17,20 @@ Exact, and where it could not be it is not used (``PieceCache.for_backend`` give
 - The one thing about a piece that depends on its place is whether it starts the text
   (``Metaspace``'s ``prepend_scheme="first"``, the ``ByteLevel`` offsets of token 0): that
   is part of the key.
-- A text mostly of pieces seen before has its new pieces tokenized in one call, joined by
-  a separator (one of the added tokens cut at), so each stands between added tokens as it
-  did in the text. The answer is checked: every separator must come back as its own token
+- A text mostly of pieces (or words) seen before has its new ones tokenized in one call,
+  joined by a separator (one of the added tokens cut at), so each stands between added
+  tokens as it did in the text. The answer is checked: every separator must come back as its own token
   at its own place, else the text is tokenized whole.
 - A text mostly new is tokenized whole, and its new pieces are kept from that answer while
   its added tokens come back as themselves in their places.
+
+A new piece of plain ASCII text is cut into the pre-tokenizer's words where
+``chatcodec.wordsplit`` can find them as the tokenizer does; the model tokenizes each word
+alone, so the piece's tokens are its words' one after another, and words are kept like
+pieces (a word and a piece of the same text, not at the start, have the same tokens). Only
+the words not kept are tokenized, in the one call with the other new pieces. A word is kept
+from a text encoded whole only once met in an earlier text: most of a dataset's distinct
+words are met once.
 
 A piece's offsets stay in the tokenizer's answer it came from (a ``tokenizers.Encoding``):
 read from it when asked for, and ``char_to_token`` asks that answer at the character's place
@@ -34,9 +42,13 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate, chain, compress
+from operator import itemgetter, not_
 from typing import Any, overload
+
+from .wordsplit import WordSplit
 
 __all__ = ["PieceCache", "PieceOffsets", "tokens_of"]
 
@@ -44,6 +56,13 @@ __all__ = ["PieceCache", "PieceOffsets", "tokens_of"]
 # index of the first of them in it; and what to add to that answer's character positions
 # to place them in the piece's own text (the piece starts at 0)
 _Entry = tuple[list[int], Any, int, int]
+# a piece cut into words: the words, and each one's entry (None: not kept)
+_Words = tuple[list[str], list["_Entry | None"]]
+_MET = 1 << 16  # words noted as met once, at most
+_ids: Callable[[Any], list[int]] = itemgetter(0)  # an entry's ids
+# what a kept entry is found by: the text of a piece (or word) between added tokens; the
+# piece that starts the text in a 1-tuple (there its tokens may differ)
+_Key = str | tuple[str]
 # what the tokenizer answers for a text: ids, offsets, char_to_token
 Tokens = tuple[list[int], Sequence[tuple[int, int]], Callable[[int], "int | None"]]
 
@@ -58,7 +77,7 @@ class PieceOffsets(Sequence[tuple[int, int]]):
     def __init__(self, starts: list[int], bases: list[int], entries: list[_Entry]) -> None:
         self._starts = starts  # each piece's first character in the text
         self._bases = bases  # the index of each piece's first token
-        self._entries = entries  # each piece's tokens, placed at the piece's start
+        self._entries = entries  # each piece's tokens
         self._length = bases[-1] + len(entries[-1][0]) if entries else 0
         self._built: list[tuple[int, int]] | None = None
 
@@ -75,12 +94,18 @@ class PieceOffsets(Sequence[tuple[int, int]]):
                 if offsets is None:
                     offsets = read[id(source)] = source.offsets
                 stop = first + self._count(piece)
+                shift += self._starts[piece]
                 built += [(a + shift, b + shift) for a, b in offsets[first:stop]]
             self._built = built
         return self._built
 
     def __len__(self) -> int:
         return self._length
+
+    @property
+    def offsets(self) -> PieceOffsets:
+        """Itself: a piece made of words answers as the Encoding of the piece would."""
+        return self
 
     @overload
     def __getitem__(self, index: int) -> tuple[int, int]: ...
@@ -114,10 +139,40 @@ class PieceOffsets(Sequence[tuple[int, int]]):
         if piece < 0:
             return None
         _, source, first, shift = self._entries[piece]
-        index = source.char_to_token(char - shift)
+        index = source.char_to_token(char - self._starts[piece] - shift)
         if index is None or not first <= index < first + self._count(piece):
             return None
         return self._bases[piece] + index - first
+
+
+class _WordOffsets(PieceOffsets):
+    """The offsets of a piece made of words: where each word and its first token start is
+    worked out on first use (a mask reads the offsets of a few pieces)."""
+
+    __slots__ = ("_words",)
+
+    def __init__(self, words: list[str], entries: list[_Entry], length: int) -> None:
+        self._words = words
+        self._entries = entries
+        self._length = length
+        self._starts: list[int] = []  # empty until worked out
+        self._bases: list[int] = []
+        self._built = None
+
+    def _ready(self) -> None:
+        if not self._starts:
+            self._starts = list(accumulate(map(len, self._words), initial=0))
+            self._bases = list(accumulate(map(len, map(_ids, self._entries)), initial=0))
+            self._starts.pop()
+            self._bases.pop()
+
+    def _list(self) -> list[tuple[int, int]]:
+        self._ready()
+        return super()._list()
+
+    def char_to_token(self, char: int) -> int | None:
+        self._ready()
+        return super().char_to_token(char)
 
 
 def tokens_of(encoding: Any) -> Tokens:
@@ -154,6 +209,7 @@ class PieceCache:
         skipped: bool,
         separator: str,
         capacity: int,
+        words: WordSplit | None = None,
     ) -> None:
         self._backend = backend
         self._pattern = pattern  # finds the added tokens matched on the raw text, longest first
@@ -165,8 +221,10 @@ class PieceCache:
         }
         self._separator = separator
         self._separator_id = cut[separator][0]
+        self._words = words  # cuts a new piece into words, if plain text can be cut here
         self.capacity = capacity
-        self._kept: OrderedDict[tuple[str, bool], _Entry] = OrderedDict()
+        self._kept: OrderedDict[_Key, _Entry] = OrderedDict()
+        self._met: set[str] = set()  # new words met in a text encoded whole, not kept
         self._size = 0
         self.hits = 0
         self.misses = 0
@@ -178,10 +236,15 @@ class PieceCache:
         if capacity <= 0 or getattr(backend.model, "dropout", None):
             return None
         matched: set[str] = set()  # every added token matched on the raw text
+        inner: list[str] = []  # those matched on the normalized text
         cut: dict[str, tuple[int, tuple[int, int], tuple[int, int]]] = {}
         skip_special = bool(backend.encode_special_tokens)
         for index, token in backend.get_added_tokens_decoder().items():
-            if token.normalized or not token.content:
+            if not token.content:
+                continue
+            if token.normalized:
+                if not (token.special and skip_special):
+                    inner.append(token.content)
                 continue
             matched.add(token.content)
             if token.special and skip_special:
@@ -205,7 +268,8 @@ class PieceCache:
             a, b = after.offsets[1]
             cut[text] = (index, alone.offsets[0], (a - len(separator), b - len(separator)))
         pattern = re.compile(f"({_longest_match(sorted(matched))})")
-        return cls(backend, pattern, cut, len(matched) > len(cut), separator, capacity)
+        words = WordSplit.for_backend(backend, inner)
+        return cls(backend, pattern, cut, len(matched) > len(cut), separator, capacity, words)
 
     @property
     def size(self) -> int:
@@ -214,12 +278,18 @@ class PieceCache:
 
     @property
     def pieces(self) -> int:
-        """Pieces of text kept."""
+        """Pieces (and words) of text kept."""
         return len(self._kept)
 
+    @property
+    def cuts_words(self) -> bool:
+        """Whether new plain-ASCII pieces are tokenized word by word (``chatcodec.wordsplit``)."""
+        return self._words is not None
+
     def clear(self) -> None:
-        """Forget every piece kept."""
+        """Forget every piece and word kept (and met)."""
         self._kept.clear()
+        self._met.clear()
         self._size = 0
 
     def tokenize(self, text: str) -> Tokens:
@@ -230,7 +300,7 @@ class PieceCache:
         starts: list[int] = []  # each piece's (and cut token's) first character
         entries: list[_Entry | None] = []  # their tokens (None: not seen before)
         cuts: list[tuple[int, str]] = []  # where in entries the cut tokens are, and which
-        unseen: dict[tuple[str, bool], list[int]] = {}  # new piece -> where in entries
+        unseen: dict[_Key, list[int]] = {}  # new piece -> where in entries
         kept, placed = self._kept, self._placed
         parts = self._pattern.split(text)  # piece, added token, piece, ..., piece
         if self._skipped:
@@ -240,7 +310,7 @@ class PieceCache:
         for at in range(0, last + 1, 2):
             piece = parts[at]
             if piece:
-                key = (piece, not position)
+                key: _Key = piece if position else (piece,)
                 entry = kept.get(key)
                 if entry is None:
                     if key in unseen:
@@ -251,24 +321,25 @@ class PieceCache:
                 else:
                     kept.move_to_end(key)
                     seen += len(piece)
-                    entry = (entry[0], entry[1], entry[2], entry[3] + position)
                 entries.append(entry)
                 starts.append(position)
                 position += len(piece)
                 slot += 1
             if at < last:
                 token = parts[at + 1]
-                token_ids, source, first, shift = placed[token][1 if position else 0]
                 cuts.append((slot, token))
-                entries.append((token_ids, source, first, shift + position))
+                entries.append(placed[token][1 if position else 0])
                 starts.append(position)
                 position += len(token)
                 slot += 1
         misses = sum(map(len, unseen.values()))
         self.misses += misses
         self.hits += len(entries) - len(cuts) - misses
-        if unseen and (new > seen or not self._fill(unseen, starts, entries)):
-            return self._whole(text, starts, entries, cuts, unseen)
+        if unseen:
+            words, new_words, rest, still_new = self._cut_words(unseen, new)
+            seen += new - still_new  # the known words of new pieces
+            if still_new > seen or not self._place(unseen, entries, words, new_words, rest):
+                return self._whole(text, starts, entries, cuts, unseen, words, new_words)
         ids: list[int] = []
         bases: list[int] = []
         for entry in entries:
@@ -287,48 +358,109 @@ class PieceCache:
                 joined[-1] += parts[at] + parts[at + 1]
         return joined
 
-    def _fill(
+    def _cut_words(
+        self, unseen: dict[_Key, list[int]], new: int
+    ) -> tuple[dict[str, _Words], dict[str, None], list[_Key], int]:
+        """The unseen pieces cut into words where they can be, with the words' entries
+        kept; the words not kept; the pieces not cut (the text's first piece first); and the
+        characters of the text that are new: those pieces' and the new words'."""
+        words: dict[str, _Words] = {}
+        new_words: dict[str, None] = {}
+        rest: list[_Key] = []
+        if self._words is None:
+            return words, new_words, list(unseen), new
+        get = self._kept.get
+        new = 0
+        for key, slots in unseen.items():
+            # the text's first piece (first in unseen) is not cut: its tokens may differ there
+            if isinstance(key, tuple) or (found := self._words.words(key)) is None:
+                rest.append(key)
+                new += len(key[0] if isinstance(key, tuple) else key) * len(slots)
+                continue
+            known = list(map(get, found))
+            if None in known:
+                unknown = list(compress(found, map(not_, known)))
+                if not self._words.alone(unknown):
+                    rest.append(key)
+                    new += len(key) * len(slots)
+                    continue
+                new_words.update(dict.fromkeys(unknown))
+                new += sum(map(len, unknown)) * len(slots)
+            words[key] = (found, known)
+        return words, new_words, rest, new
+
+    def _place(
         self,
-        unseen: dict[tuple[str, bool], list[int]],
-        starts: list[int],
+        unseen: dict[_Key, list[int]],
         entries: list[_Entry | None],
+        words: dict[str, _Words],
+        new_words: dict[str, None],
+        rest: list[_Key],
     ) -> bool:
-        """Tokenize the unseen pieces in one call, each between separators, check the
-        separators came back in place, then place and keep the pieces."""
+        """Place the unseen pieces' tokens in ``entries``: a piece cut into words from its
+        words', the others from one call with the new words; False when that call fails its
+        check."""
+        fresh: dict[_Key, _Entry] = {}
+        if new_words or rest:
+            filled = self._fill([*rest[:1], *new_words, *rest[1:]])
+            if filled is None:
+                return False
+            fresh = filled
+        for key in rest:
+            entry = fresh[key]
+            for slot in unseen[key]:
+                entries[slot] = entry
+        get = self._kept.get
+        for piece, (found, known) in words.items():
+            if None in known:  # the new words, kept now (unless too long for the cache)
+                known = list(map(get, found))
+                if None in known:
+                    known = [
+                        fresh[w] if e is None else e for w, e in zip(found, known, strict=True)
+                    ]
+            ids = list(chain.from_iterable(map(_ids, known)))
+            entry = (ids, _WordOffsets(found, known, len(ids)), 0, 0)  # type: ignore[arg-type]
+            for slot in unseen[piece]:
+                entries[slot] = entry
+            self._keep(piece, entry)
+        return True
+
+    def _fill(self, keys: list[_Key]) -> dict[_Key, _Entry] | None:
+        """Tokenize the keys' texts in one call, each between separators (the text's first
+        piece, if among them, first and with none before it), check the separators came
+        back in place, then keep the texts' tokens."""
         separator, separator_id = self._separator, self._separator_id
         _, first, rest = self._cut[separator]
-        lead = not any(at_start for _, at_start in unseen)  # else that piece starts the call
-        pieces = sorted(unseen, key=lambda key: not key[1])  # the one at the start first
+        texts = [key if isinstance(key, str) else key[0] for key in keys]
+        lead = isinstance(keys[0], str)  # else the text's first piece starts the call
         chunks = [separator] if lead else []
         marks = []
         length = len(separator) if lead else 0
-        for piece, _ in pieces:
+        for piece in texts:
             marks.append(length)
             chunks += (piece, separator)
             length += len(piece) + len(separator)
         encoding = self._backend.encode("".join(chunks), add_special_tokens=False)
         ids, place = encoding.ids, encoding.token_to_chars
         if lead and (not ids or ids[0] != separator_id or place(0) != first):
-            return False
+            return None
         at = 1 if lead else 0
-        found: list[_Entry] = []
-        for (piece, _), mark in zip(pieces, marks, strict=True):
+        found: dict[_Key, _Entry] = {}
+        for key, piece, mark in zip(keys, texts, marks, strict=True):
             try:
                 stop = ids.index(separator_id, at)
             except ValueError:
-                return False
+                return None
             end = mark + len(piece)
             if place(stop) != (end + rest[0], end + rest[1]):
-                return False
-            found.append((ids[at:stop], encoding, at, -mark))
+                return None
+            found[key] = (ids[at:stop], encoding, at, -mark)
             at = stop + 1
         if at != len(ids):
-            return False
-        for key, entry in zip(pieces, found, strict=True):
-            for slot in unseen[key]:
-                entries[slot] = (entry[0], entry[1], entry[2], entry[3] + starts[slot])
+            return None
+        for key, entry in found.items():
             self._keep(key, entry)
-        return True
+        return found
 
     def _whole(
         self,
@@ -336,14 +468,27 @@ class PieceCache:
         starts: list[int],
         entries: list[_Entry | None],
         cuts: list[tuple[int, str]],
-        unseen: dict[tuple[str, bool], list[int]],
+        unseen: dict[_Key, list[int]],
+        words: dict[str, _Words],
+        new_words: dict[str, None],
     ) -> Tokens:
-        """The text encoded whole; its new pieces kept from that answer while its cut
-        tokens come back in place (the tokens between two of them are the piece's)."""
+        """The text encoded whole; its new pieces (and those of their new words met in an
+        earlier text) kept from that answer while its cut tokens come back in place (the
+        tokens between two of them are the piece's)."""
         encoding = self._backend.encode(text, add_special_tokens=False)
         whole = tokens_of(encoding)
         ids, place = whole[0], encoding.token_to_chars
         new = {slot: key for key, slots in unseen.items() for slot in slots}
+        admitted = self._admit(new_words)
+        word_ids = encoding.word_ids if admitted else None
+
+        def keep(slot: int, at: int, stop: int) -> None:
+            key, start = new[slot], starts[slot]
+            self._keep(key, (ids[at:stop], encoding, at, -start))
+            if word_ids is not None and isinstance(key, str) and key in words:
+                found = words[key][0]
+                self._keep_words(found, admitted, ids, encoding, word_ids[at:stop], at, start)
+
         at = 0
         for slot, token in cuts:
             index, first, rest = self._cut[token]
@@ -355,21 +500,56 @@ class PieceCache:
             if place(stop) != ((rest[0] + start, rest[1] + start) if start else first):
                 return whole
             if slot - 1 in new:  # the piece before this cut token
-                self._keep(new[slot - 1], (ids[at:stop], encoding, at, -starts[slot - 1]))
+                keep(slot - 1, at, stop)
             at = stop + 1
         if len(entries) - 1 in new:  # the piece after the last
-            self._keep(new[len(entries) - 1], (ids[at:], encoding, at, -starts[-1]))
+            keep(len(entries) - 1, at, len(ids))
         return whole
 
-    def _keep(self, key: tuple[str, bool], entry: _Entry) -> None:
-        size = len(key[0])
+    def _keep_words(
+        self,
+        found: list[str],
+        admitted: set[str],
+        ids: list[int],
+        encoding: Any,
+        word_ids: list[int | None],
+        at: int,
+        start: int,
+    ) -> None:
+        """Keep the admitted ones of a piece's words from the answer it was tokenized in
+        (``ids``): the piece's tokens from ``at`` on, their pre-tokenizer words ``word_ids``,
+        the piece from character ``start``. Nothing is kept if that answer cut the piece
+        into other words."""
+        counts = Counter(word_ids).values()  # tokens per word, in order
+        if len(counts) != len(found):
+            return
+        bounds = list(accumulate(counts, initial=at))
+        chars = list(accumulate(map(len, found), initial=start))
+        for index, word in enumerate(found):
+            if word in admitted:
+                low = bounds[index]
+                self._keep(word, (ids[low : bounds[index + 1]], encoding, low, -chars[index]))
+
+    def _admit(self, words: dict[str, None]) -> set[str]:
+        """The new words met in an earlier text, to be kept; the others noted as met. Most
+        of a dataset's distinct words are met once: keeping those would cost more than it
+        saves. The note is forgotten past ``_MET`` words."""
+        met = self._met
+        if len(met) > _MET:
+            met.clear()
+        admitted = met.intersection(words)
+        met.update(words)
+        return admitted
+
+    def _keep(self, key: _Key, entry: _Entry) -> None:
+        size = len(key) if isinstance(key, str) else len(key[0])
         if size > self.capacity or key in self._kept:  # a piece twice in one text: once
             return
         self._kept[key] = entry
         self._size += size
         while self._size > self.capacity:
-            (piece, _), _ = self._kept.popitem(last=False)
-            self._size -= len(piece)
+            kept, _ = self._kept.popitem(last=False)
+            self._size -= len(kept) if isinstance(kept, str) else len(kept[0])
 
 
 def _longest_match(texts: list[str]) -> str:

@@ -1,0 +1,192 @@
+"""The words a ``tokenizers`` pre-tokenizer cuts plain text into, found without calling it.
+
+A ``tokenizers`` encode cuts the text between added tokens into words (pre-tokens) by its
+pre-tokenizer's regular expressions, and its model tokenizes each word alone. So the tokens of
+a piece are its words' tokens one after another, and a word's tokens can be kept by the word:
+a dataset says "the" and "assistant" a million times. ``WordSplit`` finds the words with the
+``regex`` package, which reads the patterns tokenizer.json holds (``\\p{L}``, ``(?i:...)``,
+possessive quantifiers) as Oniguruma, the engine of ``tokenizers``, does.
+
+Exact, and where it could not be it is not used (``WordSplit.for_backend`` gives None, or
+``words`` None for one text):
+
+- Only plain ASCII text is cut: printable characters, tab, line feed and carriage return.
+  There the two engines' classes agree (letters, digits, ``\\s``, case); beyond it their
+  Unicode tables differ by version, and in control characters ``\\s`` itself differs.
+- Only pre-tokenizers made of regular-expression splits that keep every match as a word
+  (``Split`` with ``behavior="Isolated"``) and a last ``ByteLevel`` without a prefix space,
+  whose own split (``use_regex``) is GPT-2's pattern. A normalizer must leave plain ASCII as
+  it is: none, or Unicode normalization forms.
+- A text holding an added token matched on the normalized text (``normalized=True``) is not
+  cut.
+- A word tokenized alone must be cut into itself again (checked by the caller: a split
+  pattern may look past a word's end).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["GPT2_PATTERN", "WordSplit"]
+
+# the split of a ByteLevel pre-tokenizer with use_regex, as tokenizers writes it
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})  # the identity on ASCII
+_NOT_PLAIN = re.compile(r"[^\t\n\r\x20-\x7e]")
+# what _context_free refuses after a backslash (the empty string: one at the end), and the
+# groups it allows
+_CONTEXT_ESCAPES = frozenset(["", *"bBAZzGKk123456789"])
+_GROUPS = ("(?:", "(?i:", "(?!")
+
+
+class WordSplit:
+    """Cuts plain ASCII text into the pre-tokenizer's words. Build one with ``for_backend``."""
+
+    def __init__(
+        self, patterns: list[tuple[Any, Any, bool]], inner: re.Pattern[str] | None
+    ) -> None:
+        # each split's pattern, it in a group (regex package), whether it looks ahead
+        self._patterns = patterns
+        self._inner = inner  # finds the added tokens matched inside a piece
+
+    @classmethod
+    def for_backend(cls, backend: Any, inner: Iterable[str] = ()) -> WordSplit | None:
+        """The words of a ``tokenizers.Tokenizer``'s pre-tokenizer, or None when its
+        setting is not one of those above (or the regex package is missing). ``inner``:
+        the added tokens it matches after normalizing (``normalized=True``)."""
+        try:
+            import regex
+        except ImportError:
+            return None
+        if not _keeps_ascii(_state(backend.normalizer)):
+            return None
+        sources = _split_patterns(_state(backend.pre_tokenizer))
+        if not sources:
+            return None
+        patterns = []
+        for source in sources:
+            try:
+                pattern, grouped = regex.compile(source), regex.compile(f"({source})")
+            except regex.error:
+                return None
+            if pattern.groups or pattern.match("") or not _context_free(source):
+                return None
+            patterns.append((pattern, grouped, "(?!" in source))
+        texts = sorted({text for text in inner if text}, key=len, reverse=True)
+        found = re.compile("|".join(map(re.escape, texts))) if texts else None
+        return cls(patterns, found)
+
+    def alone(self, words: list[str]) -> bool:
+        """Whether words the splits found, each tokenized alone, are cut into themselves.
+        One split's words are (its pattern is context-free); after several, a later split's
+        word may hold a match of an earlier one that its neighbours took part in."""
+        return len(self._patterns) == 1 or all(self.words(word) == [word] for word in words)
+
+    def words(self, text: str) -> list[str] | None:
+        """The words of ``text`` as the pre-tokenizer cuts it, or None when it is not plain
+        ASCII or holds an added token matched inside it."""
+        if not text.isascii() or _NOT_PLAIN.search(text):
+            return None
+        if self._inner is not None and self._inner.search(text):
+            return None
+        words = [text]
+        for pattern, grouped, looks_ahead in self._patterns:
+            cut = []
+            for word in words:
+                parts = _split(pattern, grouped, looks_ahead, word)
+                if parts is None:
+                    return None
+                cut += parts
+            words = cut
+        return words
+
+
+def _split(pattern: Any, grouped: Any, looks_ahead: bool, text: str) -> list[str] | None:
+    """The text cut at the pattern's matches, each match a word and the text between two
+    of them too (``behavior="Isolated"``); None when such a text, alone, would be cut."""
+    words: list[str] = pattern.findall(text)
+    if "".join(words) == text:
+        return words if "" not in words else [word for word in words if word]
+    parts = grouped.split(text)  # between, match, between, ..., between
+    if looks_ahead and any(pattern.search(part) for part in parts[::2]):
+        return None  # a match a lookahead stopped there would start in it alone
+    return [part for part in parts if part]
+
+
+def _context_free(source: str) -> bool:
+    """Whether a pattern's matches depend on nothing outside them but the characters after
+    them, and on those only through negative lookaheads: no lookbehind, positive lookahead,
+    anchor, word boundary, backreference, conditional or inline flag outside its classes,
+    and classes read alike by both engines (no unescaped ``[`` inside one, no ``]`` first).
+    Then a word its match found is its own match alone."""
+    at, inside = 0, False
+    while at < len(source):
+        char = source[at]
+        if char == "\\":
+            if source[at + 1 : at + 2] in _CONTEXT_ESCAPES:
+                return False
+            at += 2
+            continue
+        if inside:
+            if char == "[":
+                return False
+            inside = char != "]"
+        elif char == "[":
+            at += 2 if source.startswith("[^", at) else 1
+            if source[at : at + 1] == "]":
+                return False
+            inside = True
+            continue
+        elif char in "^$":
+            return False
+        elif source.startswith("(?", at) and not source.startswith(_GROUPS, at):
+            return False
+        at += 1
+    return not inside
+
+
+def _state(component: Any) -> Any:
+    """A normalizer's or pre-tokenizer's setting as tokenizer.json writes it (None: none)."""
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _keeps_ascii(normalizer: Any) -> bool:
+    if normalizer is None:
+        return True
+    if normalizer.get("type") == "Sequence":
+        return all(map(_keeps_ascii, normalizer.get("normalizers", [])))
+    return normalizer.get("type") in _FORMS
+
+
+def _split_patterns(pre_tokenizer: Any) -> list[str]:
+    """The patterns the pre-tokenizer cuts with, in order; [] when it is not splits that
+    keep their matches followed by a ByteLevel without a prefix space."""
+    if pre_tokenizer is None:
+        return []
+    steps = (
+        pre_tokenizer.get("pretokenizers", [])
+        if pre_tokenizer.get("type") == "Sequence"
+        else [pre_tokenizer]
+    )
+    if not steps:
+        return []
+    *splits, last = steps
+    if last.get("type") != "ByteLevel" or last.get("add_prefix_space"):
+        return []
+    patterns = []
+    for step in splits:
+        pattern = step.get("pattern", {})
+        if (
+            step.get("type") != "Split"
+            or step.get("behavior") != "Isolated"
+            or step.get("invert")
+            or "Regex" not in pattern
+        ):
+            return []
+        patterns.append(pattern["Regex"])
+    if last.get("use_regex", True):
+        patterns.append(GPT2_PATTERN)
+    return patterns
