@@ -314,6 +314,149 @@ def bench(
     return timed, passes, mismatches
 
 
+# the templates of the new-text table: two without {% generation %} people fine-tune, one with
+FRESH_TEMPLATES = (
+    "Qwen-Qwen3-0.6B.jinja",
+    "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "LFM2.5-8B-A1B.jinja",
+)
+
+
+@dataclass
+class Fresh:
+    template: str
+    tagged: bool
+    count: int
+    ours: float  # seconds per pass
+    theirs: float
+    tokenized: float  # chatcodec's tokenizer over the pass's rendered texts, cache emptied first
+    tokenizers: float  # the tokenizers package's encode of the same texts
+
+
+def docstring_conversations(count: int) -> list[list[dict[str, str]]]:
+    """Conversations of text a cache has not seen: paragraphs of the standard library's
+    docstrings as the user's and the assistant's turns (1-3 exchanges after a system
+    prompt), in an order fixed by a seed; paragraphs are reused only once all are."""
+    import ast
+    import random
+    import sysconfig
+
+    paragraphs = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
+                text = ast.get_docstring(node) or ""
+                paragraphs += [p.strip() for p in text.split("\n\n") if len(p.strip()) > 40]
+    rng = random.Random(0)
+    rng.shuffle(paragraphs)
+    turns = iter(paragraphs * (1 + 8 * count // max(len(paragraphs), 1)))
+    conversations = []
+    for _ in range(count):
+        messages = [{"role": "system", "content": "You are a helpful assistant."}]
+        for _ in range(rng.randint(1, 3)):
+            messages.append({"role": "user", "content": next(turns)})
+            messages.append({"role": "assistant", "content": next(turns)})
+        conversations.append(messages)
+    return conversations
+
+
+def fresh_passes(
+    shared: Path, work: Path, count: int, rounds: int, vocab: str | None, only: Sequence[str]
+) -> tuple[list[Fresh], list[str]]:
+    """One pass per template over ``count`` conversations of new text, both encoders, and
+    the tokenizers alone over the rendered texts; the ids (and tag masks) checked first."""
+    conversations = docstring_conversations(count)
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for case in load_cases(shared):
+        grouped.setdefault(case["template"], []).append(case)
+    rows: list[Fresh] = []
+    mismatches: list[str] = []
+    for name in FRESH_TEMPLATES:
+        if only and not any(text in name for text in only):
+            continue
+        source = (shared / "chat_templates" / name).read_text(encoding="utf-8")
+        folder = write_checkpoint(
+            work / f"fresh-{name}", source, family_tokens(grouped.get(name, [])), base=vocab
+        )
+        engines = Engines(folder)
+        codec, hf = engines.codec, engines.hf
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for index, messages in enumerate(conversations):
+                ours = codec.encode(messages)
+                theirs = hf.apply_chat_template(
+                    messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+                )
+                same = ours.input_ids == list(theirs["input_ids"])
+                if engines.tagged:
+                    same = same and ours.assistant_masks == list(theirs["assistant_masks"])
+                if not same:
+                    mismatches.append(f"{name} #{index}")
+        rows.append(
+            Fresh(name, engines.tagged, count, *timed_passes(engines, conversations, rounds))
+        )
+    return rows, mismatches
+
+
+def timed_passes(
+    engines: Engines, conversations: Sequence[list[dict[str, str]]], rounds: int
+) -> tuple[float, float, float, float]:
+    """Seconds per pass: both encoders; chatcodec's tokenizer and the tokenizers package's
+    encode over the rendered texts."""
+    codec, hf = engines.codec, engines.hf
+    cache, backend = codec.tokenizer.cache, codec.tokenizer.backend
+    texts = [codec.render(messages) for messages in conversations]
+
+    def our_pass() -> None:
+        cache.clear()
+        for messages in conversations:
+            codec.encode(messages)
+
+    def their_pass() -> None:
+        for messages in conversations:
+            hf.apply_chat_template(
+                messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+            )
+
+    def tokenized() -> None:
+        cache.clear()
+        for text in texts:
+            codec.tokenizer.tokenize(text)
+
+    def tokenizers_encode() -> None:
+        for text in texts:
+            backend.encode(text, add_special_tokens=False)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, theirs = paired_times(our_pass, their_pass, rounds, 1)
+        ours_tokens, their_tokens = paired_times(tokenized, tokenizers_encode, rounds, 1)
+    return ours, theirs, ours_tokens, their_tokens
+
+
+def fresh_report(rows: Sequence[Fresh], count: int) -> None:
+    print(
+        f"\nA dataset of new text: {count} conversations of the standard library's docstring "
+        "paragraphs (1-3 exchanges each), one pass per template (chatcodec's piece cache "
+        "emptied at its start):\n"
+    )
+    print(
+        "| template | {% generation %} | chatcodec conv/s | transformers conv/s | ratio "
+        "| tokenizing the pass: chatcodec's tokenizer vs tokenizers' encode |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        print(
+            f"| {row.template.removesuffix('.jinja')} | {'yes' if row.tagged else 'no'} "
+            f"| {row.count / row.ours:,.0f} | {row.count / row.theirs:,.0f} "
+            f"| **{row.theirs / row.ours:.2f}x** | {row.tokenizers / row.tokenized:.2f}x |"
+        )
+
+
 def by_tag(items: Sequence[Any]) -> list[tuple[str, list[Any]]]:
     """The rows of a table: all, then templates with the tag, then without it."""
     return [
@@ -384,6 +527,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only the templates whose file name contains TEXT (repeatable)",
     )
     parser.add_argument(
+        "--fresh",
+        type=int,
+        default=None,
+        metavar="N",
+        help="conversations of new text in the dataset table (default 1500; 0: no such table)",
+    )
+    parser.add_argument(
         "--vocab",
         type=Path,
         metavar="FILE.gguf",
@@ -406,6 +556,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"tokenizer: {tokenizer}, the template's markers added\n")
     print("Each conversation alone, its text new to chatcodec's piece cache:\n")
     report(timed, passes)
+    fresh = 1500 if args.fresh is None else args.fresh
+    if fresh:
+        with tempfile.TemporaryDirectory() as work:
+            rows, differ = fresh_passes(args.shared, Path(work), fresh, rounds, vocab, args.only)
+        fresh_report(rows, fresh)
+        mismatches += differ
     if mismatches:
         print(f"\n{len(mismatches)} conversations differ: {mismatches[:10]}")
         return 1

@@ -237,6 +237,28 @@ def test_plain_pieces_are_tokenized_from_their_words(setup: str) -> None:
     assert counted.calls == (2 if cache.cuts_words else 4)
 
 
+def test_while_few_words_are_found_one_text_in_eight_is_cut() -> None:
+    """Text of words never met again (past the first 4096 characters cut) makes cutting a
+    bad bet: a new piece of words kept then costs a call, but every eighth one is cut."""
+    tokenizer = backend("byte_level")
+    counted = Counted(tokenizer)
+    cache = PieceCache.for_backend(counted, 1_000_000)
+    assert cache is not None and cache.cuts_words
+    known = "<think>user\nHi world, how are you? 1234</think>"
+    assert_same(cache, tokenizer, known)
+    assert_same(cache, tokenizer, known.replace("user", "User"))  # its words kept now
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for number in range(200):  # words met once each: none found
+        word = "".join(letters[number // 26**k % 26] for k in range(3))
+        assert_same(cache, tokenizer, f"<think>{(' z' + word) * 30}</think>")
+    calls = []
+    for number in range(16):
+        counted.calls = 0
+        assert_same(cache, tokenizer, f"<think>Hi{' world,' * (number + 1)} how</think>")
+        calls.append(counted.calls)
+    assert calls.count(0) == 2 and calls.count(1) == 14  # cut, found: no call
+
+
 def test_a_piece_holding_a_normalized_added_token_is_not_cut() -> None:
     tokenizer = backend("inner")
     cache = PieceCache.for_backend(tokenizer, 10_000)

@@ -38,12 +38,15 @@ DEEPSEEK = [
     r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
     r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 ]
+# a script's letters: a property re cannot be given, left to the regex package
+SCRIPT = r" ?\p{Latin}+| ?\p{N}+| ?[^\s\p{Latin}\p{N}]+|\s+(?!\S)|\s+"
 SPLITS = {
     "gpt2": None,
     "llama3": [LLAMA3],
     "qwen2": [QWEN2],
     "o200k": [O200K],
     "deepseek": DEEPSEEK,
+    "script": [SCRIPT],
 }
 
 # plain ASCII, with the runs and contractions the patterns treat apart
@@ -85,6 +88,7 @@ def test_the_words_are_the_pre_tokenizers(split: str, text: str) -> None:
     backend = tokenizer(split)
     words = WordSplit.for_backend(backend)
     assert words is not None
+    assert set(words.engines) == {"regex" if split == "script" else "re"}
     found = words.words(text)
     assert found == their_words(backend, text)
     for word in found:  # alone: cut into itself, or not, as the pre-tokenizer cuts it

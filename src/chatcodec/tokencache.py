@@ -59,6 +59,9 @@ _Entry = tuple[list[int], Any, int, int]
 # a piece cut into words: the words, and each one's entry (None: not kept)
 _Words = tuple[list[str], list["_Entry | None"]]
 _MET = 1 << 16  # words noted as met once, at most
+_TRIED = 1 << 12  # characters cut into words before how often they are found counts
+_SAMPLED = 8  # while few words are found kept, one new text in this many is cut into words
+_LATELY = 1 << 20  # characters cut into words counted before the counts are halved
 _ids: Callable[[Any], list[int]] = itemgetter(0)  # an entry's ids
 # what a kept entry is found by: the text of a piece (or word) between added tokens; the
 # piece that starts the text in a 1-tuple (there its tokens may differ)
@@ -225,6 +228,9 @@ class PieceCache:
         self.capacity = capacity
         self._kept: OrderedDict[_Key, _Entry] = OrderedDict()
         self._met: set[str] = set()  # new words met in a text encoded whole, not kept
+        self._word_hits = 0  # characters of words found kept, lately
+        self._word_chars = 0  # characters cut into words, lately
+        self._wait = _SAMPLED  # texts until the next is cut, while few words are found
         self._size = 0
         self.hits = 0
         self.misses = 0
@@ -287,7 +293,9 @@ class PieceCache:
         return self._words is not None
 
     def clear(self) -> None:
-        """Forget every piece and word kept (and met)."""
+        """Forget every piece and word kept (and met). How often words were found kept
+        lately is not forgotten: it is about the texts, and a cache emptied before every
+        text finds none."""
         self._kept.clear()
         self._met.clear()
         self._size = 0
@@ -367,27 +375,45 @@ class PieceCache:
         words: dict[str, _Words] = {}
         new_words: dict[str, None] = {}
         rest: list[_Key] = []
-        if self._words is None:
+        if self._words is None or not self._cutting():
             return words, new_words, list(unseen), new
         get = self._kept.get
-        new = 0
+        uncut = cut = unknown = 0  # characters of the pieces not cut, cut, of new words
         for key, slots in unseen.items():
             # the text's first piece (first in unseen) is not cut: its tokens may differ there
             if isinstance(key, tuple) or (found := self._words.words(key)) is None:
                 rest.append(key)
-                new += len(key[0] if isinstance(key, tuple) else key) * len(slots)
+                uncut += len(key[0] if isinstance(key, tuple) else key) * len(slots)
                 continue
             known = list(map(get, found))
             if None in known:
-                unknown = list(compress(found, map(not_, known)))
-                if not self._words.alone(unknown):
+                absent = list(compress(found, map(not_, known)))
+                if not self._words.alone(absent):
                     rest.append(key)
-                    new += len(key) * len(slots)
+                    uncut += len(key) * len(slots)
                     continue
-                new_words.update(dict.fromkeys(unknown))
-                new += sum(map(len, unknown)) * len(slots)
+                new_words.update(dict.fromkeys(absent))
+                unknown += sum(map(len, absent)) * len(slots)
             words[key] = (found, known)
-        return words, new_words, rest, new
+            cut += len(key) * len(slots)
+        self._word_hits += cut - unknown
+        self._word_chars += cut
+        if self._word_chars > _LATELY:
+            self._word_hits //= 2
+            self._word_chars //= 2
+        return words, new_words, rest, uncut + unknown
+
+    def _cutting(self) -> bool:
+        """Whether to cut this text's new pieces into words: for the first ``_TRIED``
+        characters, then while a quarter of the words cut lately were found kept, else one
+        text in ``_SAMPLED`` (so that the words a dataset repeats are still met)."""
+        if self._word_chars < _TRIED or self._word_hits * 4 > self._word_chars:
+            return True
+        self._wait -= 1
+        if self._wait > 0:
+            return False
+        self._wait = _SAMPLED
+        return True
 
     def _place(
         self,
