@@ -25,7 +25,10 @@ can pass that ceiling.
 chatcodec's tokenizer keeps the tokens of text between added tokens, so each timed call
 empties that cache first (the call is repeated; it would find its own pieces). A second
 table times one pass per template over its conversations, each once, the cache emptied at
-the start of the pass: the repeats a pass over this corpus meets.
+the start of the pass: the repeats a pass over this corpus meets. A third (``--fresh N``)
+times one pass over N conversations of new text (the standard library's docstrings) through
+three templates, and chatcodec's tokenizer against the tokenizers encode over their texts:
+what a fine-tuning set meets, new text of words met before.
 """
 
 from __future__ import annotations
