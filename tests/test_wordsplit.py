@@ -50,13 +50,24 @@ SPLITS = {
 }
 
 # plain ASCII, with the runs and contractions the patterns treat apart
+ASCII = [*(string.printable.replace("\x0b", "").replace("\x0c", ""))]
+# the wide characters cut beyond ASCII (chatcodec.wordsplit): the ends of each range, and
+# what text writes with them
+WIDE = [
+    *"¡¬®ªµº¼½²ÀÖ×ØöøÿÉéçßñü",
+    *"‐–—―‘’‚“”„†‡•…‧",
+    *"、。ぁゔァヶ一龥你好世界",
+    *"！～Ａｚ０９，：（）",
+]
 PLAIN = st.lists(
     st.sampled_from(
-        [*(string.printable.replace("\x0b", "").replace("\x0c", ""))]
-        + ["\r\n", "'s", "'LL", "'Re", "  ", "   ", "\n\n", " \n", "123456", "aB", "Ab"]
+        ASCII + ["\r\n", "'s", "'LL", "'Re", "  ", "   ", "\n\n", " \n", "123456", "aB", "Ab"]
     ),
     max_size=40,
 ).map("".join)
+MIXED = st.lists(st.sampled_from(ASCII + WIDE + ["'s", "  ", "\r\n", "é'S"]), max_size=40).map(
+    "".join
+)
 
 
 def tokenizer(split: str, normalizer: Any = None) -> Any:
@@ -83,13 +94,16 @@ def their_words(backend: Any, text: str) -> list[str]:
 
 @pytest.mark.parametrize("split", SPLITS)
 @settings(SEEDED, max_examples=400)
-@given(text=PLAIN)
+@given(text=PLAIN | MIXED)
 def test_the_words_are_the_pre_tokenizers(split: str, text: str) -> None:
     backend = tokenizer(split)
     words = WordSplit.for_backend(backend)
     assert words is not None
     assert set(words.engines) == {"regex" if split == "script" else "re"}
     found = words.words(text)
+    if found is None:  # beyond ASCII with the regex package: not cut
+        assert split == "script" and not text.isascii()
+        return
     assert found == their_words(backend, text)
     for word in found:  # alone: cut into itself, or not, as the pre-tokenizer cuts it
         assert words.alone([word]) == (their_words(backend, word) == [word])
@@ -130,12 +144,42 @@ def test_text_between_matches_that_a_lookahead_would_cut_alone_is_not_cut() -> N
     assert words.words("xyb") == their_words(backend, "xyb") == ["xy", "b"]
 
 
-def test_only_plain_ascii_is_cut() -> None:
-    words = WordSplit.for_backend(tokenizer("llama3"))
-    assert words is not None
+def test_only_plain_text_is_cut() -> None:
+    backend = tokenizer("llama3")
+    words = WordSplit.for_backend(backend)
+    assert words is not None and words.wide
     assert words.words("Hello, world") == ["Hello", ",", " world"]
-    for text in ("Café", "a\x0bb", "a\x1cb", "tab\x7f", "😀"):
+    assert words.words("Café — “oui”") == their_words(backend, "Café — “oui”")
+    for text in ("a\x0bb", "a\x1cb", "tab\x7f", "😀", "a\u00a0b", "ｶ", "a\u0301", "\u3000"):
         assert words.words(text) is None
+
+
+def test_wide_text_is_cut_only_where_re_reads_it_as_the_tokenizer() -> None:
+    """NFKC changes some wide characters ("…" -> "..."); \\w and \\d read only ASCII
+    under re.ASCII; a pattern left to the regex package is read with its own tables."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
+    assert WordSplit.for_backend(tokenizer("gpt2", normalizers.NFC())).wide  # type: ignore[union-attr]
+    for normalizer in (
+        normalizers.NFKC(),
+        normalizers.Sequence([normalizers.NFC(), normalizers.NFD()]),
+    ):
+        narrow = WordSplit.for_backend(tokenizer("gpt2", normalizer))
+        assert narrow is not None and not narrow.wide
+        assert narrow.words("a…") is None and narrow.words("a...") == ["a", "..."]
+    backend = tokenizer("gpt2")
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\w+|\s+|[^\w\s]+"), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    words = WordSplit.for_backend(backend)
+    assert words is not None and not words.wide
+    assert words.words("ab cd!") == their_words(backend, "ab cd!")
+    assert words.words("é") is None
+    script = WordSplit.for_backend(tokenizer("script"))
+    assert script is not None and not script.wide
     inner = WordSplit.for_backend(tokenizer("llama3"), ["lo w"])
     assert inner is not None and inner.words("hello world") is None
     assert inner.words("hello there") == ["hello", " there"]

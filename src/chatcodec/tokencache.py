@@ -24,8 +24,9 @@ Exact, and where it could not be it is not used (``PieceCache.for_backend`` give
 - A text mostly new is tokenized whole, and its new pieces are kept from that answer while
   its added tokens come back as themselves in their places.
 
-A new piece of plain ASCII text is cut into the pre-tokenizer's words where
-``chatcodec.wordsplit`` can find them as the tokenizer does; the model tokenizes each word
+A new piece of plain text (ASCII, and common Latin-1, punctuation and CJK characters) is
+cut into the pre-tokenizer's words where ``chatcodec.wordsplit`` can find them as the
+tokenizer does; the model tokenizes each word
 alone, so the piece's tokens are its words' one after another, and words are kept like
 pieces (a word and a piece of the same text, not at the start, have the same tokens). Only
 the words not kept are tokenized, in the one call with the other new pieces. A word is kept
@@ -289,7 +290,7 @@ class PieceCache:
 
     @property
     def cuts_words(self) -> bool:
-        """Whether new plain-ASCII pieces are tokenized word by word (``chatcodec.wordsplit``)."""
+        """Whether new pieces of plain text are tokenized word by word (``chatcodec.wordsplit``)."""
         return self._words is not None
 
     def clear(self) -> None:

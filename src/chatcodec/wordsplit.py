@@ -5,16 +5,20 @@ pre-tokenizer's regular expressions, and its model tokenizes each word alone. So
 a piece are its words' tokens one after another, and a word's tokens can be kept by the word:
 a dataset says "the" and "assistant" a million times. The ``regex`` package reads the
 patterns tokenizer.json holds (``\\p{L}``, ``(?i:...)``, possessive quantifiers) as
-Oniguruma, the engine of ``tokenizers``, does; on plain ASCII text a category is just the
-ASCII characters in it, so each pattern is written out for the standard library's ``re``
-(about 2.5 times as fast) where it finds the same words on a sample of every plain character.
+Oniguruma, the engine of ``tokenizers``, does; on plain text a category is just the plain
+characters in it, so each pattern is written out for the standard library's ``re`` (about
+2.5 times as fast) where it finds the same words on a sample of every plain character.
 
 Exact, and where it could not be it is not used (``WordSplit.for_backend`` gives None, or
 ``words`` None for one text):
 
-- Only plain ASCII text is cut: printable characters, tab, line feed and carriage return.
-  There the engines' classes agree (letters, digits, ``\\s``, case); beyond it their
-  Unicode tables differ by version, and in control characters ``\\s`` itself differs.
+- Only plain text is cut: ASCII's printable characters, tab, line feed and carriage return;
+  and, where the patterns run on ``re`` without ``\\w``/``\\d`` under no normalizer or NFC,
+  the wide characters of ``_WIDE_RANGES`` (Latin-1's letters and signs, the dashes, quotes
+  and ellipsis of general punctuation, the first CJK ideographs, kana, the full-width
+  forms): characters whose category no Unicode version either engine may have changed,
+  none of them whitespace or folding to an ASCII letter, all kept by NFC. Beyond those the
+  engines' Unicode tables differ by version, and in control characters ``\\s`` differs.
 - Only pre-tokenizers made of regular-expression splits that keep every match as a word
   (``Split`` with ``behavior="Isolated"``; the text between two matches is a word too) and
   a last ``ByteLevel`` without a prefix space, whose own split (``use_regex``) is GPT-2's
@@ -31,6 +35,7 @@ Exact, and where it could not be it is not used (``WordSplit.for_backend`` gives
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -39,29 +44,76 @@ from typing import Any
 
 __all__ = ["GPT2_PATTERN", "WordSplit"]
 
+
+@functools.cache
+def _categories() -> dict[str, str]:
+    """The plain characters (ASCII and wide) of each general category, as the inside of a
+    class: runs of consecutive ones as ranges (both engines agree on these characters'
+    categories)."""
+    members: dict[str, list[str]] = {}
+    for char in [*_PLAIN, *(chr(c) for a, b in _WIDE_RANGES for c in range(a, b + 1))]:
+        category = unicodedata.category(char)
+        members.setdefault(category, []).append(char)
+        members.setdefault(category[0], []).append(char)
+    return {name: _ranges(members.get(name, [])) for name in _CATEGORY_NAMES}  # in order
+
+
+def _ranges(chars: list[str]) -> str:
+    out: list[str] = []
+    start = 0
+    for at in range(1, len(chars) + 1):
+        if at < len(chars) and ord(chars[at]) == ord(chars[at - 1]) + 1:
+            continue
+        low, high = re.escape(chars[start]), re.escape(chars[at - 1])
+        out.append(
+            low if at - start == 1 else f"{low}{high}" if at - start == 2 else f"{low}-{high}"
+        )
+        start = at
+    return "".join(out)
+
+
 # the split of a ByteLevel pre-tokenizer with use_regex, as tokenizers writes it
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})  # the identity on ASCII
 _PLAIN = "\t\n\r" + "".join(map(chr, range(0x20, 0x7F)))
 _NOT_PLAIN = re.compile(r"[^\t\n\r\x20-\x7e]")
+# Beyond ASCII, characters whose category has not changed in any Unicode version either
+# engine may have, that are not whitespace, fold to no ASCII letter and that NFC keeps:
+# Latin-1's letters and signs, general punctuation's dashes, quotes and ellipsis, CJK's
+# first ideographs, kana, its comma and stop, the full-width forms
+_WIDE_RANGES = (
+    (0xA1, 0xAC),
+    (0xAE, 0xFF),
+    (0x2010, 0x2027),
+    (0x3001, 0x3002),
+    (0x3041, 0x3094),
+    (0x30A1, 0x30F6),
+    (0x4E00, 0x9FA5),
+    (0xFF01, 0xFF5E),
+)
+_NOT_WIDE = re.compile(
+    "[^\t\n\r\x20-\x7e" + "".join(f"{chr(a)}-{chr(b)}" for a, b in _WIDE_RANGES) + "]"
+)
 # the plain characters of each general category, escaped for a class (both engines agree
 # on ASCII's categories)
-_CATEGORIES = {
-    name: "".join(re.escape(char) for char in _PLAIN if unicodedata.category(char).startswith(name))
-    for name in (
-        "L Lu Ll Lt Lm Lo M Mn Mc Me N Nd Nl No P Pc Pd Ps Pe Pi Pf Po S Sm Sc Sk So Z Zs Zl Zp"
-        " C Cc Cf Cs Co Cn"
-    ).split()
-}
+_CATEGORY_NAMES = (
+    "L Lu Ll Lt Lm Lo M Mn Mc Me N Nd Nl No P Pc Pd Ps Pe Pi Pf Po S Sm Sc Sk So Z Zs Zl Zp"
+    " C Cc Cf Cs Co Cn"
+).split()
 _PROPERTY = re.compile(r"\\([pP])(?:\{([A-Za-z]{1,2})\}|([A-Z]))")
 # what the two engines must cut alike before re is used: runs and mixes of every kind of
 # plain character
+_WIDE_SAMPLE = "".join(chr(c) for a, b in _WIDE_RANGES for c in sorted({a, a + 1, b - 1, b}))
 _SAMPLE = " ".join(
     [_PLAIN, _PLAIN[::-1], "Hello, World! It's 12345 o'clock; x+=1\r\n\n  \t end.  ", "'S'LL'd"]
-    + [a + b for a in "a Z0_-'\n\t\r " for b in _PLAIN]
+    + [a + b for a in "a Z0_-'\n\t\r " for b in _PLAIN + _WIDE_SAMPLE]
+    + [_WIDE_SAMPLE, "Café — “oui”，l’été… 你好。ＡＢ１２３"]
 )
 # what _context_free refuses after a backslash (the empty string: one at the end), and the
 # groups it allows
+# classes re reads as ASCII only (re.ASCII) where Oniguruma reads Unicode and some wide
+# characters are in them: no wide text then (no wide character is whitespace: \s agrees)
+_ASCII_ESCAPES = re.compile(r"\\[wWdD]")
 _CONTEXT_ESCAPES = frozenset(["", *"bBAZzGKk123456789"])
 _GROUPS = ("(?:", "(?i:", "(?!")
 
@@ -70,11 +122,12 @@ class WordSplit:
     """Cuts plain ASCII text into the pre-tokenizer's words. Build one with ``for_backend``."""
 
     def __init__(
-        self, patterns: list[tuple[Any, Any, bool]], inner: re.Pattern[str] | None
+        self, patterns: list[tuple[Any, Any, bool]], inner: re.Pattern[str] | None, wide: bool
     ) -> None:
         # each split's pattern, it in a group, whether it looks ahead
         self._patterns = patterns
         self._inner = inner  # finds the added tokens matched inside a piece
+        self.wide = wide  # whether text with the wide characters beyond ASCII is cut too
         # which engine finds each split's words: "re" (the pattern written out for plain
         # ASCII text) or "regex"
         self.engines = tuple("re" if isinstance(p, re.Pattern) else "regex" for p, _, _ in patterns)
@@ -88,7 +141,8 @@ class WordSplit:
             import regex
         except ImportError:
             return None
-        if not _keeps_ascii(_state(backend.normalizer)):
+        forms = _forms(_state(backend.normalizer))
+        if forms is None:
             return None
         sources = _split_patterns(_state(backend.pre_tokenizer))
         if not sources:
@@ -105,7 +159,12 @@ class WordSplit:
             patterns.append((pattern, grouped, "(?!" in source))
         texts = sorted({text for text in inner if text}, key=len, reverse=True)
         found = re.compile("|".join(map(re.escape, texts))) if texts else None
-        return cls(patterns, found)
+        wide = (
+            forms <= {"NFC"}  # the others change some wide characters
+            and all(isinstance(pattern, re.Pattern) for pattern, _, _ in patterns)
+            and not any(_ASCII_ESCAPES.search(source) for source in sources)
+        )
+        return cls(patterns, found, wide)
 
     def alone(self, words: list[str]) -> bool:
         """Whether words the splits found, each tokenized alone, are cut into themselves.
@@ -116,7 +175,10 @@ class WordSplit:
     def words(self, text: str) -> list[str] | None:
         """The words of ``text`` as the pre-tokenizer cuts it, or None when it is not plain
         ASCII or holds an added token matched inside it."""
-        if not text.isascii() or _NOT_PLAIN.search(text):
+        if text.isascii():
+            if _NOT_PLAIN.search(text):
+                return None
+        elif not self.wide or _NOT_WIDE.search(text):
             return None
         if self._inner is not None and self._inner.search(text):
             return None
@@ -179,7 +241,7 @@ def _ascii_source(source: str) -> str | None:
                 at += 2
                 continue
             name = found.group(2) or found.group(3)
-            plain = _CATEGORIES.get(name)
+            plain = _categories().get(name)
             if plain is None or (members is not None and found.group(1) == "P"):
                 return None
             if members is not None:
@@ -251,12 +313,21 @@ def _state(component: Any) -> Any:
     return None if component is None else json.loads(component.__getstate__())
 
 
-def _keeps_ascii(normalizer: Any) -> bool:
+def _forms(normalizer: Any) -> set[str] | None:
+    """The Unicode normalization forms a normalizer applies (none: the empty set); None
+    when it does anything else."""
     if normalizer is None:
-        return True
+        return set()
     if normalizer.get("type") == "Sequence":
-        return all(map(_keeps_ascii, normalizer.get("normalizers", [])))
-    return normalizer.get("type") in _FORMS
+        forms: set[str] = set()
+        for step in normalizer.get("normalizers", []):
+            found = _forms(step)
+            if found is None:
+                return None
+            forms |= found
+        return forms
+    kind = normalizer.get("type")
+    return {kind} if kind in _FORMS else None
 
 
 def _split_patterns(pre_tokenizer: Any) -> list[str]:
