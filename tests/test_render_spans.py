@@ -234,6 +234,12 @@ CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+NO_OPTIONS: dict[str, Any] = {
+    "tools": None,
+    "documents": None,
+    "add_generation_prompt": False,
+    "now": None,
+}
 CONVERSATION = [
     {"role": "system", "content": "S"},
     {"role": "user", "content": "Q1"},
@@ -256,6 +262,23 @@ def _spans(source: str, messages: list[dict[str, Any]], **options: Any) -> list[
 
 def test_a_plain_loop() -> None:
     assert _spans(CHATML, CONVERSATION) == ["A1<|im_end|>", "A2<|im_end|>"]
+
+
+def test_short_conversations_do_not_stop_a_long_one_resuming() -> None:
+    """A one-turn conversation's prefix is cheaper rendered than watched; those prefixes say
+    nothing of how well this template's prefixes resume, so they do not count towards
+    giving watching up: a long conversation after many short ones still resumes."""
+    template = ChatTemplate(CHATML)
+    for _ in range(100):
+        assert _assert_same_spans(template, CONVERSATION[:3], **NO_OPTIONS) == 1
+    assert template._resume_tally == [0, 0]
+    long = CONVERSATION[:1] + [
+        {"role": "user" if index % 2 == 0 else "assistant", "content": f"M{index}"}
+        for index in range(40)
+    ]
+    assert _assert_same_spans(template, long, **NO_OPTIONS) == 20
+    resumed, rendered = template._resume_tally
+    assert resumed >= 38 and rendered == 0
 
 
 def test_a_template_that_looks_at_the_last_message() -> None:

@@ -268,8 +268,9 @@ class ChatTemplate:
             worth = worth and self._resuming_pays()
             prefixes = PrefixRenders(self, inputs, self._resume_plan() if worth else None)
             derived = _spans_from_shared_inputs(prefixes, messages, turns)
-            self._resume_tally[0] += prefixes.resumed
-            self._resume_tally[1] += prefixes.rendered
+            if worth:  # (prefixes of a render not watched say nothing of resuming)
+                self._resume_tally[0] += prefixes.resumed
+                self._resume_tally[1] += prefixes.rendered
             return RenderedChat(prefixes.text, derived, "derived")
         # the template may change what it is given: each prefix gets its own copy
         text = self._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
