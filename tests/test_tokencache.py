@@ -143,14 +143,15 @@ texts = st.lists(
 )
 
 
+@pytest.mark.parametrize("capacity", [10_000, 24])  # (a small cache lets go as it keeps)
 @pytest.mark.parametrize("setup", SETUPS)
 @settings(SEEDED, max_examples=150)
 @given(texts=texts)
-def test_cached_tokens_are_the_tokenizers(setup: str, texts: list[str]) -> None:
+def test_cached_tokens_are_the_tokenizers(setup: str, capacity: int, texts: list[str]) -> None:
     """Several texts through one cache, each twice (cold, then from kept pieces), and the
     texts joined (pieces seen in other places, at the start or not)."""
     tokenizer = backend(setup)
-    cache = PieceCache.for_backend(tokenizer, 10_000)
+    cache = PieceCache.for_backend(tokenizer, capacity)
     assert cache is not None
     for text in [*texts, *texts, "".join(texts), "".join(reversed(texts))]:
         assert_same(cache, tokenizer, text)

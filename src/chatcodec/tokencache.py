@@ -437,14 +437,9 @@ class PieceCache:
             entry = fresh[key]
             for slot in unseen[key]:
                 entries[slot] = entry
-        get = self._kept.get
         for piece, (found, known) in words.items():
-            if None in known:  # the new words, kept now (unless too long for the cache)
-                known = list(map(get, found))
-                if None in known:
-                    known = [
-                        fresh[w] if e is None else e for w, e in zip(found, known, strict=True)
-                    ]
+            if None in known:  # a new word's entry from the call (keeping them may have
+                known = list(map(fresh.get, found, known))  # let known ones go since)
             ids = list(chain.from_iterable(map(_ids, known)))
             entry = (ids, _WordOffsets(found, known, len(ids)), 0, 0)  # type: ignore[arg-type]
             for slot in unseen[piece]:
