@@ -26,7 +26,8 @@ chatcodec's tokenizer keeps the tokens of text between added tokens, so each tim
 empties that cache first (the call is repeated; it would find its own pieces). A second
 table times one pass per template over its conversations, each once, the cache emptied at
 the start of the pass: the repeats a pass over this corpus meets. A third (``--fresh N``)
-times one pass over N conversations of new text (the standard library's docstrings) through
+times one pass over N conversations of new text (the standard library's docstrings, some
+typeset, some ending in another language) through
 three templates, and chatcodec's tokenizer against the tokenizers encode over their texts:
 what a fine-tuning set meets, new text of words met before.
 """
@@ -336,10 +337,18 @@ class Fresh:
     tokenizers: float  # the tokenizers package's encode of the same texts
 
 
+# how a chat model's replies set what a docstring writes plainly (every third one is set so)
+TYPESET = (("--", "—"), ("...", "…"), (" '", " ‘"), ("'", "’"), (' "', " “"), ('"', "”"))
+# and what a multilingual dataset mixes in (every seventh turn ends with one of these)
+ELSEWHERE = ("Merci, c’est très clair.", "¿Qué pasa después?", "谢谢，明白了。", "Größe: 12 µm²")
+
+
 def docstring_conversations(count: int) -> list[list[dict[str, str]]]:
     """Conversations of text a cache has not seen: paragraphs of the standard library's
     docstrings as the user's and the assistant's turns (1-3 exchanges after a system
-    prompt), in an order fixed by a seed; paragraphs are reused only once all are."""
+    prompt), in an order fixed by a seed; paragraphs are reused only once all are. Every
+    third is typeset (curly quotes, dashes, ellipses) and every seventh ends in another
+    language, as chat datasets are."""
     import ast
     import random
     import sysconfig
@@ -356,6 +365,11 @@ def docstring_conversations(count: int) -> list[list[dict[str, str]]]:
                 paragraphs += [p.strip() for p in text.split("\n\n") if len(p.strip()) > 40]
     rng = random.Random(0)
     rng.shuffle(paragraphs)
+    for index in range(0, len(paragraphs), 3):
+        for plain, typeset in TYPESET:
+            paragraphs[index] = paragraphs[index].replace(plain, typeset)
+    for index in range(0, len(paragraphs), 7):
+        paragraphs[index] += " " + ELSEWHERE[index // 7 % len(ELSEWHERE)]
     turns = iter(paragraphs * (1 + 8 * count // max(len(paragraphs), 1)))
     conversations = []
     for _ in range(count):
