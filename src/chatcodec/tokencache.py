@@ -19,19 +19,19 @@ Exact, and where it could not be it is not used (``PieceCache.for_backend`` give
   is part of the key.
 - A text mostly of pieces (or words) seen before has its new ones tokenized in one call,
   joined by a separator (one of the added tokens cut at), so each stands between added
-  tokens as it did in the text. The answer is checked: every separator must come back as its own token
-  at its own place, else the text is tokenized whole.
+  tokens as it did in the text. The answer is checked: every separator must come back as
+  its own token at its own place, else the text is tokenized whole.
 - A text mostly new is tokenized whole, and its new pieces are kept from that answer while
   its added tokens come back as themselves in their places.
 
 A new piece of plain text (ASCII, and common Latin-1, punctuation and CJK characters) is
 cut into the pre-tokenizer's words where ``chatcodec.wordsplit`` can find them as the
-tokenizer does; the model tokenizes each word
-alone, so the piece's tokens are its words' one after another, and words are kept like
-pieces (a word and a piece of the same text, not at the start, have the same tokens). Only
-the words not kept are tokenized, in the one call with the other new pieces. A word is kept
-from a text encoded whole only once met in an earlier text: most of a dataset's distinct
-words are met once.
+tokenizer does; the model tokenizes each word alone, so the piece's tokens are its words'
+one after another, and words are kept like pieces (a word and a piece of the same text,
+not at the start, have the same tokens). Only the words not kept are tokenized, in the one
+call with the other new pieces. A word is kept from a text encoded whole only once met in
+an earlier text: most of a dataset's distinct words are met once. While few of the words
+cut are found kept, one new text in eight is cut (``_cutting``).
 
 A piece's offsets stay in the tokenizer's answer it came from (a ``tokenizers.Encoding``):
 read from it when asked for, and ``char_to_token`` asks that answer at the character's place
@@ -303,9 +303,10 @@ class PieceCache:
 
     def tokenize(self, text: str) -> Tokens:
         """The ids, offsets and ``char_to_token`` of ``backend.encode(text,
-        add_special_tokens=False)``: from the pieces kept and one call for the others; or,
-        when most of the text between added tokens is new (or that call fails its check),
-        from the text encoded whole, its new pieces kept from that answer."""
+        add_special_tokens=False)``: from the pieces kept, the new pieces' words kept, and
+        one call for the rest; or, when most of the text between added tokens is new (or
+        that call fails its check), from the text encoded whole, its new pieces (and words
+        met before) kept from that answer."""
         starts: list[int] = []  # each piece's (and cut token's) first character
         entries: list[_Entry | None] = []  # their tokens (None: not seen before)
         cuts: list[tuple[int, str]] = []  # where in entries the cut tokens are, and which
