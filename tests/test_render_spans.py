@@ -281,6 +281,28 @@ def test_short_conversations_do_not_stop_a_long_one_resuming() -> None:
     assert resumed >= 38 and rendered == 0
 
 
+def test_watching_stops_below_the_cost_at_which_it_was_slower() -> None:
+    """A watched conversation that took longer than rendering its prefixes would have (at
+    the rate the conversations rendered prefix by prefix gave) raises the prefix cost from
+    which conversations are watched past its own, once 8 such rates are known, and never
+    past 8 renders' worth; one that took less changes nothing."""
+    template = ChatTemplate(CHATML)
+    start = template._watch_from
+    template._tune_watching(True, 3.0, 20, 1.0)  # no rate known yet
+    assert template._watch_from == start
+    for _ in range(8):
+        template._tune_watching(False, 1.5, 10, 0.010)  # 1 ms a unit
+    template._tune_watching(False, 0.0, 4, 1.0)  # no prefixes: not a rate
+    template._tune_watching(True, 3.0, 20, 0.015)  # faster than 20 ms
+    assert template._watch_from == start
+    template._tune_watching(True, 3.0, 20, 0.025)
+    assert template._watch_from == 4.0
+    template._tune_watching(True, 12.0, 100, 1.0)
+    assert template._watch_from == 8.0
+    for _ in range(4):  # the spans stay the prefix method's, whichever way they are derived
+        assert _assert_same_spans(template, CONVERSATION * 2, **NO_OPTIONS) == 4
+
+
 def test_a_template_that_looks_at_the_last_message() -> None:
     source = (
         "{% for m in messages %}[{{ m.role }}]{{ m.content }}"

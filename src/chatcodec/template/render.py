@@ -172,6 +172,11 @@ class ChatTemplate:
         self._variables: frozenset[str] | None = None
         self._plan: ResumePlan | None | bool = False  # False: not looked for yet
         self._resume_tally = [0, 0]  # prefixes resumed, rendered from the start, so far
+        # derived spans: the prefix cost from which a conversation is watched (raised when a
+        # watched one took longer than rendering its prefixes would have), and the seconds
+        # per render unit of the conversations rendered prefix by prefix (how many seen)
+        self._watch_from = _WATCHING_PAYS
+        self._plain_rate = [0.0, 0]
         # A name token reading exactly `generation` is that word followed by no word
         # character (jinja's names extend over all of them): without one, lexing finds none
         self.has_generation_tag = _GENERATION_WORD.search(source) is not None and (
@@ -264,10 +269,12 @@ class ChatTemplate:
         )
         if isinstance(messages, (list, tuple)) and self._environment().immutable_inputs:
             turns = _assistant_turns(messages)
-            worth = _worth_watching(turns, len(messages), add_generation_prompt)
-            worth = worth and self._resuming_pays()
+            cost, units = _prefix_cost(turns, len(messages), add_generation_prompt)
+            worth = cost >= self._watch_from and self._resuming_pays()
+            started = time.perf_counter()
             prefixes = PrefixRenders(self, inputs, self._resume_plan() if worth else None)
             derived = _spans_from_shared_inputs(prefixes, messages, turns)
+            self._tune_watching(worth, cost, units, time.perf_counter() - started)
             if worth:  # (prefixes of a render not watched say nothing of resuming)
                 self._resume_tally[0] += prefixes.resumed
                 self._resume_tally[1] += prefixes.rendered
@@ -284,6 +291,24 @@ class ChatTemplate:
         spans are the same."""
         resumed, rendered = self._resume_tally
         return resumed + rendered < _TALLY_SEEN or resumed >= _TALLY_SHARE * (resumed + rendered)
+
+    def _tune_watching(self, watched: bool, cost: float, units: int, seconds: float) -> None:
+        """Learn from a conversation's derived spans whether watching pays at its cost: a
+        conversation rendered prefix by prefix gives the seconds a render unit takes here;
+        a watched one that took longer than its units would have (once 8 such are known)
+        raises the cost from which conversations are watched past its own (up to
+        ``_WATCH_FROM_MOST``, so that long conversations are always watched). How much a
+        prefix's resume costs depends on the template (one whose start walks every message
+        runs it again in each prefix): Llama 3.1 gains from 7 messages, Qwen3 from about
+        17. The spans are the same either way."""
+        rate = self._plain_rate
+        if not watched:
+            if cost:  # (a conversation without prefixes is just its render)
+                rate[1] += 1
+                sample = seconds / units
+                rate[0] = sample if rate[1] == 1 else rate[0] + (sample - rate[0]) / 16
+        elif rate[1] >= 8 and seconds > rate[0] * units:
+            self._watch_from = min(_WATCH_FROM_MOST, max(self._watch_from, cost + 1))
 
     def _resume_plan(self) -> ResumePlan | None:
         """How prefixes of a conversation resume from its render (template/resume.py)."""
@@ -1012,8 +1037,10 @@ _PASSES_BACK = 8
 _TALLY_SEEN, _TALLY_SHARE = 64, 0.25
 # A watched render costs about 1.3 renders; resuming a prefix a small part of one. Below
 # this many renders' worth of prefixes to render (each its share of the conversation), the
-# prefixes are cheaper rendered from the start (a short conversation's one or two turns).
+# prefixes are cheaper rendered from the start (a short conversation's one or two turns);
+# measured costs raise it for a template (ChatTemplate._tune_watching), up to the most.
 _WATCHING_PAYS = 2.0
+_WATCH_FROM_MOST = 8.0
 
 
 def _assistant_turns(messages: Sequence[Any]) -> list[int]:
@@ -1027,15 +1054,20 @@ def _assistant_turns(messages: Sequence[Any]) -> list[int]:
     ]
 
 
-def _worth_watching(turns: list[int], total: int, add_generation_prompt: bool) -> bool:
-    """Whether the prefixes derived spans need (around the assistant's messages ``turns``
-    of ``total``) would cost more rendered than resumed."""
-    cost = 0.0
+def _prefix_cost(turns: list[int], total: int, add_generation_prompt: bool) -> tuple[float, int]:
+    """What rendering the prefixes derived spans need (around the assistant's messages
+    ``turns`` of ``total``) from the start costs: in renders of the conversation (each
+    prefix its share of the messages), and in render units with the conversation's own
+    render (a message each, and one for each render's own cost)."""
+    cost, units = 0.0, total + 1
     for index in turns:
-        cost += index / total  # the prefix before the turn
+        if index:
+            cost += index / total  # the prefix before the turn
+            units += index + 1
         if index + 1 < total or add_generation_prompt:
             cost += (index + 1) / total  # the prefix up to it (the last is the render)
-    return cost >= _WATCHING_PAYS
+            units += index + 2
+    return cost, units
 
 
 def _spans_from_shared_inputs(
