@@ -571,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(timed)} conversations timed in {time.perf_counter() - started:.0f} s")
     tokenizer = args.vocab or "the tests' byte-level BPE"
     print(f"tokenizer: {tokenizer}, the template's markers added\n")
-    print("Each conversation alone, its text new to chatcodec's piece cache:\n")
+    print("Each conversation alone, its pieces and words new to chatcodec's cache:\n")
     report(timed, passes)
     fresh = 1500 if args.fresh is None else args.fresh
     if fresh:
