@@ -281,26 +281,29 @@ def test_short_conversations_do_not_stop_a_long_one_resuming() -> None:
     assert resumed >= 38 and rendered == 0
 
 
-def test_watching_stops_below_the_cost_at_which_it_was_slower() -> None:
-    """A watched conversation that took longer than rendering its prefixes would have (at
-    the rate the conversations rendered prefix by prefix gave) raises the prefix cost from
-    which conversations are watched past its own, once 8 such rates are known, and never
-    past 8 renders' worth; one that took less changes nothing."""
+def test_each_cost_is_watched_as_its_trials_found_faster() -> None:
+    """Between 2 and 8 renders' worth of prefixes, a template tries each cost (in whole
+    renders) watched and rendered prefix by prefix in turn, 5 times each, then keeps the
+    way whose median time a render unit was less (one slow trial does not decide)."""
     template = ChatTemplate(CHATML)
-    start = template._watch_from
-    template._tune_watching(True, 3.0, 20, 1.0)  # no rate known yet
-    assert template._watch_from == start
-    for _ in range(8):
-        template._tune_watching(False, 1.5, 10, 0.010)  # 1 ms a unit
-    template._tune_watching(False, 0.0, 4, 1.0)  # no prefixes: not a rate
-    template._tune_watching(True, 3.0, 20, 0.015)  # faster than 20 ms
-    assert template._watch_from == start
-    template._tune_watching(True, 3.0, 20, 0.025)
-    assert template._watch_from == 4.0
-    template._tune_watching(True, 12.0, 100, 1.0)
-    assert template._watch_from == 8.0
-    for _ in range(4):  # the spans stay the prefix method's, whichever way they are derived
+    assert not template._worth_watching(1.9) and template._worth_watching(8.0)
+    for _ in range(5):
+        for cost, watched, plain in ((3.5, 1.0, 2.0), (5.2, 2.0, 1.0)):
+            assert template._worth_watching(cost)
+            template._tried(True, cost, watched)
+            assert not template._worth_watching(cost)
+            template._tried(False, cost, plain)
+    template._tried(True, 3.0, 9.0)  # decided: not counted
+    assert template._watches == {3: True, 5: False} and not template._trials
+    for _ in range(4):
+        template._tried(True, 6.1, 1.0)
+        template._tried(False, 6.1, 2.0)
+    template._tried(True, 6.1, 50.0)  # a trial the machine slowed down
+    template._tried(False, 6.1, 2.0)
+    assert template._watches[6] is True
+    for _ in range(3):  # the spans stay the prefix method's, whichever way they are derived
         assert _assert_same_spans(template, CONVERSATION * 2, **NO_OPTIONS) == 4
+        assert _assert_same_spans(template, CONVERSATION * 3, **NO_OPTIONS) == 6
 
 
 def test_a_template_that_looks_at_the_last_message() -> None:

@@ -172,11 +172,11 @@ class ChatTemplate:
         self._variables: frozenset[str] | None = None
         self._plan: ResumePlan | None | bool = False  # False: not looked for yet
         self._resume_tally = [0, 0]  # prefixes resumed, rendered from the start, so far
-        # derived spans: the prefix cost from which a conversation is watched (raised when a
-        # watched one took longer than rendering its prefixes would have), and the seconds
-        # per render unit of the conversations rendered prefix by prefix (how many seen)
-        self._watch_from = _WATCHING_PAYS
-        self._plain_rate = [0.0, 0]
+        # derived spans, for each prefix cost (in whole renders) where watching may or may
+        # not pay: the seconds per render unit of its conversations watched and rendered
+        # prefix by prefix while both are tried, and then whether it is watched
+        self._trials: dict[int, tuple[list[float], list[float]]] = {}
+        self._watches: dict[int, bool] = {}
         # A name token reading exactly `generation` is that word followed by no word
         # character (jinja's names extend over all of them): without one, lexing finds none
         self.has_generation_tag = _GENERATION_WORD.search(source) is not None and (
@@ -270,11 +270,11 @@ class ChatTemplate:
         if isinstance(messages, (list, tuple)) and self._environment().immutable_inputs:
             turns = _assistant_turns(messages)
             cost, units = _prefix_cost(turns, len(messages), add_generation_prompt)
-            worth = cost >= self._watch_from and self._resuming_pays()
+            worth = self._worth_watching(cost) and self._resuming_pays()
             started = time.perf_counter()
             prefixes = PrefixRenders(self, inputs, self._resume_plan() if worth else None)
             derived = _spans_from_shared_inputs(prefixes, messages, turns)
-            self._tune_watching(worth, cost, units, time.perf_counter() - started)
+            self._tried(worth, cost, (time.perf_counter() - started) / units)
             if worth:  # (prefixes of a render not watched say nothing of resuming)
                 self._resume_tally[0] += prefixes.resumed
                 self._resume_tally[1] += prefixes.rendered
@@ -292,23 +292,36 @@ class ChatTemplate:
         resumed, rendered = self._resume_tally
         return resumed + rendered < _TALLY_SEEN or resumed >= _TALLY_SHARE * (resumed + rendered)
 
-    def _tune_watching(self, watched: bool, cost: float, units: int, seconds: float) -> None:
-        """Learn from a conversation's derived spans whether watching pays at its cost: a
-        conversation rendered prefix by prefix gives the seconds a render unit takes here;
-        a watched one that took longer than its units would have (once 8 such are known)
-        raises the cost from which conversations are watched past its own (up to
-        ``_WATCH_FROM_MOST``, so that long conversations are always watched). How much a
-        prefix's resume costs depends on the template (one whose start walks every message
-        runs it again in each prefix): Llama 3.1 gains from 7 messages, Qwen3 from about
-        17. The spans are the same either way."""
-        rate = self._plain_rate
-        if not watched:
-            if cost:  # (a conversation without prefixes is just its render)
-                rate[1] += 1
-                sample = seconds / units
-                rate[0] = sample if rate[1] == 1 else rate[0] + (sample - rate[0]) / 16
-        elif rate[1] >= 8 and seconds > rate[0] * units:
-            self._watch_from = min(_WATCH_FROM_MOST, max(self._watch_from, cost + 1))
+    def _worth_watching(self, cost: float) -> bool:
+        """Whether to watch a conversation whose prefixes cost ``cost`` renders from the
+        start: below ``_WATCHING_PAYS`` never, from ``_WATCHING_ALWAYS`` always, and between
+        them as this template's trials of that cost (in whole renders) found, each way in
+        turn until then. How much a resumed prefix costs depends on the template (one whose
+        start walks every message runs it again in each prefix): Llama 3.1 gains from 7
+        messages, Qwen3 from about 17. The spans are the same either way."""
+        if cost < _WATCHING_PAYS:
+            return False
+        if cost >= _WATCHING_ALWAYS:
+            return True
+        band = int(cost)
+        if band in self._watches:
+            return self._watches[band]
+        watched, rendered = self._trials.get(band, ((), ()))
+        return len(watched) <= len(rendered)
+
+    def _tried(self, watched: bool, cost: float, seconds: float) -> None:
+        """Note how long a conversation's spans took a render unit (``_prefix_cost``) where
+        its cost is on trial; with ``_TRIALS`` each way, watch that cost from then on if the
+        median watched one was faster (medians: a conversation the machine slowed down
+        does not decide)."""
+        band = int(cost)
+        if cost < _WATCHING_PAYS or cost >= _WATCHING_ALWAYS or band in self._watches:
+            return
+        trials = self._trials.setdefault(band, ([], []))
+        trials[0 if watched else 1].append(seconds)
+        if min(map(len, trials)) >= _TRIALS:
+            self._watches[band] = _middle(trials[0]) < _middle(trials[1])
+            del self._trials[band]
 
     def _resume_plan(self) -> ResumePlan | None:
         """How prefixes of a conversation resume from its render (template/resume.py)."""
@@ -1038,9 +1051,11 @@ _TALLY_SEEN, _TALLY_SHARE = 64, 0.25
 # A watched render costs about 1.3 renders; resuming a prefix a small part of one. Below
 # this many renders' worth of prefixes to render (each its share of the conversation), the
 # prefixes are cheaper rendered from the start (a short conversation's one or two turns);
-# measured costs raise it for a template (ChatTemplate._tune_watching), up to the most.
+# from it up to _WATCHING_ALWAYS, each template tries both ways _TRIALS times at each cost
+# in whole renders and keeps the faster (ChatTemplate._worth_watching)
 _WATCHING_PAYS = 2.0
-_WATCH_FROM_MOST = 8.0
+_WATCHING_ALWAYS = 8.0
+_TRIALS = 5
 
 
 def _assistant_turns(messages: Sequence[Any]) -> list[int]:
@@ -1052,6 +1067,11 @@ def _assistant_turns(messages: Sequence[Any]) -> list[int]:
         if (type(message) is dict or isinstance(message, Mapping))
         and message.get("role") == "assistant"
     ]
+
+
+def _middle(values: list[float]) -> float:
+    """The median (the upper one of an even count)."""
+    return sorted(values)[len(values) // 2]
 
 
 def _prefix_cost(turns: list[int], total: int, add_generation_prompt: bool) -> tuple[float, int]:
