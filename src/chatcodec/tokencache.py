@@ -49,6 +49,7 @@ from itertools import accumulate, chain, compress
 from operator import itemgetter, not_
 from typing import Any, overload
 
+from .strings import longest_match
 from .wordsplit import WordSplit
 
 __all__ = ["PieceCache", "PieceOffsets", "tokens_of"]
@@ -274,7 +275,7 @@ class PieceCache:
                 return None  # the tokenizer does not give this added token as itself
             a, b = after.offsets[1]
             cut[text] = (index, alone.offsets[0], (a - len(separator), b - len(separator)))
-        pattern = re.compile(f"({_longest_match(sorted(matched))})")
+        pattern = re.compile(f"({longest_match(sorted(matched))})")
         words = WordSplit.for_backend(backend, inner)
         return cls(backend, pattern, cut, len(matched) > len(cut), separator, capacity, words)
 
@@ -573,26 +574,3 @@ class PieceCache:
         while self._size > self.capacity:
             kept, _ = self._kept.popitem(last=False)
             self._size -= len(kept) if isinstance(kept, str) else len(kept[0])
-
-
-def _longest_match(texts: list[str]) -> str:
-    """A regular expression matching the longest of ``texts`` that starts where it is
-    tried, as a trie: a tokenizer with thousands of added tokens (``<unused123>``) would
-    have each tried in turn at every ``<`` of the text."""
-    trie: dict[str, Any] = {}
-    for text in texts:
-        node = trie
-        for char in text:
-            node = node.setdefault(char, {})
-        node[""] = {}  # a text ends here
-
-    def pattern(node: dict[str, Any]) -> str:
-        branches = [re.escape(char) + pattern(child) for char, child in node.items() if char]
-        if not branches:
-            return ""
-        inner = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        if "" in node:  # a shorter text ends here: the longer ones are tried first
-            return f"(?:{inner})?"
-        return inner
-
-    return pattern(trie)

@@ -42,6 +42,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
+from .strings import longest_match
+
 __all__ = ["GPT2_PATTERN", "WordSplit"]
 
 
@@ -157,8 +159,8 @@ class WordSplit:
                 return None
             pattern, grouped = _on_ascii(source, pattern) or (pattern, grouped)
             patterns.append((pattern, grouped, "(?!" in source))
-        texts = sorted({text for text in inner if text}, key=len, reverse=True)
-        found = re.compile("|".join(map(re.escape, texts))) if texts else None
+        texts = sorted({text for text in inner if text})
+        found = re.compile(longest_match(texts)) if texts else None
         wide = (
             forms <= {"NFC"}  # the others change some wide characters
             and all(isinstance(pattern, re.Pattern) for pattern, _, _ in patterns)

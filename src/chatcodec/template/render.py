@@ -1048,9 +1048,10 @@ _PASSES_BACK = 8
 # After this many prefixes, a template that resumed less than this share of them stops
 # watching its renders (ChatTemplate._resuming_pays)
 _TALLY_SEEN, _TALLY_SHARE = 64, 0.25
-# A watched render costs about 1.3 renders; resuming a prefix a small part of one. Below
-# this many renders' worth of prefixes to render (each its share of the conversation), the
-# prefixes are cheaper rendered from the start (a short conversation's one or two turns);
+# A watched render costs about 1.3 renders; resuming a prefix from a small part of one to
+# a whole one, as the template goes. Below this many renders' worth of prefixes to render
+# (each its share of the conversation), the prefixes are cheaper rendered from the start
+# (a short conversation's one or two turns);
 # from it up to _WATCHING_ALWAYS, each template tries both ways _TRIALS times at each cost
 # in whole renders and keeps the faster (ChatTemplate._worth_watching)
 _WATCHING_PAYS = 2.0
