@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from chatcodec import ChatTemplate, TemplateError
-from chatcodec.template.render import derive_spans_by_prefixes
+from chatcodec.template.render import PrefixRenders, derive_spans_by_prefixes
 
 from ._reply_oracle import RENDER_CASES
 from .conftest import read_jsonl, shared_path, template_source
@@ -161,6 +161,28 @@ def test_spans_on_an_agent_conversation_of_two_questions(name: str) -> None:
     for tool_list, agp in ((tools, False), (None, True)):
         options = {"tools": tool_list, "documents": None, "add_generation_prompt": agp}
         _assert_same_spans(template, messages, now=0, **options, **_special(name))
+
+
+@pytest.mark.parametrize("name", ["openai-gpt-oss-120b.jinja", "muse-glimmer.jinja"])
+def test_templates_whose_passes_look_ahead_resume_every_prefix(name: str) -> None:
+    # gpt-oss's call shows its reasoning unless a final reply comes later, muse's tool
+    # result looks up its call's name in every message: passes that read ahead, as far
+    # as what they found (their loops' later passes change nothing)
+    if name not in _templates():
+        pytest.skip("no render corpus")
+    template = _compiled(name)
+    messages, tools = agent_conversation(), long_conversation()[1]
+    prefixes = PrefixRenders.of(template, messages, tools, now=0, **_special(name))
+    turns = [at for at, message in enumerate(messages) if message["role"] == "assistant"]
+    with prefixes.resuming():
+        for at in turns:
+            assert prefixes.render(at, True) == template.render(
+                messages[:at], tools, None, True, now=0, **_special(name)
+            )
+            assert prefixes.render(at + 1, False) == template.render(
+                messages[: at + 1], tools, now=0, **_special(name)
+            )
+    assert (prefixes.resumed, prefixes.rendered) == (2 * len(turns), 0)
 
 
 # --- hypothesis-built conversations ------------------------------------------------------

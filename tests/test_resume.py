@@ -87,9 +87,9 @@ def test_loop_values_that_peek_at_the_next_message() -> None:
 
 @pytest.mark.parametrize("value", ["loop.length", "loop.revindex", "loop.revindex0"])
 def test_loop_values_that_count_the_messages(value: str) -> None:
-    # every pass reads how many messages there are: only the first message's prefix (its
-    # pass comes before any count) and the whole conversation's (it is the render) resume
-    assert check(_loop("{{ " + value + " }}" + CHATML_BODY)) == 2 * 2 * 2
+    # every pass reads how many messages there are: a prefix resumes at the first pass
+    # (its mark comes before any count), and runs every pass again
+    assert check(_loop("{{ " + value + " }}" + CHATML_BODY)) == ALL
 
 
 def test_namespaces_the_loop_changes() -> None:
@@ -241,6 +241,68 @@ def test_continue_and_break() -> None:
     assert check(stop) == 2 * 2 * 6
 
 
+LOOK_AHEAD = (  # gpt-oss: a call's reasoning is shown unless a final reply comes later
+    "{% set later = namespace(final=false) %}{% for x in messages[loop.index:] %}"
+    "{% if x.role == 'assistant' and 'tool_calls' not in x %}{% set later.final = true %}"
+    "{% endif %}{% endfor %}{{ 1 if later.final else 0 }}"
+)
+
+
+def test_a_loop_that_looks_ahead_is_followed_until_its_last_change() -> None:
+    assert check(_loop(LOOK_AHEAD + CHATML_BODY)) == ALL
+    # its reads after the final reply it found change nothing: a prefix resumes from the
+    # pass of the last final reply before it (at most four back here), not from the first
+    # pass that looked ahead
+    template = ChatTemplate(_loop(LOOK_AHEAD + CHATML_BODY))
+    long = CONVERSATION * 6
+    prefixes = PrefixRenders.of(template, long)
+    with prefixes.resuming():
+        for n in range(5, len(long) + 1):
+            assert prefixes.render(n, False) == template.render(long[:n])
+            assert prefixes.kept >= len(template.render(long[: n - 4]))
+    assert prefixes.rendered == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # followed: what they print, a count that changes with every user message, a
+        # loop filter (its tests are reads of the pass they let through), a break (the
+        # reads until it all count)
+        "{% for x in messages[loop.index:] %}{% if x.role == 'tool' %}<{{ x.content }}>"
+        "{% endif %}{% endfor %}",
+        "{% set c = namespace(n=0) %}{% for x in messages[loop.index:] %}"
+        "{% if x.role == 'user' %}{% set c.n = c.n + 1 %}{% endif %}{% endfor %}{{ c.n }}",
+        "{% for x in messages[loop.index:] if x.role == 'user' %}U{% endfor %}",
+        "{% for x in messages[loop.index:] %}{% if x.role == 'user' %}{% break %}{% endif %}"
+        "{{ x.role[0] }}{% endfor %}",
+        # not followed: what a pass after the last change sees of the passes after it
+        # (where it decides what it prints), or of their absence
+        "{% for x in messages[loop.index:] %}{% if loop.last %}{{ x.role }}{% endif %}{% endfor %}",
+        "{% for x in messages[loop.index:] %}{{ loop.length if loop.first }}{% endfor %}",
+        "{% for x in messages[loop.index:] %}{% else %}none later{% endfor %}",
+        # a macro's output is its own until it returns: its loop does not print
+        "{{ roles_from(loop.index) }}",
+        "{% set roles %}{% for x in messages[loop.index:] %}{{ x.role[0] }}{% endfor %}"
+        "{% endset %}{{ roles }}",
+        "{% filter upper %}{% for x in messages[loop.index:] %}{{ x.role[0] }}{% endfor %}"
+        "{% endfilter %}",
+    ],
+)
+def test_loops_that_look_ahead(body: str) -> None:
+    start = (
+        "{% macro roles_from(i) %}{% for x in messages[i:] %}{{ x.role[0] }}{% endfor %}"
+        "{% endmacro %}"
+    )
+    check(_loop(body + CHATML_BODY, start))
+
+
+def test_a_template_cannot_write_the_followed_loop_s_guard() -> None:
+    source = _loop("{% for x in messages | __chatcodec_inner_loop_guard %}{% endfor %}")
+    assert ChatTemplate(source)._resume_plan() is None
+    check(source)
+
+
 def test_the_watched_list_shows_a_template_nothing_a_list_does_not() -> None:
     start = (
         "{% set probe = [messages.watch is defined, messages.base is defined, "
@@ -387,6 +449,21 @@ BODIES = [
     "{% if flag is defined %}{{ flag is boolean }}{{ flag is integer }}{% endif %}",
     "{{ (messages | length) is integer }}{% if messages | length > loop.index0 + 2 %}>{% endif %}",
     "{% if loop.index0 == 3 %}{{ ns.user | tojson }}{% endif %}",
+    # loops that look ahead (Watch.inner_loop): a flag set once, output, a break, a count
+    # that changes on every pass, a capture, a macro's count
+    "{% set f = namespace(found=false) %}{% for x in messages[loop.index:] %}"
+    "{% if x.role == 'assistant' and 'tool_calls' not in x %}{% set f.found = true %}"
+    "{% endif %}{% endfor %}{{ f.found }}",
+    "{% for x in messages[loop.index:] %}{% if x.role == 'tool' %}<{{ x.content }}>"
+    "{% endif %}{% endfor %}",
+    "{% for x in messages[loop.index0 + 1:] %}{% if x.role != 'tool' %}{% break %}{% endif %}"
+    "T{% endfor %}",
+    "{% for x in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}",
+    "{% for x in messages[loop.index:] %}{% set s %}{{ x.role }}{% endset %}"
+    "{% if s == 'user' %}{% set ns.seen = true %}{% endif %}{% endfor %}",
+    "{{ users_after(loop.index) }}",
+    "{% for x in messages[loop.index:] %}{% if loop.last %}{{ x.role }}{% endif %}{% endfor %}",
+    "{% for x in messages[loop.index:] %}{% endfor %}{% for x in view or [] %}{% endfor %}",
 ]
 ENDS = [
     "{{ ns.n }}",
@@ -403,6 +480,9 @@ FIXED = (
     "{% set ns = namespace(n=0, user=-1, kept=none, seen=none, top=0, box=none, open=true) %}"
     "{% macro show(m) %}[{{ m.role }}]{% endmacro %}"
     "{% macro total() %}{{ messages | length }}{% endmacro %}"
+    "{% macro users_after(i) %}{% set c = namespace(n=0) %}{% for x in messages[i:] %}"
+    "{% if x.role == 'user' %}{% set c.n = c.n + 1 %}{% endif %}{% endfor %}{{ c.n }}"
+    "{% for x in messages[i:] %}{{ x.role[0] }}{% endfor %}{% endmacro %}"
 )
 
 
@@ -645,11 +725,11 @@ def scans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     they were worked out."""
     counts = {"probed": 0, "refused": 0, "worked out": 0}
     probe, effect = resume.ResumePlan._probe, resume.ResumePlan._scan_effect
-    watches: set[int] = set()
+    watches: dict[int, Any] = {}  # (the watches kept: an id is not another's later)
 
     def probed(plan: Any, watch: Any, *args: Any) -> Any:
         assert id(watch) not in watches  # (one scan statement in these templates)
-        watches.add(id(watch))
+        watches[id(watch)] = watch
         found = probe(plan, watch, *args)
         counts["probed" if found is not None else "refused"] += 1
         return found

@@ -47,6 +47,7 @@ __all__ = [
     "RenderState",
     "ChatSandbox",
     "GuardedCodeGenerator",
+    "INNER_LOOP_GUARD",
     "LimitExceeded",
     "MARK_PREFIX",
     "loop_source",
@@ -85,6 +86,11 @@ class RenderState(threading.local):
     # the namespaces whose fields were set, while a watched render (template/resume.py)
     # runs: it copies only those at its next mark
     written: set[int] | None = None
+    # meanwhile, how many of those settings changed a field's value (another value, or
+    # another type); and what walks the loops marked with INNER_LOOP_GUARD (given the
+    # iterable and its guarded walk)
+    changes: int = 0
+    inner_loops: Callable[[Any, Iterator[Any]], Iterable[Any]] | None = None
 
     def begin(
         self,
@@ -331,10 +337,13 @@ class _TemplateNamespace(jinja2.utils.Namespace):
     def __setitem__(self, name: str, value: Any) -> None:
         _TemplateNamespace._check_name(name)
         _check_size(value)
-        jinja2.utils.Namespace.__setitem__(self, name, value)
         written = render_state.written
         if written is not None:
+            old = object.__getattribute__(self, "_Namespace__attrs").get(name, _UNSET)
+            if not (old is value or (type(old) is type(value) in _SCALARS and old == value)):
+                render_state.changes += 1
             written.add(id(self))
+        jinja2.utils.Namespace.__setitem__(self, name, value)
 
     @staticmethod
     def _check_name(name: Any) -> None:
@@ -488,6 +497,10 @@ _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "translate": _check_translate,
 }
 _LOOP_GUARD = "__chatcodec_loop_guard"
+# the guard of a loop whose walk a watched render may follow (template/resume.py marks them)
+INNER_LOOP_GUARD = "__chatcodec_inner_loop_guard"
+_SCALARS = (str, int, float, bool, type(None))
+_UNSET = object()
 
 
 def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -501,10 +514,21 @@ def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
         yield item
 
 
+def _inner_loop_guard(iterable: Iterable[Any]) -> Iterable[Any]:
+    # A loop guard, whose walk a watched render follows (RenderState.inner_loops)
+    guarded = _loop_guard(iterable)
+    walk = render_state.inner_loops
+    return guarded if walk is None else walk(iterable, guarded)
+
+
 def loop_source(loop: jinja2.nodes.For) -> jinja2.nodes.Node:
     """What a parsed ``{% for %}`` walks, without the time check ``_parse`` wraps it in."""
     walked = loop.iter
-    if isinstance(walked, jinja2.nodes.Filter) and walked.name == _LOOP_GUARD and walked.node:
+    if (
+        isinstance(walked, jinja2.nodes.Filter)
+        and walked.name in (_LOOP_GUARD, INNER_LOOP_GUARD)
+        and walked.node
+    ):
         return walked.node
     return walked
 
@@ -1228,6 +1252,7 @@ def new_environment(
     tojson = _tojson if json_data is None else _tojson_of(json_data)
     env.filters["tojson"] = _memoized(_guard_filter(tojson, "tojson"))
     env.filters[_LOOP_GUARD] = _loop_guard
+    env.filters[INNER_LOOP_GUARD] = _inner_loop_guard
     for name in ("true", "false", "boolean", "integer"):
         env.tests[name] = _answered_by_stand_in(env.tests[name])  # type: ignore[arg-type]
     for name in ("length", "count"):

@@ -47,6 +47,18 @@ alone (a probe), and a prefix's scan is the effects of its passes from its last 
 down, until one clears the flag; a probe that would stand for other passes than its own (it
 uses a traced value, writes another namespace, or the statements run before it set what it
 reads) refuses, and the scan runs as written.
+A pass that looks ahead (gpt-oss's call looks for a later final reply, Muse's tool result
+for its call's name in every message) would keep every later prefix from resuming at its
+own mark. Two things keep it from costing a render per prefix. A loop over the messages in
+a pass (or in a macro) is *followed* (``Watch.inner_loop``): when it ends, the reads of its
+passes after the last one that did anything (printed to the render's text, or changed a
+namespace field's value) are forgotten, since those passes do nothing in the render of any
+prefix that holds the messages read until then, whether they run there or the loop ends
+before them; such a loop may not use ``loop`` (which sees the passes after) nor ``else``
+(which sees none), and in a macro or a captured block, whose output is not the render's
+text as it is made, it must print nothing. And a prefix whose pass before it read its
+message ``k`` or later resumes at the last pass whose mark came before any such read (the
+main loop's marks only read further), running the passes from there again.
 Everything else a render can see is the same in both: the inputs are shared and immutable,
 and a template's only mutable state is its namespaces (a loop's body cannot assign
 variables outside it). A prefix that cannot be resumed (no mark, a pass that read too far,
@@ -83,7 +95,13 @@ from jinja2.idtracking import VAR_LOAD_UNDEFINED, symbols_for_node
 from jinja2.runtime import LoopContext
 from jinja2.utils import missing
 
-from .environment import MARK_PREFIX, loop_source, marker_statement, render_state
+from .environment import (
+    INNER_LOOP_GUARD,
+    MARK_PREFIX,
+    loop_source,
+    marker_statement,
+    render_state,
+)
 
 __all__ = ["ResumePlan", "TooManyPasses", "Watch", "WatchedMessages"]
 
@@ -218,6 +236,7 @@ class Watch:
             _watching.watch = self
             if not self.steps:
                 render_state.written = set()
+                render_state.inner_loops = self.inner_loop
             if self.trace and (self.tracing or self.reach > 0):
                 self._trace()
             self.at = -2 - index
@@ -270,6 +289,39 @@ class Watch:
         if getattr(_watching, "watch", None) is self:
             _watching.watch = None
             render_state.written = None
+            render_state.inner_loops = None
+
+    def inner_loop(self, iterable: Any, guarded: Iterator[Any]) -> Iterator[Any]:
+        """The walk of a loop ``_follow_inner_loops`` marked: followed (``_followed``) when
+        it walks this render's messages, else as guarded."""
+        if type(iterable) is WatchedMessages and iterable.__cc_watch__ is self and self.live:
+            return self._followed(guarded)
+        return guarded
+
+    def _followed(self, guarded: Iterator[Any]) -> Iterator[Any]:
+        """A loop's walk of the messages, whose reads after its last pass that did anything
+        are forgotten once it ends. A pass does something when it prints (the loop's
+        output is the render's, or it has none: ``_follow_inner_loops``) or changes a
+        namespace's field; the passes after the last one that did are the same passes on
+        the same state in the render of any prefix that holds the messages read until
+        then, and do nothing there either, whether they run or the walk ends before them:
+        the loop leaves the same state. (Marks only sit between a loop's walks, at
+        top-level statements and passes of the main loop.)"""
+        state = render_state
+        kept = (self.reach, self.furthest)  # the reads to keep: those until the last change
+        seen = (state.position, state.changes)
+        walk = iter(guarded)
+        while True:
+            now = (state.position, state.changes)
+            if now != seen:  # the pass before this fetch did something
+                kept, seen = (self.reach, self.furthest), now
+            try:
+                item = next(walk)
+            except StopIteration:
+                break
+            yield item
+        # (a loop that breaks never gets here: its reads all count)
+        self.reach, self.furthest = kept
 
     def _trace(self) -> None:
         """Trace every int the start left in a namespace's field (not in a top-level
@@ -833,6 +885,32 @@ class _Rerun:
         return found
 
 
+def _last_within(watch: Watch, first: int, last: int, bound: int) -> int | None:
+    """The last pass from ``first`` to ``last`` whose mark came before any read of message
+    ``bound`` or later (the reaches of the main loop's marks only grow); None when even the
+    first one's did not, or a pass has no mark."""
+
+    def reach(index: int) -> int | None:
+        item = watch.chat[index]
+        mark = watch.passes.get(id(item))
+        return None if mark is None or mark.item is not item else mark.reach
+
+    reached = reach(first)
+    if reached is None or reached >= bound:
+        return None
+    low, high = first, last
+    while low < high:
+        middle = (low + high + 1) // 2
+        reached = reach(middle)
+        if reached is None:
+            return None
+        if reached < bound:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def _reads_past(watch: Watch, k: int) -> tuple[list[tuple[int, int]], frozenset[int]]:
     """The runs of consecutive statements of the start (first, stop) that read message
     ``k`` or later in the watched render, and those statements. The same for every ``k``
@@ -900,6 +978,8 @@ class ResumePlan:
             return None
         if any(tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport))):
             return None
+        if any(node.name == INNER_LOOP_GUARD for node in tree.find_all(nodes.Filter)):
+            return None  # the template wrote a hook's filter: it would be followed unchecked
         found = _main_loop(tree)
         if found is None:
             return None
@@ -925,6 +1005,7 @@ class ResumePlan:
         )
         watched = copy.deepcopy(tree)
         main = watched.body[index]
+        assert isinstance(main, nodes.For)  # (the copy of the loop _main_loop found)
         marked: list[nodes.Node] = []
         for at, node in enumerate(watched.body[: index + 1]):
             marked.append(marker_statement(_STEP, nodes.Const(at)))
@@ -936,6 +1017,7 @@ class ResumePlan:
                 node.body.insert(0, marker_statement(mark, item))
             marked.append(node)
         watched.body[: index + 1] = marked
+        _follow_inner_loops(watched, main)
         plan = cls(
             compile_tree(watched),
             compile_tree(nodes.Template([body, *copy.deepcopy(rest)])),
@@ -987,13 +1069,20 @@ class ResumePlan:
         mark = watch.passes.get(id(item))
         # the whole conversation's render can read all of it: its prefix is itself
         bound = k if k < len(chat) else _WHOLE + 1
-        if mark is None or mark.item is not item or mark.reach >= bound:
+        if mark is None or mark.item is not item:
             return None
         walked = watch.walked
         if not isinstance(walked, WatchedMessages) or k - 1 < base_of(walked):
             return None
+        last = k - 1  # the last pass whose mark holds the prefix's state
+        if mark.reach >= bound:  # a pass before read message k (a look ahead): from before it
+            found_last = _last_within(watch, base_of(walked), k - 1, bound)
+            if found_last is None:
+                return None
+            last = found_last
+            mark = watch.passes[id(chat[last])]
         ended = None  # the mark of message k, when the prefix's render can end there
-        if k < len(chat):
+        if last == k - 1 and k < len(chat):
             after = watch.passes.get(id(chat[k]))
             if after is not None and after.item is chat[k] and after.behind < k:
                 ended = after
@@ -1014,7 +1103,7 @@ class ResumePlan:
                 if changed is None:
                     return None
                 values = changed
-            at = k if ended is not None else k - 1
+            at = k if ended is not None else last
             if values:  # resumed at the first pass the prefix's values change
                 at = watch.first_changed(values, at, rerun)
             if passes is not None and k - at > passes:
@@ -1027,7 +1116,7 @@ class ResumePlan:
                     return text[: mark.position] + watch.ends[key], mark.position
             else:
                 tail = self.tail
-                if at != k - 1:
+                if at != last:
                     item = chat[at] if at >= base_of(walked) else None
                     found = watch.passes.get(id(item))
                     if found is None or found.item is not item:
@@ -1722,6 +1811,49 @@ def _main_loop(tree: nodes.Template) -> tuple[int, nodes.For, nodes.Expr] | None
             return None
         return index, node, loop_source(node)  # type: ignore[return-value]
     return None
+
+
+# Where a loop's output goes elsewhere than the render's text (a buffer, a function's)
+_BUFFERED = (nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.AssignBlock, nodes.Block)
+
+
+def _follow_inner_loops(watched: nodes.Template, main: nodes.For) -> None:
+    """Mark the loops of the main loop's body and of macros whose walks of the messages a
+    watched render follows (Watch.inner_loop): each pass of theirs must run the same
+    without the passes after it (no ``loop`` variable, which sees them, and which a
+    recursive loop calls; no ``else``, which sees none), and any output of theirs must
+    reach the render's text as it is made (else they print nothing)."""
+
+    def visit(node: nodes.Node, shown: bool) -> None:
+        if (
+            isinstance(node, nodes.For)
+            and loop_source(node) is not node.iter
+            and not node.else_
+            and not any(name.name == "loop" for name in _within(node.body, nodes.Name))
+            and (
+                shown or not _within(node.body, (nodes.Output, nodes.CallBlock, nodes.FilterBlock))
+            )
+        ):
+            node.iter.name = INNER_LOOP_GUARD  # type: ignore[attr-defined]
+        inside = shown and not isinstance(node, _BUFFERED)
+        for child in node.iter_child_nodes():
+            visit(child, inside)
+
+    for part in main.body:
+        visit(part, True)
+    for macro in watched.find_all(nodes.Macro):
+        for part in macro.body:
+            visit(part, False)
+
+
+def _within(parts: list[nodes.Node], kinds: Any) -> list[Any]:
+    """The nodes of these kinds among ``parts`` and inside them."""
+    return [
+        found
+        for part in parts
+        for found in itertools.chain((part,), part.find_all(kinds))
+        if isinstance(found, kinds)
+    ]
 
 
 def _walks_messages(node: nodes.For) -> bool:
