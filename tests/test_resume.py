@@ -276,23 +276,34 @@ def test_a_loop_that_looks_ahead_is_followed_until_its_last_change() -> None:
         "{% for x in messages[loop.index:] if x.role == 'user' %}U{% endfor %}",
         "{% for x in messages[loop.index:] %}{% if x.role == 'user' %}{% break %}{% endif %}"
         "{{ x.role[0] }}{% endfor %}",
-        # not followed: what a pass after the last change sees of the passes after it
-        # (where it decides what it prints), or of their absence
-        "{% for x in messages[loop.index:] %}{% if loop.last %}{{ x.role }}{% endif %}{% endfor %}",
-        "{% for x in messages[loop.index:] %}{{ loop.length if loop.first }}{% endfor %}",
-        "{% for x in messages[loop.index:] %}{% else %}none later{% endfor %}",
-        # a macro's output is its own until it returns: its loop does not print
+        # followed, what the passes before gave of `loop`
+        "{% set here = loop.index0 %}{% set a = namespace(at=-1) %}{% for x in messages %}"
+        "{% if x.role == 'assistant' and loop.index0 < here %}{% set a.at = loop.index0 %}"
+        "{% endif %}{{ loop.cycle('', '') }}{% endfor %}{{ a.at }}",
+        # followed, their printing statements marked where what they print is buffered (a
+        # macro's output is its own until it returns, a captured or filtered block's too)
         "{{ roles_from(loop.index) }}",
+        "{{ call_named(m) }}",
         "{% set roles %}{% for x in messages[loop.index:] %}{{ x.role[0] }}{% endfor %}"
         "{% endset %}{{ roles }}",
         "{% filter upper %}{% for x in messages[loop.index:] %}{{ x.role[0] }}{% endfor %}"
         "{% endfilter %}",
+        # not followed: what a pass after the last change sees of the passes after it
+        # (where it decides what it prints), or of their absence
+        "{% for x in messages[loop.index:] %}{% if loop.last %}{{ x.role }}{% endif %}{% endfor %}",
+        "{% for x in messages[loop.index:] %}{{ loop.length if loop.first }}{% endfor %}",
+        "{% for x in messages[loop.index:] %}{{ loop.revindex0 if loop.first }}{% endfor %}",
+        "{% for x in messages[loop.index:] %}{% else %}none later{% endfor %}",
     ],
 )
 def test_loops_that_look_ahead(body: str) -> None:
     start = (
         "{% macro roles_from(i) %}{% for x in messages[i:] %}{{ x.role[0] }}{% endfor %}"
         "{% endmacro %}"
+        # Solar's: the name of a tool result's call, printed where it is found
+        "{% macro call_named(m) %}{% for x in messages %}{% if x.tool_calls %}"
+        "{% for c in x.tool_calls %}{% if c.id == m.tool_call_id %}{{ c.function.name }}"
+        "{% endif %}{% endfor %}{% endif %}{% endfor %}{% endmacro %}"
     )
     check(_loop(body + CHATML_BODY, start))
 

@@ -111,6 +111,7 @@ _STEP = MARK_PREFIX + "_step"
 _WALK = MARK_PREFIX + "_walk"
 _SCAN = MARK_PREFIX + "_scan"
 _SCAN_WALK = MARK_PREFIX + "_scan_walk"
+_PRINTED = MARK_PREFIX + "_printed"  # a statement of a followed loop's prints (not yet out)
 _ITEMS = "__chatcodec_items"
 _SCAN_EFFECT = MARK_PREFIX + "_scan_effect"  # a rerun's backward scan, worked out (_Scan)
 _J = "__chatcodec_j"  # a probed pass's message index (_Scan)
@@ -220,6 +221,7 @@ class Watch:
         self.holding: set[int] = set()  # the namespaces (by index) a mark copied a traced value of
         self.held: Mark | None = None
         self.dirty: set[int] = set()
+        self.printed = 0  # the printing statements of followed loops run (_follow_inner_loops)
 
     def see(self, index: int) -> None:
         if index >= self.limit:
@@ -263,6 +265,9 @@ class Watch:
         def on_scan_walk(context: Any, walked: Any) -> None:
             self.scans[len(self.steps) - 1] = (walked, {})
 
+        def on_print(context: Any, _: Any) -> None:
+            self.printed += 1
+
         def on_scan(context: Any, item: Any) -> None:
             mark = self._mark(item, self.steps[-1].names, self.fetched)
             self.scans[len(self.steps) - 1][1][id(item)] = mark
@@ -280,6 +285,7 @@ class Watch:
             _PASS: on_pass,
             _SCAN_WALK: on_scan_walk,
             _SCAN: on_scan,
+            _PRINTED: on_print,
             "namespace": namespace,
         }
 
@@ -300,19 +306,19 @@ class Watch:
 
     def _followed(self, guarded: Iterator[Any]) -> Iterator[Any]:
         """A loop's walk of the messages, whose reads after its last pass that did anything
-        are forgotten once it ends. A pass does something when it prints (the loop's
-        output is the render's, or it has none: ``_follow_inner_loops``) or changes a
-        namespace's field; the passes after the last one that did are the same passes on
-        the same state in the render of any prefix that holds the messages read until
-        then, and do nothing there either, whether they run or the walk ends before them:
-        the loop leaves the same state. (Marks only sit between a loop's walks, at
+        are forgotten once it ends. A pass does something when it prints (to the render's
+        text, or a statement marked as printing where the loop's output is buffered) or
+        changes a namespace's field; the passes after the last one that did are the same
+        passes on the same state in the render of any prefix that holds the messages read
+        until then, and do nothing there either, whether they run or the walk ends before
+        them: the loop leaves the same state. (Marks only sit between a loop's walks, at
         top-level statements and passes of the main loop.)"""
         state = render_state
         kept = (self.reach, self.furthest)  # the reads to keep: those until the last change
-        seen = (state.position, state.changes)
+        seen = (state.position, state.changes, self.printed)
         walk = iter(guarded)
         while True:
-            now = (state.position, state.changes)
+            now = (state.position, state.changes, self.printed)
             if now != seen:  # the pass before this fetch did something
                 kept, seen = (self.reach, self.furthest), now
             try:
@@ -1815,26 +1821,30 @@ def _main_loop(tree: nodes.Template) -> tuple[int, nodes.For, nodes.Expr] | None
 
 # Where a loop's output goes elsewhere than the render's text (a buffer, a function's)
 _BUFFERED = (nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.AssignBlock, nodes.Block)
+_PRINTING = (nodes.Output, nodes.CallBlock, nodes.FilterBlock)  # statements that print
+# what a pass may see of its loop: nothing of the passes after it (`length`, `last`, ...)
+_LOOP_BEHIND = frozenset({"index", "index0", "first", "previtem", "depth", "depth0", "cycle"})
 
 
 def _follow_inner_loops(watched: nodes.Template, main: nodes.For) -> None:
     """Mark the loops of the main loop's body and of macros whose walks of the messages a
     watched render follows (Watch.inner_loop): each pass of theirs must run the same
-    without the passes after it (no ``loop`` variable, which sees them, and which a
-    recursive loop calls; no ``else``, which sees none), and any output of theirs must
-    reach the render's text as it is made (else they print nothing)."""
+    without the passes after it (of ``loop``, only what the passes before it gave; no
+    ``else``, which sees none). Where a loop's output is not the render's text as it is
+    made (in a macro, a captured block), its printing statements are marked to say so."""
+    marked: set[int] = set()  # the printing statements marked
 
     def visit(node: nodes.Node, shown: bool) -> None:
         if (
             isinstance(node, nodes.For)
             and loop_source(node) is not node.iter
             and not node.else_
-            and not any(name.name == "loop" for name in _within(node.body, nodes.Name))
-            and (
-                shown or not _within(node.body, (nodes.Output, nodes.CallBlock, nodes.FilterBlock))
-            )
+            and _sees_only_passes_before(node.body)
         ):
             node.iter.name = INNER_LOOP_GUARD  # type: ignore[attr-defined]
+            if not shown:
+                for statements in _statement_lists(node.body):
+                    statements[:] = _with_print_marks(statements, marked)
         inside = shown and not isinstance(node, _BUFFERED)
         for child in node.iter_child_nodes():
             visit(child, inside)
@@ -1844,6 +1854,51 @@ def _follow_inner_loops(watched: nodes.Template, main: nodes.For) -> None:
     for macro in watched.find_all(nodes.Macro):
         for part in macro.body:
             visit(part, False)
+
+
+def _sees_only_passes_before(body: list[nodes.Node]) -> bool:
+    """Whether a loop's body uses of ``loop`` only what the passes before gave."""
+    uses = [name for name in _within(body, nodes.Name) if name.name == "loop"]
+    behind = [
+        got
+        for got in _within(body, nodes.Getattr)
+        if isinstance(got.node, nodes.Name) and got.node.name == "loop" and got.attr in _LOOP_BEHIND
+    ]
+    return len(uses) == len(behind)
+
+
+def _statement_lists(body: list[nodes.Node]) -> Iterator[list[nodes.Node]]:
+    """``body`` and the lists of statements inside it (those of a macro it defines aside:
+    they run where it is called)."""
+    yield body
+    for part in body:
+        if isinstance(part, nodes.Macro):
+            continue
+        for name in ("body", "else_"):
+            inner = getattr(part, name, None)
+            if isinstance(inner, list):
+                yield from _statement_lists(inner)
+        if isinstance(part, nodes.If):
+            for branch in part.elif_:
+                yield from _statement_lists(branch.body)
+
+
+def _with_print_marks(statements: list[nodes.Node], marked: set[int]) -> list[nodes.Node]:
+    """The statements, each that prints (unless it prints nothing) after a mark that
+    counts it (Watch.printed)."""
+    out: list[nodes.Node] = []
+    for part in statements:
+        if isinstance(part, _PRINTING) and id(part) not in marked and not _prints_nothing(part):
+            marked.add(id(part))
+            out.append(marker_statement(_PRINTED, nodes.Const(0)))
+        out.append(part)
+    return out
+
+
+def _prints_nothing(part: nodes.Node) -> bool:
+    return isinstance(part, nodes.Output) and all(
+        isinstance(item, nodes.TemplateData) and not item.data for item in part.nodes
+    )
 
 
 def _within(parts: list[nodes.Node], kinds: Any) -> list[Any]:
