@@ -83,8 +83,8 @@ class RenderState(threading.local):
     made: list[Any] | None = None  # the caller's containers, as the render copied them
     inputs: set[int] | None = None  # their ids, once asked for (see _is_input)
     memo: FilterMemo | None = None  # set around renders of shared inputs (not by begin)
-    # the namespaces whose fields were set, while a watched render (template/resume.py)
-    # runs: it copies only those at its next mark
+    # the namespaces whose fields were set (to another object than they held), while a
+    # watched render (template/resume.py) runs: it copies only those at its next mark
     written: set[int] | None = None
     # meanwhile, how many of those settings changed a field's value (another value, or
     # another type); and what walks the loops marked with INNER_LOOP_GUARD (given the
@@ -338,11 +338,12 @@ class _TemplateNamespace(jinja2.utils.Namespace):
         _TemplateNamespace._check_name(name)
         _check_size(value)
         written = render_state.written
-        if written is not None:
+        if written is not None:  # (a field set to the very value it holds changes nothing)
             old = object.__getattribute__(self, "_Namespace__attrs").get(name, _UNSET)
-            if not (old is value or (type(old) is type(value) in _SCALARS and old == value)):
-                render_state.changes += 1
-            written.add(id(self))
+            if old is not value:
+                written.add(id(self))
+                if not (type(old) is type(value) in _SCALARS and old == value):
+                    render_state.changes += 1
         jinja2.utils.Namespace.__setitem__(self, name, value)
 
     @staticmethod

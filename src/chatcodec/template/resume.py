@@ -121,6 +121,7 @@ _SCALARS = (str, int, float, bool, type(None))
 # makes a namespace per message and has many messages, or makes thousands, is not watched
 # further (its marks would cost more than rendering its prefixes)
 _SNAPSHOTS = 1 << 16
+_NOTHING: frozenset[int] = frozenset()  # a mark's namespaces copied anew: none
 _FEW = 16  # namespaces put back all at once (_restore): cheaper than finding which changed
 
 
@@ -216,7 +217,7 @@ class Watch:
         # per mark, in order, the namespaces (by index) it copied anew: between two marks,
         # only those changed; and the mark whose state the namespaces hold since the last
         # _restore, with the namespaces (by id) set since (render_state.written, untrace)
-        self.log: list[set[int]] = []
+        self.log: list[set[int] | frozenset[int]] = []
         self.contents: dict[int, tuple[tuple[str, int], ...]] = {}  # Watch.content's
         self.holding: set[int] = set()  # the namespaces (by index) a mark copied a traced value of
         self.held: Mark | None = None
@@ -459,33 +460,42 @@ class Watch:
         ]
 
     def _mark(self, item: Any, names: dict[str, Any], behind: int = -1) -> Mark:
-        spaces, state = self.copied, render_state
-        written = state.written  # (set by the render's first mark, on_step)
-        assert written is not None
-        fresh: set[int] = set()
-        if written or len(spaces) != len(self.spaces):  # else the last mark's copies
-            old = len(spaces)
-            fresh = {self.made[key] for key in written if key in self.made}
-            fresh.update(range(old, len(self.spaces)))
-            copied = spaces + [(space, {}) for space in self.spaces[old:]]
-            for at in fresh:
-                fields = self.fields[at]
-                self.copies -= 1
-                copied[at] = (self.spaces[at], dict(fields))
-                values = fields.values()  # (plain values, the most, tested by type in C first)
-                if self.traced and _Traced in map(type, values):
-                    self.holding.add(at)
-                if self.usable and not _NOT_ITERATORS.issuperset(map(type, values)):
-                    self.usable = not any(map(_iterator, values))
-            written.clear()
-            self.copied = spaces = copied
-            if self.copies < 0:
-                self.usable = False
-        if not self.usable:  # nothing will resume
-            spaces = []
-        self.log.append(fresh)
-        order = len(self.log) - 1
-        return Mark(item, state.position, names, spaces, self.furthest, self.reach, behind, order)
+        state = render_state
+        # (written: set by the render's first mark, on_step)
+        fresh: set[int] | frozenset[int]
+        if state.written or len(self.copied) != len(self.spaces):
+            fresh = self._copy_fields(state.written)  # type: ignore[arg-type]
+        else:
+            fresh = _NOTHING  # the last mark's copies
+        log = self.log
+        log.append(fresh)
+        spaces = self.copied if self.usable else []  # (not usable: nothing will resume)
+        return Mark(
+            item, state.position, names, spaces, self.furthest, self.reach, behind, len(log) - 1
+        )
+
+    def _copy_fields(self, written: set[int]) -> set[int]:
+        """Copy the fields of the namespaces set or made since the last mark (their
+        indexes, returned); the others keep the last mark's copies."""
+        spaces = self.copied
+        old = len(spaces)
+        fresh = {self.made[key] for key in written if key in self.made}
+        fresh.update(range(old, len(self.spaces)))
+        copied = spaces + [(space, {}) for space in self.spaces[old:]]
+        for at in fresh:
+            fields = self.fields[at]
+            self.copies -= 1
+            copied[at] = (self.spaces[at], dict(fields))
+            values = fields.values()  # (plain values, the most, tested by type in C first)
+            if self.traced and _Traced in map(type, values):
+                self.holding.add(at)
+            if self.usable and not _NOT_ITERATORS.issuperset(map(type, values)):
+                self.usable = not any(map(_iterator, values))
+        written.clear()
+        self.copied = copied
+        if self.copies < 0:
+            self.usable = False
+        return fresh
 
 
 def _iterator(value: Any) -> bool:
