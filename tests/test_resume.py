@@ -288,6 +288,11 @@ def test_a_loop_that_looks_ahead_is_followed_until_its_last_change() -> None:
         "{% endset %}{{ roles }}",
         "{% filter upper %}{% for x in messages[loop.index:] %}{{ x.role[0] }}{% endfor %}"
         "{% endfilter %}",
+        # followed, a count only its own passes read not counted as a change (Cohere's
+        # number of a result's call), but where the count is kept beyond them
+        "{{ call_number(m) }}",
+        "{{ counted_twice(loop.index) }}",
+        "{% if loop.first %}{{ kept_count(1) }}{% endif %}",
         # not followed: what a pass after the last change sees of the passes after it
         # (where it decides what it prints), or of their absence
         "{% for x in messages[loop.index:] %}{% if loop.last %}{{ x.role }}{% endif %}{% endfor %}",
@@ -304,8 +309,43 @@ def test_loops_that_look_ahead(body: str) -> None:
         "{% macro call_named(m) %}{% for x in messages %}{% if x.tool_calls %}"
         "{% for c in x.tool_calls %}{% if c.id == m.tool_call_id %}{{ c.function.name }}"
         "{% endif %}{% endfor %}{% endif %}{% endfor %}{% endmacro %}"
+        "{% macro call_number(m) %}{% set count = namespace(n=0) %}"
+        "{% set seen = namespace(done=false) %}{% for x in messages %}{% if x.tool_calls %}"
+        "{% for c in x.tool_calls %}{% if c.id == m.tool_call_id and not seen.done %}"
+        "{{ count.n }}{% set seen.done = true %}{% endif %}{% set count.n = count.n + 1 %}"
+        "{% endfor %}{% endif %}{% endfor %}{% endmacro %}"
+        # a loop around it runs it again on the count it left
+        "{% macro counted_twice(i) %}{% set count = namespace(n=0) %}{% for r in [1, 2] %}"
+        "{% for x in messages[i:] %}{% if r == 2 and count.n == 5 %}5{% endif %}"
+        "{% set count.n = count.n + 1 %}{% endfor %}{% endfor %}{% endmacro %}"
+        # the count kept in another namespace, read after the loop
+        "{% set keep = namespace(box=none) %}"
+        "{% macro kept_count(i) %}{% set count = namespace(n=0) %}{% for x in messages[i:] %}"
+        "{% set keep.box = count %}{% set count.n = count.n + 1 %}{% endfor %}{% endmacro %}"
     )
-    check(_loop(body + CHATML_BODY, start))
+    end = "{{ keep.box.n if keep.box }}" + GENERATION_PROMPT
+    check(_loop(body + CHATML_BODY, start, end), CONVERSATION * 2)
+
+
+def test_a_count_only_its_loop_reads_is_not_a_change() -> None:
+    # Cohere numbers a tool result's call by counting the calls before it, walking on to
+    # the end: its passes after the call it found set only the count, which nothing else
+    # reads; a prefix resumes at its last pass (or none)
+    macro = (
+        "{% macro call_number(m) %}{% set count = namespace(n=0) %}"
+        "{% set seen = namespace(done=false) %}{% for x in messages %}{% if x.tool_calls %}"
+        "{% for c in x.tool_calls %}{% if c.id == m.tool_call_id and not seen.done %}"
+        "{{ count.n }}{% set seen.done = true %}{% endif %}{% set count.n = count.n + 1 %}"
+        "{% endfor %}{% endif %}{% endfor %}{% endmacro %}"
+    )
+    source = _loop("{% if m.role == 'tool' %}{{ call_number(m) }}{% endif %}" + CHATML_BODY, macro)
+    template = ChatTemplate(source)
+    long = CONVERSATION * 6
+    prefixes = PrefixRenders.of(template, long)
+    with prefixes.resuming():
+        for n in range(3, len(long) + 1):
+            assert prefixes.render(n, False) == template.render(long[:n])
+            assert prefixes.kept >= len(template.render(long[: n - 1]))
 
 
 def test_a_template_cannot_write_the_followed_loop_s_guard() -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "Undefined",
     "bounded_undefined_message",
     "RenderState",
+    "UnseenNamespace",
     "ChatSandbox",
     "GuardedCodeGenerator",
     "INNER_LOOP_GUARD",
@@ -353,6 +354,16 @@ class _TemplateNamespace(jinja2.utils.Namespace):
                 "Chat templates cannot store underscore-prefixed attributes on a namespace, "
                 f"but got {name!r}. Please rename the attribute."
             )
+
+
+class UnseenNamespace(_TemplateNamespace):
+    """A namespace whose field changes a watched render does not count (RenderState
+    changes): one that only a loop the render follows reads (template/resume.py)."""
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        changes = render_state.changes
+        _TemplateNamespace.__setitem__(self, name, value)
+        render_state.changes = changes
 
 
 # --- undefined values -------------------------------------------------------------------

@@ -98,6 +98,7 @@ from jinja2.utils import missing
 from .environment import (
     INNER_LOOP_GUARD,
     MARK_PREFIX,
+    UnseenNamespace,
     loop_source,
     marker_statement,
     render_state,
@@ -112,6 +113,7 @@ _WALK = MARK_PREFIX + "_walk"
 _SCAN = MARK_PREFIX + "_scan"
 _SCAN_WALK = MARK_PREFIX + "_scan_walk"
 _PRINTED = MARK_PREFIX + "_printed"  # a statement of a followed loop's prints (not yet out)
+_UNSEEN = MARK_PREFIX + "_namespace"  # namespace(), for one only a followed loop reads
 _ITEMS = "__chatcodec_items"
 _SCAN_EFFECT = MARK_PREFIX + "_scan_effect"  # a rerun's backward scan, worked out (_Scan)
 _J = "__chatcodec_j"  # a probed pass's message index (_Scan)
@@ -274,7 +276,12 @@ class Watch:
             self.scans[len(self.steps) - 1][1][id(item)] = mark
 
         def namespace(*args: Any, **kwargs: Any) -> Any:
-            space = make_namespace(*args, **kwargs)
+            return kept(make_namespace(*args, **kwargs))
+
+        def unseen(*args: Any, **kwargs: Any) -> Any:
+            return kept(UnseenNamespace(*args, **kwargs))
+
+        def kept(space: Any) -> Any:
             self.made[id(space)] = len(self.spaces)
             self.spaces.append(space)
             self.fields.append(_fields(space))
@@ -287,6 +294,7 @@ class Watch:
             _SCAN_WALK: on_scan_walk,
             _SCAN: on_scan,
             _PRINTED: on_print,
+            _UNSEEN: unseen,
             "namespace": namespace,
         }
 
@@ -1855,15 +1863,82 @@ def _follow_inner_loops(watched: nodes.Template, main: nodes.For) -> None:
             if not shown:
                 for statements in _statement_lists(node.body):
                     statements[:] = _with_print_marks(statements, marked)
+            if macro is not None:
+                _unseen_namespaces(macro, node)
         inside = shown and not isinstance(node, _BUFFERED)
         for child in node.iter_child_nodes():
-            visit(child, inside)
+            if not isinstance(child, nodes.Macro):  # (each macro is visited on its own)
+                visit(child, inside)
 
+    macro: nodes.Macro | None = None
     for part in main.body:
         visit(part, True)
     for macro in watched.find_all(nodes.Macro):
         for part in macro.body:
             visit(part, False)
+
+
+def _unseen_namespaces(macro: nodes.Macro, loop: nodes.For) -> None:
+    """Make the namespaces ``macro`` makes for ``loop`` alone unseen (UnseenNamespace):
+    a namespace made once in the macro (``{% set n = namespace(...) %}``, within every loop
+    around the loop) whose every other use, a read or a setting of a field, is in the loop,
+    where no other walk of the messages is.
+    Only the loop's own passes see what they set there, and what those do about it (print,
+    set another namespace) counts (Cohere numbers a result's call by counting every call of
+    the conversation)."""
+    if not _walks_only_items(loop):
+        return  # (a walk of the messages inside it would see its namespaces change)
+    # (a loop around the loop, in the macro, would run it again on what it left there)
+    around = [
+        outer
+        for outer in _within(macro.body, nodes.For)
+        if outer is not loop and any(found is loop for found in outer.find_all(nodes.For))
+    ]
+    inside = {id(found) for found in _within(loop.body, (nodes.Name, nodes.NSRef))}
+    reads = {
+        id(got.node)
+        for got in _within(loop.body, nodes.Getattr)
+        if isinstance(got.node, nodes.Name)
+    }
+    names = _within(macro.body, (nodes.Name, nodes.NSRef))
+    for assign in _within(macro.body, nodes.Assign):
+        made, target = assign.node, assign.target
+        if not (
+            isinstance(target, nodes.Name)
+            and isinstance(made, nodes.Call)
+            and isinstance(made.node, nodes.Name)
+            and made.node.name == "namespace"
+            and id(target) not in inside
+            and all(
+                any(found is assign for found in outer.find_all(nodes.Assign)) for outer in around
+            )
+        ):
+            continue
+        uses = [
+            found
+            for found in names
+            if found.name == target.name and found is not target and found is not made.node
+        ]
+        if uses and all(
+            id(found) in inside and (isinstance(found, nodes.NSRef) or id(found) in reads)
+            for found in uses
+        ):
+            made.node.name = _UNSEEN
+
+
+def _walks_only_items(loop: nodes.For) -> bool:
+    """Whether every loop inside ``loop`` walks a part of an item it or a loop inside it
+    walks (``message.tool_calls``): none walks the messages."""
+    items: set[str] = set()
+    for inner in (loop, *loop.find_all(nodes.For)):
+        items.update(name.name for name in _within([inner.target], nodes.Name))
+    for inner in loop.find_all(nodes.For):
+        walked: Any = loop_source(inner)
+        while isinstance(walked, (nodes.Getattr, nodes.Getitem, nodes.Filter)):
+            walked = walked.node
+        if not (isinstance(walked, nodes.Name) and walked.name in items):
+            return False
+    return True
 
 
 def _sees_only_passes_before(body: list[nodes.Node]) -> bool:
