@@ -54,9 +54,12 @@ a pass (or in a macro) is *followed* (``Watch.inner_loop``): when it ends, the r
 passes after the last one that did anything (printed to the render's text, or changed a
 namespace field's value) are forgotten, since those passes do nothing in the render of any
 prefix that holds the messages read until then, whether they run there or the loop ends
-before them; such a loop may not use ``loop`` (which sees the passes after) nor ``else``
-(which sees none), and in a macro or a captured block, whose output is not the render's
-text as it is made, it must print nothing. And a prefix whose pass before it read its
+before them. Such a loop may use of ``loop`` only what the passes before gave (not
+``length`` or ``last``, which see the passes after) and no ``else`` (which sees none); in a
+macro or a captured block, whose output is not yet the render's text, its printing
+statements carry a mark that counts them. A namespace a macro makes for one such loop
+alone (Cohere's count of every call) is unseen (``UnseenNamespace``): only the loop's own
+passes read it, so setting it is not doing anything. And a prefix whose pass before it read its
 message ``k`` or later resumes at the last pass whose mark came before any such read (the
 main loop's marks only read further), running the passes from there again.
 Everything else a render can see is the same in both: the inputs are shared and immutable,
