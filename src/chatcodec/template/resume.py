@@ -1086,8 +1086,9 @@ class ResumePlan:
         """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
         resumed from the watched render (``text``: its text; ``names``: ``context_names``
         of the render's variables): its text up to a mark, then the template's end alone
-        (at the pass on message ``k``), or the passes from the last one (or the first whose
-        uses the prefix's traced values change) and the end; with the length of the part
+        (at the pass on message ``k``), or the passes from the last one (or from the last
+        whose mark came before a read past the prefix, or the first whose uses the prefix's
+        traced values change) and the end; with the length of the part
         taken from ``text``. None when it cannot be resumed; TooManyPasses when it would run
         more than ``passes`` passes again. Runs inside a render's state
         (``render_state.begin``)."""
@@ -1882,13 +1883,12 @@ def _follow_inner_loops(watched: nodes.Template, main: nodes.For) -> None:
 
 
 def _unseen_namespaces(macro: nodes.Macro, loop: nodes.For) -> None:
-    """Make the namespaces ``macro`` makes for ``loop`` alone unseen (UnseenNamespace):
-    a namespace made once in the macro (``{% set n = namespace(...) %}``, within every loop
+    """Make the namespaces ``macro`` makes for ``loop`` alone unseen (UnseenNamespace): a
+    namespace made once in the macro (``{% set n = namespace(...) %}``, within every loop
     around the loop) whose every other use, a read or a setting of a field, is in the loop,
-    where no other walk of the messages is.
-    Only the loop's own passes see what they set there, and what those do about it (print,
-    set another namespace) counts (Cohere numbers a result's call by counting every call of
-    the conversation)."""
+    where no other walk of the messages is. Only the loop's own passes see what they set
+    there, and what those do about it (print, set another namespace) counts (Cohere numbers
+    a result's call by counting every call of the conversation)."""
     if not _walks_only_items(loop):
         return  # (a walk of the messages inside it would see its namespaces change)
     # (a loop around the loop, in the macro, would run it again on what it left there)
