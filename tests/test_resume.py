@@ -253,13 +253,19 @@ def test_a_loop_that_looks_ahead_is_followed_until_its_last_change() -> None:
     # its reads after the final reply it found change nothing: a prefix resumes from the
     # pass of the last final reply before it (at most four back here), not from the first
     # pass that looked ahead
-    template = ChatTemplate(_loop(LOOK_AHEAD + CHATML_BODY))
+    _assert_resumed_within(_loop(LOOK_AHEAD + CHATML_BODY), 4)
+
+
+def _assert_resumed_within(source: str, back: int) -> None:
+    """Every prefix of a long conversation is its render, resumed at most ``back`` passes
+    before its end."""
+    template = ChatTemplate(source)
     long = CONVERSATION * 6
     prefixes = PrefixRenders.of(template, long)
     with prefixes.resuming():
-        for n in range(5, len(long) + 1):
+        for n in range(back + 1, len(long) + 1):
             assert prefixes.render(n, False) == template.render(long[:n])
-            assert prefixes.kept >= len(template.render(long[: n - 4]))
+            assert prefixes.kept >= len(template.render(long[: n - back]))
     assert prefixes.rendered == 0
 
 
@@ -338,14 +344,8 @@ def test_a_count_only_its_loop_reads_is_not_a_change() -> None:
         "{{ count.n }}{% set seen.done = true %}{% endif %}{% set count.n = count.n + 1 %}"
         "{% endfor %}{% endif %}{% endfor %}{% endmacro %}"
     )
-    source = _loop("{% if m.role == 'tool' %}{{ call_number(m) }}{% endif %}" + CHATML_BODY, macro)
-    template = ChatTemplate(source)
-    long = CONVERSATION * 6
-    prefixes = PrefixRenders.of(template, long)
-    with prefixes.resuming():
-        for n in range(3, len(long) + 1):
-            assert prefixes.render(n, False) == template.render(long[:n])
-            assert prefixes.kept >= len(template.render(long[: n - 1]))
+    body = "{% if m.role == 'tool' %}{{ call_number(m) }}{% endif %}" + CHATML_BODY
+    _assert_resumed_within(_loop(body, macro), 1)
 
 
 def test_a_template_cannot_write_the_followed_loop_s_guard() -> None:
