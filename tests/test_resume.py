@@ -241,6 +241,12 @@ def test_continue_and_break() -> None:
     assert check(stop) == 2 * 2 * 6
 
 
+GEMMA_RESULTS = (  # Gemma 4: a call shows the results that follow it
+    "{% set scan = namespace(stopped=false) %}"
+    "{% for k in range(loop.index0 + 1, messages | length) %}{% if scan.stopped %}"
+    "{% elif messages[k].role != 'tool' %}{% set scan.stopped = true %}"
+    "{% else %}<{{ messages[k].content }}>{% endif %}{% endfor %}"
+)
 LOOK_AHEAD = (  # gpt-oss: a call's reasoning is shown unless a final reply comes later
     "{% set later = namespace(final=false) %}{% for x in messages[loop.index:] %}"
     "{% if x.role == 'assistant' and 'tool_calls' not in x %}{% set later.final = true %}"
@@ -299,6 +305,18 @@ def _assert_resumed_within(source: str, back: int) -> None:
         "{{ call_number(m) }}",
         "{{ counted_twice(loop.index) }}",
         "{% if loop.first %}{{ kept_count(1) }}{% endif %}",
+        # followed, a range up to the messages' length (Gemma 4 walks a call's results by
+        # index): a prefix must reach past the last index whose pass did anything
+        GEMMA_RESULTS,
+        "{% for k in range(messages | length) %}{% if k == 3 %}3{% endif %}{% endfor %}",
+        "{% for k in range(loop.index0, messages | length) %}"
+        "{% if messages[k].role == 'user' %}{% break %}{% endif %}.{% endfor %}",
+        "{% set here = loop.index0 %}{% for k in range(here, messages | length) %}"
+        "{% if k > here + 2 %}{% break %}{% endif %}.{% endfor %}",
+        # a range up to the length put to other uses, or kept
+        "{{ range(loop.index0, messages | length) | list | length }}",
+        "{{ 2 in range(messages | length) }}{{ range(messages | length) }}",
+        "{% for k in kept_range if k > 4 %}{{ k }}{% endfor %}",
         # not followed: what a pass after the last change sees of the passes after it
         # (where it decides what it prints), or of their absence
         "{% for x in messages[loop.index:] %}{% if loop.last %}{{ x.role }}{% endif %}{% endfor %}",
@@ -329,8 +347,15 @@ def test_loops_that_look_ahead(body: str) -> None:
         "{% macro kept_count(i) %}{% set count = namespace(n=0) %}{% for x in messages[i:] %}"
         "{% set keep.box = count %}{% set count.n = count.n + 1 %}{% endfor %}{% endmacro %}"
     )
+    start += "{% set kept_range = range(1, messages | length) %}"
     end = "{{ keep.box.n if keep.box }}" + GENERATION_PROMPT
     check(_loop(body + CHATML_BODY, start, end), CONVERSATION * 2)
+
+
+def test_a_range_up_to_the_length_is_walked_as_far_as_it_mattered() -> None:
+    # Gemma 4's call shows the results after it, walking the messages by index up to their
+    # length: its passes after the first message that is no result do nothing
+    _assert_resumed_within(_loop(GEMMA_RESULTS + CHATML_BODY), 2)
 
 
 def test_a_count_only_its_loop_reads_is_not_a_change() -> None:
@@ -515,6 +540,8 @@ BODIES = [
     "{{ users_after(loop.index) }}",
     "{% for x in messages[loop.index:] %}{% if loop.last %}{{ x.role }}{% endif %}{% endfor %}",
     "{% for x in messages[loop.index:] %}{% endfor %}{% for x in view or [] %}{% endfor %}",
+    "{% for k in range(loop.index0, messages | length) %}{% if messages[k].role == 'tool' %}"
+    "T{% endif %}{% endfor %}",
 ]
 ENDS = [
     "{{ ns.n }}",

@@ -89,9 +89,9 @@ class RenderState(threading.local):
     written: set[int] | None = None
     # meanwhile, how many of those settings changed a field's value (another value, or
     # another type); and what walks the loops marked with INNER_LOOP_GUARD (given the
-    # iterable and its guarded walk)
+    # iterable and the guard that walks one)
     changes: int = 0
-    inner_loops: Callable[[Any, Iterator[Any]], Iterable[Any]] | None = None
+    inner_loops: Callable[[Any, Callable[[Any], Iterator[Any]]], Iterable[Any]] | None = None
 
     def begin(
         self,
@@ -528,9 +528,8 @@ def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
 
 def _inner_loop_guard(iterable: Iterable[Any]) -> Iterable[Any]:
     # A loop guard, whose walk a watched render follows (RenderState.inner_loops)
-    guarded = _loop_guard(iterable)
     walk = render_state.inner_loops
-    return guarded if walk is None else walk(iterable, guarded)
+    return _loop_guard(iterable) if walk is None else walk(iterable, _loop_guard)
 
 
 def loop_source(loop: jinja2.nodes.For) -> jinja2.nodes.Node:

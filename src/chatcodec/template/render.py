@@ -894,7 +894,7 @@ class PrefixRenders:
             watch.trace = trace
             given = watch.trace_flag(flag) if trace and plan.reads_flag_early else flag
             variables = dict(inputs.variables, messages=watch.messages, add_generation_prompt=given)
-            variables.update(watch.hooks(self.template._globals["namespace"]))
+            variables.update(watch.hooks(self.template._globals))
             compiled = (plan.watched, plan.watched_globals)
             try:
                 text = self.template._run(chat, variables, inputs.now, [], inputs.made, compiled)

@@ -237,8 +237,10 @@ class Watch:
         if index > self.reach:
             self.reach = index
 
-    def hooks(self, make_namespace: Callable[..., Any]) -> dict[str, Any]:
-        """The render variables the watched template's marks and namespaces call."""
+    def hooks(self, globals_: dict[str, Any]) -> dict[str, Any]:
+        """The render variables the watched template's marks, namespaces and ranges call
+        (``globals_``: the template's own, ``namespace`` and ``range`` among them)."""
+        make_namespace, make_range = globals_["namespace"], globals_["range"]
 
         def on_step(context: Any, index: int) -> None:
             _watching.watch = self
@@ -290,6 +292,18 @@ class Watch:
             self.fields.append(_fields(space))
             return space
 
+        def counted(*args: Any) -> Any:
+            # `range(i + 1, messages | length)`: a range up to a traced length (_TracedRange)
+            stop = args[-1]
+            if (
+                len(args) <= 2
+                and type(stop) is _Traced
+                and stop.__cc_base__ is not None
+                and all(type(arg) is int for arg in args[:-1])
+            ):
+                return _TracedRange(make_range(*args[:-1], stop.__cc_value__), stop, self)
+            return make_range(*args)
+
         return {
             _STEP: on_step,
             _WALK: on_walk,
@@ -299,6 +313,7 @@ class Watch:
             _PRINTED: on_print,
             _UNSEEN: unseen,
             "namespace": namespace,
+            "range": counted,
         }
 
     def finish(self) -> None:
@@ -309,14 +324,20 @@ class Watch:
             render_state.written = None
             render_state.inner_loops = None
 
-    def inner_loop(self, iterable: Any, guarded: Iterator[Any]) -> Iterator[Any]:
-        """The walk of a loop ``_follow_inner_loops`` marked: followed (``_followed``) when
-        it walks this render's messages, else as guarded."""
-        if type(iterable) is WatchedMessages and iterable.__cc_watch__ is self and self.live:
-            return self._followed(guarded)
-        return guarded
+    def inner_loop(self, iterable: Any, guard: Callable[[Any], Iterator[Any]]) -> Iterator[Any]:
+        """The walk of a loop ``_follow_inner_loops`` marked (``guard`` walks an iterable
+        under the render's time limit): followed (``_followed``) when it walks this render's
+        messages or a range up to their traced length, else as guarded."""
+        kind = type(iterable)
+        if kind is WatchedMessages and iterable.__cc_watch__ is self and self.live:
+            return self._followed(guard(iterable))
+        if kind is _TracedRange and iterable.watch is self and self.live:
+            return self._followed(guard(iterable.plain), iterable)
+        return guard(iterable)
 
-    def _followed(self, guarded: Iterator[Any]) -> Iterator[Any]:
+    def _followed(
+        self, guarded: Iterator[Any], counted: _TracedRange | None = None
+    ) -> Iterator[Any]:
         """A loop's walk of the messages, whose reads after its last pass that did anything
         are forgotten once it ends. A pass does something when it prints (to the render's
         text, or a statement marked as printing where the loop's output is buffered) or
@@ -324,22 +345,29 @@ class Watch:
         passes on the same state in the render of any prefix that holds the messages read
         until then, and do nothing there either, whether they run or the walk ends before
         them: the loop leaves the same state. (Marks only sit between a loop's walks, at
-        top-level statements and passes of the main loop.)"""
+        top-level statements and passes of the main loop.) A range up to the messages'
+        traced length (``counted``) notes, likewise, that a prefix must reach past the last
+        index whose pass did anything."""
         state = render_state
         kept = (self.reach, self.furthest)  # the reads to keep: those until the last change
         seen = (state.position, state.changes, self.printed)
         walk = iter(guarded)
+        item = done = None  # the item walked last, and the last whose pass did anything
         while True:
             now = (state.position, state.changes, self.printed)
             if now != seen:  # the pass before this fetch did something
-                kept, seen = (self.reach, self.furthest), now
+                kept, seen, done = (self.reach, self.furthest), now, item
             try:
                 item = next(walk)
             except StopIteration:
                 break
+            if counted is not None:
+                counted.walked(item)
             yield item
-        # (a loop that breaks never gets here: its reads all count)
+        # (a loop that breaks never gets here: its reads all count, and its walk so far)
         self.reach, self.furthest = kept
+        if counted is not None:
+            counted.walked(done)
 
     def _trace(self) -> None:
         """Trace every int the start left in a namespace's field (not in a top-level
@@ -710,6 +738,70 @@ class _Traced:
     __xor__, __rxor__ = _opaque(operator.xor), _opaque(operator.xor, True)
     __lshift__, __rlshift__ = _opaque(operator.lshift), _opaque(operator.lshift, True)
     __rshift__, __rrshift__ = _opaque(operator.rshift), _opaque(operator.rshift, True)
+
+
+class _TracedRange:
+    """``range(start, stop)`` where ``stop`` is the messages' traced length (``stop`` is
+    then a prefix's own). A loop a watched render follows walks it as its plain range and
+    notes a use a prefix's length can replay: that the length passes the last index
+    walked whose pass did anything (Watch._followed), the length of a prefix being at most
+    the whole one's. Anything else done with it is a use no other length replays, then
+    done with the plain range."""
+
+    __slots__ = ("plain", "stop", "watch", "_use")
+
+    def __init__(self, plain: range, stop: _Traced, watch: Watch) -> None:
+        self.plain, self.stop, self.watch = plain, stop, watch
+        self._use: _Use | None = None
+
+    def walked(self, index: int | None) -> None:
+        """The walk reached ``index`` (None: none that counts)."""
+        use = self._use
+        if use is None:
+            if index is None:
+                return
+            self.stop.__cc_use__(operator.gt, index, True)
+            uses = self.stop.__cc_uses__
+            if not uses or uses[-1].right is not index:
+                return  # (not tracing)
+            self._use = use = uses[-1]
+        use.right = -1 if index is None else index
+
+    def _opaque(self) -> range:
+        self.stop.__cc_use__(None, None, None)
+        return self.plain
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._opaque())
+
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self._opaque())
+
+    def __len__(self) -> int:
+        return len(self._opaque())
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._opaque()[key]
+
+    def __contains__(self, value: Any) -> bool:
+        return value in self._opaque()
+
+    def __bool__(self) -> bool:
+        return bool(self._opaque())
+
+    def __eq__(self, other: Any) -> bool:
+        return self._opaque() == (other.plain if type(other) is _TracedRange else other)
+
+    def __hash__(self) -> int:
+        return hash(self._opaque())
+
+    def __repr__(self) -> str:
+        return repr(self._opaque())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._opaque(), name)
 
 
 # types _iterator answers at once (a traced value would ask its class, an ABC check)
