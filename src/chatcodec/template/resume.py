@@ -59,7 +59,9 @@ before them. Such a loop may use of ``loop`` only what the passes before gave (n
 macro or a captured block, whose output is not yet the render's text, its printing
 statements carry a mark that counts them. A namespace a macro makes for one such loop
 alone (Cohere's count of every call) is unseen (``UnseenNamespace``): only the loop's own
-passes read it, so setting it is not doing anything. And a prefix whose pass before it read its
+passes read it, so setting it is not doing anything. A range up to the messages' traced
+length (Gemma 4 walks a call's results by index) is followed as well (``_TracedRange``).
+And a prefix whose pass before it read its
 message ``k`` or later resumes at the last pass whose mark came before any such read (the
 main loop's marks only read further), running the passes from there again.
 Everything else a render can see is the same in both: the inputs are shared and immutable,
