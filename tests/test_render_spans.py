@@ -172,14 +172,16 @@ def test_spans_on_an_agent_conversation_of_two_questions(name: str) -> None:
         "Cohere2MoE.jinja",
         "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
         "google-gemma-4-31B-it.jinja",
+        "upstage-Solar-Open-100B.jinja",
     ],
 )
 def test_templates_whose_passes_look_ahead_resume_every_prefix(name: str) -> None:
     # gpt-oss's call shows its reasoning unless a final reply comes later, Muse's tool
     # result looks up its call's name in every message, DeepSeek V3.2's the last call
     # before it, Cohere's counts the calls before its own, Gemma 4's call shows the results
-    # after it: passes that read ahead, as far as what they found (their loops' later
-    # passes change nothing that is read later)
+    # after it, Solar's result compares its index with the messages' length less one:
+    # passes that read ahead, as far as what they found (their loops' later passes change
+    # nothing that is read later)
     if name not in _templates():
         pytest.skip("no render corpus")
     template = _compiled(name)

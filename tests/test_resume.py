@@ -352,6 +352,30 @@ def test_loops_that_look_ahead(body: str) -> None:
     check(_loop(body + CHATML_BODY, start, end), CONVERSATION * 2)
 
 
+SHIFTED_LENGTH = (  # Solar: a tool result closes the results unless another follows
+    "{% if m.role == 'tool' and loop.index0 < (messages | length - 1) "
+    "and messages[loop.index0 + 1].role == 'tool' %}+{% endif %}"
+)
+
+
+def test_the_length_shifted_by_a_constant_is_compared_as_the_length() -> None:
+    # `messages | length - 1` compared in every pass: a use a prefix's length replays
+    assert check(_loop(SHIFTED_LENGTH + CHATML_BODY)) == ALL
+    _assert_resumed_within(_loop(SHIFTED_LENGTH + CHATML_BODY), 1)
+    # kept in a namespace, compared in a later pass, printed by the end
+    body = (
+        "{% if loop.first %}{% set ns.n = messages | length - 2 %}{% endif %}"
+        "{% if loop.index0 == ns.n %}={% endif %}" + CHATML_BODY
+    )
+    start = "{% set ns = namespace(n=0) %}"
+    source = _loop(body, start, "{{ ns.n + 1 }}" + GENERATION_PROMPT)
+    assert check(source, CONVERSATION * 2) == 2 * 2 * len(CONVERSATION * 2)
+    # read by the end alone, whose text is kept for the prefixes that show it the same
+    body = "{% if loop.first %}{% set ns.n = messages | length - 2 %}{% endif %}" + CHATML_BODY
+    source = _loop(body, start, "{{ ns.n }}" + GENERATION_PROMPT)
+    assert check(source, CONVERSATION * 2) == 2 * 2 * len(CONVERSATION * 2)
+
+
 def test_a_range_up_to_the_length_is_walked_as_far_as_it_mattered() -> None:
     # Gemma 4's call shows the results after it, walking the messages by index up to their
     # length: its passes after the first message that is no result do nothing
@@ -758,6 +782,13 @@ def test_an_end_that_reads_the_messages_or_only_the_flag() -> None:
         "x and 'y'", "x or 'y'", "x.real", "x.bit_length()", "'abc' | center(x)",
         "'a b c' | wordwrap(x + 5)", "'abc' | truncate(x + 4)", "[1, 2, 3] | batch(x + 1) | list",
         "'aaa' | replace('a', 'b', x)", "[x] | join(',')", "x if x else 'zero'",
+        # a traced int shifted by a constant (resume._Shifted), compared or put to any use
+        "x - 1 < 3", "(x - 1) == loop.index0", "x + 1 > loop.index0", "1 + x >= 2",
+        "x - 1 - 1 == 0", "x + 2 - 3 != loop.index0", "(x - 1) < (x + 1)", "x - 1 == x",
+        "[x - 1, 2] | max", "'abcdef'[x - 1:]", "(x + 1) * 2", "x + 1 is odd",
+        "(x - 1) ~ ''", "x - 1 if x - 1 else 'zero'", "range(x + 1) | list", "(x + 1) | abs",
+        "(x - 1) | tojson", "{x - 1: 1}", "x - 1 in [0, 1]", "1 - x", "-(x - 1)",
+        "x == (messages | length - 1)", "x + 1 < messages | length - 2",
     ],
 )  # fmt: skip
 def test_expressions_of_a_traced_value(expression: str) -> None:

@@ -32,7 +32,8 @@ index of the last user query, of the last assistant message). A traced value beh
 value and notes each use with the pass it came in; a comparison or a truth test notes its
 result, which the prefix's value can replay. A prefix resumes at the first pass whose uses
 would come out otherwise with its values (a use in the start that would: rendered from the
-start).
+start). A traced int plus or minus a constant in a pass (Solar's ``messages | length - 1``)
+is traced too (``_Shifted``): its comparisons are uses its traced value replays, shifted.
 
 Statements of the start that read message ``k`` or later (a scan for system prompts or the
 last user query) are run again on the prefix's inputs, from their marks, and must leave the
@@ -477,7 +478,7 @@ class Watch:
             if at < len(spaces):
                 space, fields = spaces[at]
                 for name, value in fields.items():
-                    if type(value) is _Traced:
+                    if type(value) in _TRACING:
                         _fields(space)[name] = _value(value, values)
                         self.dirty.add(id(space))
 
@@ -491,13 +492,14 @@ class Watch:
         return found
 
     def traced_fields(self, spaces: list[tuple[Any, dict[str, Any]]]) -> list[tuple[str, Any]]:
-        """The traced values in the namespaces' fields at a mark (``spaces``), by name."""
+        """The traced values in the namespaces' fields at a mark (``spaces``), by name (a
+        field holding one shifted: the traced value it is shifted from)."""
         return [
-            (name, value)
+            (name, value.__cc_root__ if type(value) is _Shifted else value)
             for at in self.holding
             if at < len(spaces)
             for name, value in spaces[at][1].items()
-            if type(value) is _Traced
+            if type(value) in _TRACING
         ]
 
     def _mark(self, item: Any, names: dict[str, Any], behind: int = -1) -> Mark:
@@ -528,7 +530,7 @@ class Watch:
             self.copies -= 1
             copied[at] = (self.spaces[at], dict(fields))
             values = fields.values()  # (plain values, the most, tested by type in C first)
-            if self.traced and _Traced in map(type, values):
+            if self.traced and not _TRACING.isdisjoint(map(type, values)):
                 self.holding.add(at)
             if self.usable and not _NOT_ITERATORS.issuperset(map(type, values)):
                 self.usable = not any(map(_iterator, values))
@@ -605,13 +607,16 @@ class _Use:
 
 def _value(operand: Any, values: dict[int, Any]) -> Any:
     """What ``operand`` stands for in a prefix whose traced values are ``values``."""
-    if type(operand) is _Traced:
+    kind = type(operand)
+    if kind is _Traced:
         return values.get(id(operand), operand.__cc_value__)
+    if kind is _Shifted:
+        return _value(operand.__cc_root__, values) + operand.__cc_shift__
     return operand
 
 
 def _plain(operand: Any) -> Any:
-    return operand.__cc_value__ if type(operand) is _Traced else operand
+    return operand.__cc_value__ if type(operand) in (_Traced, _Shifted) else operand
 
 
 def _truth(value: Any, _: Any) -> bool:
@@ -639,47 +644,42 @@ def _opaque(op: Callable[..., Any], reflected: bool = False) -> Callable[..., An
     return use
 
 
-class _Traced:
-    """An int or bool of a render (the messages' length, a namespace field the start left,
-    the generation prompt's flag) that notes its every use in a watched render.
+def _shifted(op: Callable[[Any, Any], Any], shift: int, value: Any, other: Any) -> Any:
+    return op(value + shift, other)
 
-    The start's scan for the last user query leaves a prefix another index than the whole
-    conversation; the passes before the prefix's last messages compare it with their own
-    index and do the same with either value. A traced value behaves as its value (it
-    reports its value's class, so ``is number`` and ``is integer`` hold, and answers ``is
-    true`` and the like through environment.py) and notes, for each use, the pass and
-    whether the use was a comparison (or a truth test) and its result. Anything else
-    (arithmetic, its text, an index, ``|tojson``'s refusal) is a use no other value can
-    replay. A prefix with other values resumes at the first pass whose uses would differ.
-    While a prefix resumes, a traced value left inside a container (where ``untrace`` does
-    not reach) refuses any use if the prefix's value differs.
-    """
 
-    __slots__ = ("__cc_value__", "__cc_watch__", "__cc_uses__", "__cc_base__")
+def _shift(sign: int) -> Callable[[Any, Any], Any]:
+    # `x + 1`, `1 + x`, `x - 1` of a traced int in a pass: a _Shifted; else opaque
+    opaque = _opaque(operator.add if sign > 0 else operator.sub)
 
-    def __init__(self, value: int | bool, watch: Watch) -> None:
-        self.__cc_value__ = value
-        self.__cc_watch__ = watch
-        self.__cc_uses__: list[_Use] = []
-        self.__cc_base__: int | None = None  # a length of the messages: where they start
+    def shift(self: Any, other: Any) -> Any:
+        root, by = (self, 0) if type(self) is _Traced else (self.__cc_root__, self.__cc_shift__)
+        watch = root.__cc_watch__
+        if (
+            type(other) is int
+            and type(root.__cc_value__) is int
+            and watch.tracing
+            and watch.at >= 0
+        ):
+            return _Shifted(root, by + sign * other)
+        return opaque(self, other)
+
+    return shift
+
+
+class _StandIn:
+    """What a traced value (_Traced) and a traced int shifted by a constant (_Shifted) do
+    alike: behave as their value (``__cc_value__``) and note each use (``__cc_use__``)."""
+
+    __slots__ = ()
+    __cc_value__: Any
+
+    def __cc_use__(self, op: Any, other: Any, result: Any) -> None:
+        raise NotImplementedError
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:  # isinstance(x, int) holds, as for its value
         return type(self.__cc_value__)
-
-    def __cc_use__(self, op: Any, other: Any, result: Any) -> None:
-        watch = self.__cc_watch__
-        if watch.tracing:
-            use = _Use(watch.at, op, self, other, result)
-            self.__cc_uses__.append(use)
-            if type(other) is _Traced and other is not self:
-                other.__cc_uses__.append(use)
-            if op is None and watch.at < -1 and self.__cc_base__ is not None:
-                # a statement of the start that computes with the messages' length reads
-                # them all: it runs again on each prefix
-                watch.see(_WHOLE)
-        elif id(self) in watch.replaced:
-            raise GivenUp  # a resumed prefix's value differs: rendered from the start
 
     def __cc_test__(self, test: Callable[..., bool], args: tuple[Any, ...]) -> bool:
         # `is true`, `is false`, `is boolean`, `is integer` (environment.py asks)
@@ -727,8 +727,8 @@ class _Traced:
     __pos__ = _opaque(operator.pos)
     __abs__ = _opaque(abs)
     __invert__ = _opaque(operator.invert)
-    __add__, __radd__ = _opaque(operator.add), _opaque(operator.add, True)
-    __sub__, __rsub__ = _opaque(operator.sub), _opaque(operator.sub, True)
+    __add__ = __radd__ = _shift(1)
+    __sub__, __rsub__ = _shift(-1), _opaque(operator.sub, True)
     __mul__, __rmul__ = _opaque(operator.mul), _opaque(operator.mul, True)
     __truediv__, __rtruediv__ = _opaque(operator.truediv), _opaque(operator.truediv, True)
     __floordiv__, __rfloordiv__ = _opaque(operator.floordiv), _opaque(operator.floordiv, True)
@@ -740,6 +740,63 @@ class _Traced:
     __xor__, __rxor__ = _opaque(operator.xor), _opaque(operator.xor, True)
     __lshift__, __rlshift__ = _opaque(operator.lshift), _opaque(operator.lshift, True)
     __rshift__, __rrshift__ = _opaque(operator.rshift), _opaque(operator.rshift, True)
+
+
+class _Shifted(_StandIn):
+    """A traced int plus or minus a constant, in a pass of the watched render (Solar's
+    ``messages | length - 1``): a prefix's is its own traced value shifted alike, so a
+    comparison of it is a use that value replays, as the traced value's own are."""
+
+    __slots__ = ("__cc_value__", "__cc_root__", "__cc_shift__")
+
+    def __init__(self, root: _Traced, shift: int) -> None:
+        self.__cc_root__, self.__cc_shift__ = root, shift
+        self.__cc_value__ = root.__cc_value__ + shift
+
+    def __cc_use__(self, op: Any, other: Any, result: Any) -> None:
+        if op is not None:
+            op = functools.partial(_shifted, op, self.__cc_shift__)
+        self.__cc_root__.__cc_use__(op, other, result)
+
+
+class _Traced(_StandIn):
+    """An int or bool of a render (the messages' length, a namespace field the start left,
+    the generation prompt's flag) that notes its every use in a watched render.
+
+    The start's scan for the last user query leaves a prefix another index than the whole
+    conversation; the passes before the prefix's last messages compare it with their own
+    index and do the same with either value. A traced value behaves as its value (it
+    reports its value's class, so ``is number`` and ``is integer`` hold, and answers ``is
+    true`` and the like through environment.py) and notes, for each use, the pass and
+    whether the use was a comparison (or a truth test) and its result. Anything else
+    (arithmetic, its text, an index, ``|tojson``'s refusal) is a use no other value can
+    replay. A prefix with other values resumes at the first pass whose uses would differ.
+    While a prefix resumes, a traced value left inside a container (where ``untrace`` does
+    not reach) refuses any use if the prefix's value differs.
+    """
+
+    __slots__ = ("__cc_value__", "__cc_watch__", "__cc_uses__", "__cc_base__")
+
+    def __init__(self, value: int | bool, watch: Watch) -> None:
+        self.__cc_value__ = value
+        self.__cc_watch__ = watch
+        self.__cc_uses__: list[_Use] = []
+        self.__cc_base__: int | None = None  # a length of the messages: where they start
+
+    def __cc_use__(self, op: Any, other: Any, result: Any) -> None:
+        watch = self.__cc_watch__
+        if watch.tracing:
+            use = _Use(watch.at, op, self, other, result)
+            self.__cc_uses__.append(use)
+            partner = other.__cc_root__ if type(other) is _Shifted else other
+            if type(partner) is _Traced and partner is not self:
+                partner.__cc_uses__.append(use)
+            if op is None and watch.at < -1 and self.__cc_base__ is not None:
+                # a statement of the start that computes with the messages' length reads
+                # them all: it runs again on each prefix
+                watch.see(_WHOLE)
+        elif id(self) in watch.replaced:
+            raise GivenUp  # a resumed prefix's value differs: rendered from the start
 
 
 class _TracedRange:
@@ -806,8 +863,9 @@ class _TracedRange:
         return getattr(self._opaque(), name)
 
 
+_TRACING = frozenset({_Traced, _Shifted})  # the values a mark's copies hold traced
 # types _iterator answers at once (a traced value would ask its class, an ABC check)
-_NOT_ITERATORS = frozenset({str, int, float, bool, type(None), dict, _Traced})
+_NOT_ITERATORS = frozenset({str, int, float, bool, type(None), dict, _Traced, _Shifted})
 
 
 class WatchedMessages(list):  # type: ignore[type-arg]
