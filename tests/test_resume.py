@@ -316,6 +316,9 @@ def _assert_resumed_within(source: str, back: int) -> None:
         # a range up to the length put to other uses, or kept
         "{{ range(loop.index0, messages | length) | list | length }}",
         "{{ 2 in range(messages | length) }}{{ range(messages | length) }}",
+        "{{ range(loop.index0, messages | length).stop }}"
+        "{{ range(2, messages | length).plain is defined }}"
+        "{{ range(messages | length) == range(messages | length - 1) }}",
         "{% for k in kept_range if k > 4 %}{{ k }}{% endfor %}",
         # not followed: what a pass after the last change sees of the passes after it
         # (where it decides what it prints), or of their absence

@@ -334,8 +334,8 @@ class Watch:
         kind = type(iterable)
         if kind is WatchedMessages and iterable.__cc_watch__ is self and self.live:
             return self._followed(guard(iterable))
-        if kind is _TracedRange and iterable.watch is self and self.live:
-            return self._followed(guard(iterable.plain), iterable)
+        if kind is _TracedRange and iterable.__cc_watch__ is self and self.live:
+            return self._followed(guard(iterable.__cc_plain__), iterable)
         return guard(iterable)
 
     def _followed(
@@ -807,28 +807,30 @@ class _TracedRange:
     the whole one's. Anything else done with it is a use no other length replays, then
     done with the plain range."""
 
-    __slots__ = ("plain", "stop", "watch", "_use")
+    # (a template reads no attribute of its own: only the plain range's, as a use)
+    __slots__ = ("__cc_plain__", "__cc_stop__", "__cc_watch__", "__cc_use__")
 
     def __init__(self, plain: range, stop: _Traced, watch: Watch) -> None:
-        self.plain, self.stop, self.watch = plain, stop, watch
-        self._use: _Use | None = None
+        self.__cc_plain__, self.__cc_stop__, self.__cc_watch__ = plain, stop, watch
+        self.__cc_use__: _Use | None = None
 
     def walked(self, index: int | None) -> None:
         """The walk reached ``index`` (None: none that counts)."""
-        use = self._use
+        use = self.__cc_use__
         if use is None:
             if index is None:
                 return
-            self.stop.__cc_use__(operator.gt, index, True)
-            uses = self.stop.__cc_uses__
+            stop = self.__cc_stop__
+            stop.__cc_use__(operator.gt, index, True)
+            uses = stop.__cc_uses__
             if not uses or uses[-1].right is not index:
                 return  # (not tracing)
-            self._use = use = uses[-1]
+            self.__cc_use__ = use = uses[-1]
         use.right = -1 if index is None else index
 
     def _opaque(self) -> range:
-        self.stop.__cc_use__(None, None, None)
-        return self.plain
+        self.__cc_stop__.__cc_use__(None, None, None)
+        return self.__cc_plain__
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._opaque())
@@ -849,7 +851,7 @@ class _TracedRange:
         return bool(self._opaque())
 
     def __eq__(self, other: Any) -> bool:
-        return self._opaque() == (other.plain if type(other) is _TracedRange else other)
+        return self._opaque() == (other._opaque() if type(other) is _TracedRange else other)
 
     def __hash__(self) -> int:
         return hash(self._opaque())
