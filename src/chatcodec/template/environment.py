@@ -343,7 +343,7 @@ class _TemplateNamespace(jinja2.utils.Namespace):
             old = object.__getattribute__(self, "_Namespace__attrs").get(name, _UNSET)
             if old is not value:
                 written.add(id(self))
-                if not (type(old) is type(value) in _SCALARS and old == value):
+                if not (type(old) is type(value) and type(value) in _SCALARS and old == value):
                     render_state.changes += 1
         jinja2.utils.Namespace.__setitem__(self, name, value)
 

@@ -2010,7 +2010,8 @@ def _follow_inner_loops(watched: nodes.Template, main: nodes.For) -> None:
     made (in a macro, a captured block), its printing statements are marked to say so."""
     marked: set[int] = set()  # the printing statements marked
 
-    def visit(node: nodes.Node, shown: bool) -> None:
+    def visit(node: nodes.Node, shown: bool, macro: nodes.Macro | None) -> None:
+        # shown: the loop's output is the render's text as it is made; macro: the one it is in
         if (
             isinstance(node, nodes.For)
             and loop_source(node) is not node.iter
@@ -2026,14 +2027,13 @@ def _follow_inner_loops(watched: nodes.Template, main: nodes.For) -> None:
         inside = shown and not isinstance(node, _BUFFERED)
         for child in node.iter_child_nodes():
             if not isinstance(child, nodes.Macro):  # (each macro is visited on its own)
-                visit(child, inside)
+                visit(child, inside, macro)
 
-    macro: nodes.Macro | None = None
     for part in main.body:
-        visit(part, True)
+        visit(part, True, None)
     for macro in watched.find_all(nodes.Macro):
         for part in macro.body:
-            visit(part, False)
+            visit(part, False, macro)
 
 
 def _unseen_namespaces(macro: nodes.Macro, loop: nodes.For) -> None:
