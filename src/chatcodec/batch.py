@@ -7,6 +7,12 @@ Two schemas, those of ``../shared/oracle/render/README.md`` and
   "documents", "add_generation_prompt", "continue_final_message", "now_unix", "kwargs"}``
   gives ``{"id", "rendered"}``, or ``{"id", "error": {"type", "stage", "message"}}`` whose
   ``type`` is the reference's exception class (``TemplateError.kind``);
+- with a checkpoint (``chatcodec batch --checkpoint``), every line is an **encode** request,
+  a dataset row ``{"id", "messages", "tools", "documents", "chat_template_kwargs"}`` (the
+  last four as objects or JSON text), which gives ``{"id", "input_ids", "attention_mask",
+  "assistant_masks"}`` (and ``text``, ``offsets`` as asked): ``Codec.encode`` through the
+  ``DatasetEncoder`` of ``chatcodec.data``, so a row gives what that encoder gives it;
+  or ``{"id", "error": {"type", "stage"?, "message"}}``;
 - a **parse** request (it has ``outputs``: a request and the model replies to read) gives
   ``{"id", "results": [{"message": ...} | {"error": "..."}, ...]}``, one per output.
 
@@ -27,6 +33,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from .codec import Codec
+from .data import DatasetEncoder
 from .errors import (
     ChatCodecError,
     CheckpointError,
@@ -44,8 +51,10 @@ __all__ = [
     "batch_result",
     "is_parse_request",
     "prepare_request",
+    "encode_result",
     "prepare_with",
     "run_batch",
+    "run_encode_batch",
     "safe_result",
 ]
 
@@ -168,9 +177,14 @@ def _work(item: tuple[dict[str, Any] | None, str]) -> tuple[dict[str, Any], Warn
     request, problem = item
     if request is None:
         return {"id": None, "error": {"type": "UsageError", "message": problem}}, []
+    return _with_warnings(safe_result, request, _worker_files)
+
+
+def _with_warnings(call: Any, *args: Any) -> tuple[dict[str, Any], Warned]:
+    """``call(*args)`` and the warnings it raised, for the parent to raise again."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = safe_result(request, _worker_files)
+        result = call(*args)
     return result, [(w.category, str(w.message)) for w in caught]
 
 
@@ -199,6 +213,60 @@ def run_batch(
 
     for result, warned in ordered_map(
         _work, records, jobs, setup=_setup_worker, setup_args=(templates,), key=_template_of
+    ):
+        for category, message in warned:
+            warnings.warn(message, category, stacklevel=2)
+        yield result
+
+
+def encode_result(encoder: DatasetEncoder, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The result line of one encode request: the row's ``encoder.encode_row``, or its error
+    (a bug of chatcodec's as an ``InternalError``: one row that trips it must not cost the
+    others)."""
+    result: dict[str, Any] = {"id": record.get("id")}
+    try:
+        result.update(encoder.encode_row(record))
+    except RequestError as exc:  # a row the encoder cannot read
+        result["error"] = {"type": "UsageError", "message": str(exc)}
+    except TemplateError as exc:
+        result["error"] = {"type": exc.kind, "stage": exc.stage, "message": str(exc)}
+    except ChatCodecError as exc:
+        result["error"] = {"type": type(exc).__name__, "message": str(exc)}
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {exc} (a bug in chatcodec: please report it)"
+        result["error"] = {"type": "InternalError", "message": message}
+    return result
+
+
+_worker_encoder: DatasetEncoder | None = None
+
+
+def _setup_encoder(encoder: DatasetEncoder) -> None:
+    global _worker_encoder
+    _worker_encoder = encoder  # (in a worker, it loads its checkpoint on the first row)
+
+
+def _encode_work(item: tuple[dict[str, Any] | None, str]) -> tuple[dict[str, Any], Warned]:
+    record, problem = item
+    if record is None:
+        return {"id": None, "error": {"type": "UsageError", "message": problem}}, []
+    if _worker_encoder is None:
+        raise RuntimeError("_setup_encoder was not called in this process")
+    return _with_warnings(encode_result, _worker_encoder, record)
+
+
+def run_encode_batch(
+    records: Iterable[tuple[dict[str, Any] | None, str]],
+    encoder: DatasetEncoder,
+    jobs: int = 1,
+) -> Iterator[dict[str, Any]]:
+    """``encode_result`` of each record, in order, over ``jobs`` worker processes (each
+    loads the encoder's checkpoint once); a record ``(None, why)`` gives a ``UsageError``
+    naming ``why``. Warnings are raised again here, in order, as ``run_batch`` does."""
+    from .workers import ordered_map
+
+    for result, warned in ordered_map(
+        _encode_work, records, jobs, setup=_setup_encoder, setup_args=(encoder,)
     ):
         for category, message in warned:
             warnings.warn(message, category, stacklevel=2)

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from .errors import ChatCodecError, UnusedVariableWarning
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .codec import Codec
     from .recipe import CodecRecipe
 
@@ -126,6 +128,7 @@ _OWN_KEYWORDS["encode"] = _OWN_KEYWORDS["render"] | {
     "tokenizer",
 }
 _OWN_KEYWORDS["check-data"] = _OWN_KEYWORDS["parse"] | {"documents", "id"}
+_OWN_KEYWORDS["batch"] = _OWN_KEYWORDS["encode"]  # (batch --checkpoint encodes)
 
 
 def _variables(args: argparse.Namespace) -> dict[str, Any]:
@@ -590,21 +593,76 @@ def _output(path: str | None) -> TextIO:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
+# the options of batch that only encoding reads (with their defaults)
+_ENCODE_OPTIONS: dict[str, Any] = {
+    "template_name": None,
+    "bos_token": None,
+    "eos_token": None,
+    "tokenizer": None,
+    "var": [],
+    "now": None,
+    "thinking": True,
+    "add_generation_prompt": False,
+    "end_marker": True,
+    "reasoning": True,
+    "text": False,
+    "offsets": False,
+}
+
+
+def _batch_results(args: argparse.Namespace, records: Any) -> Iterator[dict[str, Any]]:
+    """The result lines of ``chatcodec batch``: render and parse requests, or with
+    ``--checkpoint`` encode requests (dataset rows)."""
+    from .batch import run_batch, run_encode_batch
+    from .data import DatasetEncoder
+
+    if args.checkpoint is None:
+        given = [name for name, default in _ENCODE_OPTIONS.items() if vars(args)[name] != default]
+        if given:
+            option = "--" + given[0].replace("_", "-")
+            raise UsageError(f"{option} is an option of encoding: it takes --checkpoint")
+        return run_batch(records, args.templates, args.jobs)
+    if args.templates is not None:
+        raise UsageError("--templates names the templates of requests: --checkpoint has its own")
+    options = _variables(args)
+    if args.now is not None:
+        options["now"] = _parse_now(args.now)
+    encoder = DatasetEncoder(
+        args.checkpoint,
+        template_name=args.template_name,
+        tokenizer=args.tokenizer,
+        bos_token=args.bos_token,
+        eos_token=args.eos_token,
+        text=args.text,
+        offsets=args.offsets,
+        add_generation_prompt=args.add_generation_prompt,
+        mask_end_marker=args.end_marker,
+        mask_reasoning=args.reasoning,
+        **options,
+    )
+    _ = encoder.codec  # a checkpoint that cannot be loaded fails once, here
+    return run_encode_batch(records, encoder, args.jobs)
+
+
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from .batch import run_batch
     from .datafiles import read_records
 
     paths, total = _inputs(args)
-    progress = _Progress(sys.stderr, "requests", total)
+    encoding = args.checkpoint is not None
+    what = "conversations" if encoding else "requests"
+    # (a dataset row's columns of JSON text are decoded by its encoder, once)
+    results = _batch_results(args, read_records(paths, decode=not encoding))
+    progress = _Progress(sys.stderr, what, total)
     done = errors = 0
-    unusable: Counter[str] = Counter()  # result lines that are no answer: UsageError, InternalError
+    # the result lines that are no answer: UsageError, InternalError (every error when encoding)
+    unusable: Counter[str] = Counter()
     out = _output(args.output)
     try:
-        for result in run_batch(read_records(paths), args.templates, args.jobs):
+        for result in results:
             done += 1
             errors += "error" in result
             kind = result.get("error", {}).get("type")
-            if kind in ("UsageError", "InternalError"):
+            if kind in ("UsageError", "InternalError") or (encoding and kind is not None):
                 unusable[kind] += 1
             out.write(_json_line(result))
             progress.update(done, errors)
@@ -620,8 +678,10 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     if not unusable:
         return 0
     counts = ", ".join(f"{count} {kind}" for kind, count in sorted(unusable.items()))
+    failed = "encoded" if encoding else "run"
     print(
-        f"chatcodec batch: {counts} of {done} requests could not be run (see their result lines)",
+        f"chatcodec batch: {counts} of {done} {what} could not be {failed} (see their result "
+        "lines)",
         file=sys.stderr,
     )
     return 1 if unusable["InternalError"] else 2
@@ -1125,11 +1185,16 @@ def _jobs(raw: str) -> int:
 def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     batch = commands.add_parser(
         "batch",
-        help="requests (JSON Lines or Parquet, oracle schemas) -> one JSON result per line",
+        help="requests or a dataset (JSON Lines or Parquet) -> one JSON result per line",
         description="Run render and parse requests (the oracle corpora's schemas), one JSON "
-        "result line per request, in input order. A line that cannot be run gives an error "
-        "line at its place and the batch goes on; the count of such lines is reported on "
-        "stderr at the end, with exit status 2 (1 when one hit a bug of chatcodec's).",
+        "result line per request, in input order; or, with --checkpoint, encode a dataset: "
+        "each line a conversation (messages, and tools, documents, chat_template_kwargs, id "
+        "when it has them), each result its id, input_ids, attention_mask and "
+        "assistant_masks, as `chatcodec encode` gives them. A line that cannot be run gives "
+        "an error line at its place and the batch goes on; the count of such lines is "
+        "reported on stderr at the end, with exit status 2 (1 when one hit a bug of "
+        "chatcodec's). When encoding, every error line counts: a conversation the template "
+        "refuses has no tokens.",
     )
     batch.add_argument(
         "inputs",
@@ -1152,6 +1217,54 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     batch.add_argument(
         "-o", "--output", metavar="FILE", help="write the result lines to FILE (default: stdout)"
+    )
+    encoding = batch.add_argument_group(
+        "encoding a dataset", "token ids and assistant masks, as `chatcodec encode` gives them"
+    )
+    encoding.add_argument(
+        "--checkpoint",
+        metavar="CHECKPOINT",
+        help="encode each line with this checkpoint (a folder with tokenizer.json, a GGUF "
+        "file, or a Hugging Face repo id found in the local cache)",
+    )
+    encoding.add_argument(
+        "--template-name", help="which named template of the checkpoint to use (e.g. tool_use)"
+    )
+    encoding.add_argument("--bos-token", help="use this bos_token instead of the checkpoint's")
+    encoding.add_argument("--eos-token", help="use this eos_token instead of the checkpoint's")
+    encoding.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenize with this folder, tokenizer.json or .gguf instead of the checkpoint's",
+    )
+    encoding.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a template variable for every conversation (a line's chat_template_kwargs "
+        "take precedence); VALUE is read as JSON when it parses",
+    )
+    encoding.add_argument("--now", help="pin strftime_now: unix seconds or ISO 8601 with a zone")
+    encoding.add_argument(
+        "--no-thinking", dest="thinking", action="store_false", help="enable_thinking=false"
+    )
+    encoding.add_argument("--add-generation-prompt", "-g", action="store_true")
+    encoding.add_argument(
+        "--no-end-marker",
+        dest="end_marker",
+        action="store_false",
+        help="leave the end-of-turn marker out of the mask",
+    )
+    encoding.add_argument(
+        "--no-reasoning",
+        dest="reasoning",
+        action="store_false",
+        help="leave the thought out of the mask",
+    )
+    encoding.add_argument("--text", action="store_true", help="add the rendered text")
+    encoding.add_argument(
+        "--offsets", action="store_true", help="add each token's [start, end) in the text"
     )
     batch.set_defaults(func=_cmd_batch)
 

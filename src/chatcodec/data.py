@@ -7,9 +7,12 @@ templates or the tokenizer, and each process loads the checkpoint once, on its f
 (``ds.map_batches(RayEncoder, fn_constructor_kwargs={...}, concurrency=N)``): Ray builds it
 once per worker, and it loads the checkpoint in its constructor.
 
-Both read a batch's ``messages`` column (and ``tools``, ``documents`` when the dataset has
-them) and give ``input_ids``, ``attention_mask`` and ``assistant_masks`` per row (and
-``text`` with ``text=True``), as ``Codec.encode`` computes them. A column's type pads the
+Both read a batch's ``messages`` column (and ``tools``, ``documents`` and a row's own
+template variables ``chat_template_kwargs`` when the dataset has them) and give
+``input_ids``, ``attention_mask`` and ``assistant_masks`` per row (and ``text`` with
+``text=True``, each token's ``[start, end)`` in it with ``offsets=True``), as
+``Codec.encode`` computes them. ``chatcodec batch --checkpoint`` encodes with the same
+encoder, a result line per row. A column's type pads the
 fields one message lacks with nulls (``"tool_calls": None`` on a user message, in Arrow and
 so in both libraries); the encoders drop null fields before rendering, so a row renders as
 the JSON record it was written from. A column of JSON text is decoded.
@@ -22,14 +25,21 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .datafiles import decode_json_columns, without_nulls
+from .errors import RequestError
 from .recipe import CodecRecipe
 
 if TYPE_CHECKING:
     from .codec import Codec
+    from .encoding import Encoding
 
 __all__ = ["DatasetEncoder", "RayEncoder"]
 
-_COLUMNS = ("messages", "tools", "documents")
+_COLUMNS = ("messages", "tools", "documents", "chat_template_kwargs")
+# what a row's chat_template_kwargs cannot set: Codec.encode's own keywords
+_ENCODE_KEYWORDS = frozenset(
+    {"self", "messages", "tools", "documents", "add_generation_prompt", "mask_end_marker"}
+    | {"mask_reasoning", "tokenizer", "now", "template_name"}
+)
 
 
 class DatasetEncoder:
@@ -39,9 +49,10 @@ class DatasetEncoder:
     ``checkpoint`` is what ``chatcodec.load`` takes (a folder with ``tokenizer.json``, a
     GGUF file, a cached repo id), or a Codec (it pickles without its compiled templates and
     its tokenizer reloads from its path); ``tokenizer`` overrides a checkpoint's tokenizer;
-    the keywords after ``text`` are ``Codec.encode``'s (``add_generation_prompt``,
-    ``mask_end_marker``, ``mask_reasoning``, ``now`` and template variables), the same for
-    every row.
+    ``text`` and ``offsets`` add those columns; the other keywords are ``Codec.encode``'s
+    (``add_generation_prompt``, ``mask_end_marker``, ``mask_reasoning``, ``now`` and
+    template variables), the same for every row. A row's ``chat_template_kwargs`` (an
+    object, or JSON text) adds its own template variables over them.
     """
 
     def __init__(
@@ -53,9 +64,11 @@ class DatasetEncoder:
         bos_token: str | None = None,
         eos_token: str | None = None,
         text: bool = False,
+        offsets: bool = False,
         **options: Any,
     ) -> None:
         self.text = text
+        self.offsets = offsets
         self.options = options
         self.given: Codec | None = None
         self.recipe: CodecRecipe | None = None
@@ -77,6 +90,7 @@ class DatasetEncoder:
             "recipe": self.recipe,
             "given": self.given,
             "text": self.text,
+            "offsets": self.offsets,
             "options": self.options,
         }
 
@@ -93,28 +107,48 @@ class DatasetEncoder:
             self._codec = self.recipe.build()
         return self._codec
 
-    def encode_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """One row (``messages`` and maybe ``tools``, ``documents``) -> its encoding's dict."""
+    def encoding(self, row: Mapping[str, Any]) -> Encoding:
+        """The Encoding of one row (``messages``, and ``tools``, ``documents``,
+        ``chat_template_kwargs`` when it has them). A row the encoder cannot read (no
+        messages list, a column of text that is not JSON, variables that are not an object
+        or that set an option of ``Codec.encode``) raises RequestError."""
         record = {name: without_nulls(row[name]) for name in _COLUMNS if name in row}
         problem = decode_json_columns(record)
         if problem:
-            from .errors import RequestError
-
             raise RequestError(problem)
-        encoding = self.codec.encode(
-            _as_lists(record.get("messages")),
+        messages = record.get("messages")
+        if not isinstance(messages, (list, tuple)):
+            raise RequestError("the row has no 'messages' list")
+        variables = record.get("chat_template_kwargs") or {}
+        if not isinstance(variables, Mapping):
+            raise RequestError(
+                f"chat_template_kwargs must be an object, not {type(variables).__name__}"
+            )
+        taken = sorted(variables.keys() & _ENCODE_KEYWORDS)
+        if taken:
+            raise RequestError(f"chat_template_kwargs cannot set {taken[0]!r}: an encode option")
+        return self.codec.encode(
+            list(messages),
             _as_lists(record.get("tools")),
             _as_lists(record.get("documents")),
-            **self.options,
+            **{**self.options, **variables},
         )
-        return encoding.to_dict(text=self.text)
+
+    def encode_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """One row -> its encoding's dict (``encoding``; ``text``, ``offsets`` as asked)."""
+        encoding = self.encoding(row)
+        found = encoding.to_dict(text=self.text)
+        if self.offsets:
+            found["offsets"] = [list(pair) for pair in encoding.offsets]
+        return found
 
     def __call__(self, batch: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
         columns = [name for name in _COLUMNS if name in batch]
         if "messages" not in columns:
             raise KeyError("the batch has no 'messages' column")
         size = len(batch["messages"])
-        names = ["input_ids", "attention_mask", "assistant_masks"] + (["text"] * self.text)
+        names = ["input_ids", "attention_mask", "assistant_masks"]
+        names += ["text"] * self.text + ["offsets"] * self.offsets
         out: dict[str, list[Any]] = {name: [] for name in names}
         for index in range(size):
             row = self.encode_row({name: batch[name][index] for name in columns})

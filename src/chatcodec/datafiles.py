@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 _PARQUET_SUFFIXES = (".parquet", ".pq")
-_JSON_TEXT_COLUMNS = ("messages", "tools", "documents")
+_JSON_TEXT_COLUMNS = ("messages", "tools", "documents", "chat_template_kwargs")
 
 
 def is_parquet(path: str) -> bool:
@@ -41,13 +41,15 @@ def is_parquet(path: str) -> bool:
 
 
 def read_records(
-    paths: Sequence[str], stdin: IO[bytes] | None = None
+    paths: Sequence[str], stdin: IO[bytes] | None = None, decode: bool = True
 ) -> Iterator[tuple[dict[str, Any] | None, str]]:
     """Every record of ``paths`` in order (``[]`` or ``["-"]``: stdin). A problem names the
-    line (and the file, for a named one); a file that cannot be opened raises OSError."""
+    line (and the file, for a named one); a file that cannot be opened raises OSError.
+    ``decode``: a Parquet row's columns of JSON text are decoded (``decode_json_columns``),
+    else left for the reader to decode once, as a JSON line's are."""
     for path in paths or ["-"]:
         if is_parquet(path):
-            yield from _parquet_records(path)
+            yield from _parquet_records(path, decode)
         elif path == "-":
             yield from json_records(stdin if stdin is not None else sys.stdin.buffer)
         else:
@@ -126,14 +128,14 @@ def _parquet_module(path: str) -> Any:
     return pyarrow.parquet
 
 
-def _parquet_records(path: str) -> Iterator[tuple[dict[str, Any] | None, str]]:
+def _parquet_records(path: str, decode: bool) -> Iterator[tuple[dict[str, Any] | None, str]]:
     table = _parquet_module(path).ParquetFile(path)
     number = 0
     for batch in table.iter_batches(batch_size=1024):
         for row in batch.to_pylist():
             number += 1
             record = without_nulls(row)
-            problem = decode_json_columns(record)
+            problem = decode_json_columns(record) if decode else ""
             if problem:
                 yield None, f"{path}: row {number}: {problem}"
             else:
@@ -151,8 +153,8 @@ def without_nulls(value: Any) -> Any:
 
 
 def decode_json_columns(record: dict[str, Any]) -> str:
-    """Decode the messages, tools and documents held as JSON text in place; what was not
-    JSON ("" when all was)."""
+    """Decode the messages, tools, documents and chat_template_kwargs held as JSON text in
+    place; what was not JSON ("" when all was)."""
     for name in _JSON_TEXT_COLUMNS:
         text = record.get(name)
         if isinstance(text, str):
