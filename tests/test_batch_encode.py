@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from chatcodec import load
+from chatcodec import MissingExtraError, load
 from chatcodec.data import DatasetEncoder
+from chatcodec.datafiles import EncodedParquet
 
 from ._tokenizer import write_checkpoint
 from .conftest import ROOT
@@ -245,3 +246,46 @@ def test_a_column_of_json_text_is_decoded_once_from_parquet_as_from_json_lines(
     assert parquet.stdout == lines.stdout
     assert parquet.returncode == lines.returncode == 2
     assert _lines(lines.stdout)[0]["error"]["message"].startswith("Tools should either be")
+
+
+def test_a_parquet_output_holds_the_result_lines(checkpoint: Path, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows: list[Any] = [*_rows(), {"id": "no-messages"}]
+    args = ("--checkpoint", str(checkpoint), "--now", str(NOW), "--text", "--offsets")
+    lines = _run(*args, stdin=_jsonl(rows))
+    written = _run(*args, "-o", str(tmp_path / "out.parquet"), stdin=_jsonl(rows))
+    assert lines.returncode == written.returncode == 2
+    assert written.stdout == b"" and written.stderr == lines.stderr
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.column_names == [
+        *("id", "input_ids", "attention_mask", "assistant_masks", "text", "offsets", "error")
+    ]
+    for stored, result in zip(table.to_pylist(), _lines(lines.stdout), strict=True):
+        ident = result.pop("id")
+        assert stored.pop("id") == (
+            ident if ident is None or isinstance(ident, str) else str(ident)
+        )
+        error = result.pop("error", None)
+        assert stored.pop("error") == (None if error is None else json.dumps(error))
+        assert stored == {name: result.get(name) for name in stored}
+
+
+def test_a_parquet_output_takes_a_checkpoint(tmp_path: Path) -> None:
+    run = _run("-o", str(tmp_path / "out.parquet"), stdin=b"{}\n")
+    assert run.returncode == 2
+    assert run.stderr.decode().strip() == (
+        "chatcodec batch: a Parquet output holds encoded rows: it takes --checkpoint"
+    )
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_a_parquet_output_without_pyarrow_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(MissingExtraError) as raised:
+        EncodedParquet(str(tmp_path / "out.parquet"))
+    assert str(raised.value) == (
+        f"writing the Parquet file {tmp_path / 'out.parquet'} needs the 'pyarrow' package: "
+        "pip install 'chatcodec[data]'"
+    )

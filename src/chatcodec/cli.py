@@ -644,6 +644,35 @@ def _batch_results(args: argparse.Namespace, records: Any) -> Iterator[dict[str,
     return run_encode_batch(records, encoder, args.jobs)
 
 
+class _JsonLines:
+    """Result lines written as JSON Lines to a file or stdout."""
+
+    def __init__(self, path: str | None) -> None:
+        self.out = _output(path)
+
+    def write(self, result: dict[str, Any]) -> None:
+        self.out.write(_json_line(result))
+
+    def close(self) -> None:
+        self.out.flush()
+        if self.out is not sys.stdout:
+            self.out.close()
+
+
+def _batch_output(args: argparse.Namespace) -> Any:
+    """Where the batch's results go: JSON Lines, or Parquet for an encoded dataset."""
+    from .datafiles import EncodedParquet, is_parquet
+
+    if args.output is None or not is_parquet(args.output):
+        return _JsonLines(args.output)
+    if args.checkpoint is None:
+        raise UsageError("a Parquet output holds encoded rows: it takes --checkpoint")
+    try:
+        return EncodedParquet(args.output, text=args.text, offsets=args.offsets)
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc}") from None
+
+
 def _cmd_batch(args: argparse.Namespace) -> int:
     from .datafiles import read_records
 
@@ -652,11 +681,11 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     what = "conversations" if encoding else "requests"
     # (a dataset row's columns of JSON text are decoded by its encoder, once)
     results = _batch_results(args, read_records(paths, decode=not encoding))
+    out = _batch_output(args)
     progress = _Progress(sys.stderr, what, total)
     done = errors = 0
     # the result lines that are no answer: UsageError, InternalError (every error when encoding)
     unusable: Counter[str] = Counter()
-    out = _output(args.output)
     try:
         for result in results:
             done += 1
@@ -664,7 +693,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             kind = result.get("error", {}).get("type")
             if kind in ("UsageError", "InternalError") or (encoding and kind is not None):
                 unusable[kind] += 1
-            out.write(_json_line(result))
+            out.write(result)
             progress.update(done, errors)
     except BrokenPipeError:
         raise
@@ -672,9 +701,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
     finally:
         progress.update(done, errors, final=True)
-        out.flush()
-        if out is not sys.stdout:
-            out.close()
+        out.close()
     if not unusable:
         return 0
     counts = ", ".join(f"{count} {kind}" for kind, count in sorted(unusable.items()))
@@ -1216,7 +1243,11 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="worker processes (default 1; 0: one per core); results keep the input order",
     )
     batch.add_argument(
-        "-o", "--output", metavar="FILE", help="write the result lines to FILE (default: stdout)"
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the result lines to FILE (default: stdout); with --checkpoint, a name "
+        "ending in .parquet writes Parquet (data extra)",
     )
     encoding = batch.add_argument_group(
         "encoding a dataset", "token ids and assistant masks, as `chatcodec encode` gives them"

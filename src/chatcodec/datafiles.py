@@ -9,8 +9,11 @@ A Parquet row has every field of its column's type: a struct column padded the f
 message lacks with nulls (``"tool_calls": null`` on a user message), where the JSON record
 had no such key. Templates tell the two apart (``message.tool_calls is defined``), so a
 null field of a Parquet row is dropped, at every depth: it reads as the JSON record it was
-written from. A ``messages``, ``tools`` or ``documents`` column of JSON text (a common way
-to store ragged data in a table) is decoded.
+written from. A ``messages``, ``tools``, ``documents`` or ``chat_template_kwargs`` column of
+JSON text (a common way to store ragged data in a table) is decoded.
+
+``EncodedParquet`` writes the result lines of a dataset's encoding (``chatcodec batch
+--checkpoint -o FILE.parquet``) as Parquet, a row group at a time.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import IO, Any
 from .errors import MissingExtraError
 
 __all__ = [
+    "EncodedParquet",
     "count_records",
     "is_parquet",
     "json_records",
@@ -120,11 +124,11 @@ def json_records(
         yield record, ""
 
 
-def _parquet_module(path: str) -> Any:
+def _parquet_module(path: str, doing: str = "reading") -> Any:
     try:
         import pyarrow.parquet
     except ImportError:
-        raise MissingExtraError("pyarrow", "data", f"reading the Parquet file {path}") from None
+        raise MissingExtraError("pyarrow", "data", f"{doing} the Parquet file {path}") from None
     return pyarrow.parquet
 
 
@@ -163,3 +167,54 @@ def decode_json_columns(record: dict[str, Any]) -> str:
             except (ValueError, RecursionError) as exc:
                 return f"the {name} column holds text that is not JSON ({exc})"
     return ""
+
+
+class EncodedParquet:
+    """Encoded rows (``{"id", "input_ids", "attention_mask", "assistant_masks"}``, with
+    ``text`` and ``offsets`` when asked, or ``{"id", "error"}``) written to a Parquet file in
+    row groups of ``group`` rows: ``id`` as text (an id that is not a string as its JSON
+    text: a column holds one type), the token columns as lists of int32 (masks int8,
+    ``offsets`` pairs of int32), and ``error`` the error object's JSON text, null for a row
+    encoded (whose token columns are null in an error row)."""
+
+    def __init__(
+        self, path: str, text: bool = False, offsets: bool = False, group: int = 1024
+    ) -> None:
+        parquet = _parquet_module(path, "writing")
+        import pyarrow
+
+        fields = [
+            ("id", pyarrow.string()),
+            ("input_ids", pyarrow.list_(pyarrow.int32())),
+            ("attention_mask", pyarrow.list_(pyarrow.int8())),
+            ("assistant_masks", pyarrow.list_(pyarrow.int8())),
+        ]
+        if text:
+            fields.append(("text", pyarrow.string()))
+        if offsets:
+            fields.append(("offsets", pyarrow.list_(pyarrow.list_(pyarrow.int32(), 2))))
+        fields.append(("error", pyarrow.string()))
+        self._schema = pyarrow.schema(fields)
+        self._table = pyarrow.Table.from_pylist
+        self._writer = parquet.ParquetWriter(path, self._schema)
+        self._rows: list[dict[str, Any]] = []
+        self._group = group
+
+    def write(self, result: dict[str, Any]) -> None:
+        row = dict(result)
+        ident = row.get("id")
+        row["id"] = ident if ident is None or isinstance(ident, str) else json.dumps(ident)
+        if "error" in row:
+            row["error"] = json.dumps(row["error"], ensure_ascii=False)
+        self._rows.append(row)
+        if len(self._rows) >= self._group:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._rows:
+            self._writer.write_table(self._table(self._rows, schema=self._schema))
+            self._rows = []
+
+    def close(self) -> None:
+        self.flush()
+        self._writer.close()
