@@ -1,5 +1,6 @@
-"""1 vs 2 worker processes: ``chatcodec batch --jobs``, ``check-data --jobs`` and the
-``DatasetEncoder`` under ``datasets.Dataset.map(num_proc=N)``, in one run.
+"""1 vs 2 worker processes: ``chatcodec batch --jobs`` (requests, and a dataset encoded with
+``--checkpoint``), ``check-data --jobs`` and the ``DatasetEncoder`` under
+``datasets.Dataset.map(num_proc=N)``, in one run.
 
 Run from the repository root (the corpus lives in ``../shared`` beside the checkout)::
 
@@ -10,7 +11,11 @@ Run from the repository root (the corpus lives in ``../shared`` beside the check
 - **batch**: the render corpus's requests (all templates) through ``chatcodec batch`` with
   ``--jobs 1`` and ``--jobs 2`` (a subprocess each: start-up and the workers' template
   compiles included, as a user pays them); the outputs must be byte-identical.
-- **check-data**: the Qwen2.5 conversations of the corpus, repeated (2,816), through
+- **batch --checkpoint**: the Qwen2.5 conversations of the corpus, repeated (11,264), encoded
+  by ``chatcodec batch --checkpoint`` with ``--jobs 1`` and ``--jobs 2`` on a checkpoint folder
+  written for the run (tests/_tokenizer.py); outputs identical, and their token ids those
+  ``Dataset.map`` gives below.
+- **check-data**: the Qwen2.5 conversations of the corpus, repeated (11,264), through
   ``chatcodec check-data`` with ``--jobs 1`` and ``--jobs 2``; outputs identical.
 - **datasets**: ``Dataset.map(DatasetEncoder(...), batched=True, num_proc=1 | 2)`` over the
   Qwen2.5 conversations, repeated, on a checkpoint folder written for the run
@@ -118,7 +123,27 @@ def bench_check_data(shared: Path, rows: list[dict[str, Any]], rounds: int, fold
     _row("check-data", len(rows), runs[1][0], runs[2][0], "conversations")
 
 
-def bench_datasets(rows: list[dict[str, Any]], rounds: int, folder: Path, shared: Path) -> None:
+def bench_batch_encode(
+    rows: list[dict[str, Any]], rounds: int, folder: Path, checkpoint: Path
+) -> list[Any]:
+    path = folder / "dataset.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    base = ["batch", "--checkpoint", str(checkpoint), "--now", str(NOW), str(path)]
+    runs = {
+        jobs: _best(lambda jobs=jobs: _command([*base, "-j", str(jobs)]), rounds) for jobs in (1, 2)
+    }
+    if runs[1][1] != runs[2][1]:
+        raise SystemExit("batch --checkpoint: --jobs 2 wrote other lines than --jobs 1")
+    lines = [json.loads(line) for line in runs[1][1].decode("utf-8").splitlines()]
+    if len(lines) != len(rows) or any("error" in line for line in lines):
+        raise SystemExit("batch --checkpoint: a row was not encoded")
+    _row("batch enc", len(rows), runs[1][0], runs[2][0], "conversations")
+    return [line["input_ids"] for line in lines]
+
+
+def bench_datasets(
+    rows: list[dict[str, Any]], rounds: int, checkpoint: Path, encoded: list[Any]
+) -> None:
     try:
         import datasets
     except ImportError:
@@ -126,9 +151,6 @@ def bench_datasets(rows: list[dict[str, Any]], rounds: int, folder: Path, shared
         return
     from chatcodec.data import DatasetEncoder
 
-    checkpoint = folder / "checkpoint"
-    source = (shared / "chat_templates" / TEMPLATE).read_text(encoding="utf-8")
-    write_checkpoint(checkpoint, source, {"eos_token": "<|im_end|>"})
     table = datasets.Dataset.from_list(
         [{"messages": json.dumps(r["messages"]), "tools": r["tools"]} for r in rows]
     )
@@ -146,12 +168,14 @@ def bench_datasets(rows: list[dict[str, Any]], rounds: int, folder: Path, shared
                 load_from_cache_file=False,
                 remove_columns=["messages", "tools"],
             )
-        return mapped["input_ids"]
+        return list(mapped["input_ids"])
 
     one = _best(lambda: run(1), rounds)
     two = _best(lambda: run(2), rounds)
     if one[1] != two[1]:
         raise SystemExit("datasets: num_proc=2 gave other rows than one process")
+    if one[1] != encoded:
+        raise SystemExit("datasets: other token ids than batch --checkpoint")
     _row("datasets.map", len(rows), one[0], two[0], "conversations")
 
 
@@ -166,10 +190,14 @@ def main() -> int:
         cases = cases[::4]
     print(f"cores: {os.cpu_count()}, rounds: {rounds} (fastest kept)")
     bench_batch(args.shared, cases, rounds)
-    rows = _conversations(_cases(args.shared), 16 if args.quick else 64)
+    rows = _conversations(_cases(args.shared), 64 if args.quick else 256)
     with tempfile.TemporaryDirectory() as scratch:
+        checkpoint = Path(scratch) / "checkpoint"
+        source = (args.shared / "chat_templates" / TEMPLATE).read_text(encoding="utf-8")
+        write_checkpoint(checkpoint, source, {"eos_token": "<|im_end|>"})
+        encoded = bench_batch_encode(rows, rounds, Path(scratch), checkpoint)
         bench_check_data(args.shared, rows, rounds, Path(scratch))
-        bench_datasets(rows, rounds, Path(scratch), args.shared)
+        bench_datasets(rows, rounds, checkpoint, encoded)
     return 0
 
 

@@ -289,3 +289,22 @@ def test_a_parquet_output_without_pyarrow_names_the_extra(
         f"writing the Parquet file {tmp_path / 'out.parquet'} needs the 'pyarrow' package: "
         "pip install 'chatcodec[data]'"
     )
+
+
+def test_a_json_lines_null_is_the_rows_own_and_kept(checkpoint: Path) -> None:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": None}},
+    }
+    row = {
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+        ]
+    }
+    run = _run("--checkpoint", str(checkpoint), "--now", str(NOW), "--text", stdin=_jsonl([row]))
+    assert run.returncode == 0, run.stderr
+    result = _lines(run.stdout)[0]
+    assert '"unit": null' in result["text"]
+    assert result == _expected(checkpoint, row, text=True)

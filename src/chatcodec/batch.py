@@ -11,8 +11,9 @@ Two schemas, those of ``../shared/oracle/render/README.md`` and
   a dataset row ``{"id", "messages", "tools", "documents", "chat_template_kwargs"}`` (the
   last four as objects or JSON text), which gives ``{"id", "input_ids", "attention_mask",
   "assistant_masks"}`` (and ``text``, ``offsets`` as asked): ``Codec.encode`` through the
-  ``DatasetEncoder`` of ``chatcodec.data``, so a row gives what that encoder gives it;
-  or ``{"id", "error": {"type", "stage"?, "message"}}``;
+  ``DatasetEncoder`` of ``chatcodec.data``, so a row gives what that encoder gives it (a
+  JSON line's nulls kept: they are its own, not a table's padding); or ``{"id", "error":
+  {"type", "stage"?, "message"}}``;
 - a **parse** request (it has ``outputs``: a request and the model replies to read) gives
   ``{"id", "results": [{"message": ...} | {"error": "..."}, ...]}``, one per output.
 
@@ -49,9 +50,10 @@ if TYPE_CHECKING:
 __all__ = [
     "TemplateFiles",
     "batch_result",
-    "is_parse_request",
-    "prepare_request",
     "encode_result",
+    "is_parse_request",
+    "json_line",
+    "prepare_request",
     "prepare_with",
     "run_batch",
     "run_encode_batch",
@@ -219,13 +221,25 @@ def run_batch(
         yield result
 
 
+def json_line(value: Any, charset: str = "utf-8", indent: int | None = None) -> str:
+    """One JSON document and a newline; text the output's ``charset`` cannot encode (a lone
+    surrogate from a ``"\\ud800"`` escape) is written as JSON escapes instead."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    try:
+        text.encode(charset)
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, indent=indent)
+    return text + "\n"
+
+
 def encode_result(encoder: DatasetEncoder, record: Mapping[str, Any]) -> dict[str, Any]:
     """The result line of one encode request: the row's ``encoder.encode_row``, or its error
     (a bug of chatcodec's as an ``InternalError``: one row that trips it must not cost the
     others)."""
     result: dict[str, Any] = {"id": record.get("id")}
     try:
-        result.update(encoder.encode_row(record))
+        # (a Parquet row's padding nulls were dropped as it was read; a JSON line's are its own)
+        result.update(encoder.encode_row(record, padded=False))
     except RequestError as exc:  # a row the encoder cannot read
         result["error"] = {"type": "UsageError", "message": str(exc)}
     except TemplateError as exc:
@@ -238,35 +252,48 @@ def encode_result(encoder: DatasetEncoder, record: Mapping[str, Any]) -> dict[st
     return result
 
 
-_worker_encoder: DatasetEncoder | None = None
+# what a worker of run_encode_batch encodes with, and the charset of the lines it writes
+# (None: it hands back the result dicts)
+_worker_encoder: tuple[DatasetEncoder, str | None] | None = None
 
 
-def _setup_encoder(encoder: DatasetEncoder) -> None:
+def _setup_encoder(encoder: DatasetEncoder, charset: str | None) -> None:
     global _worker_encoder
-    _worker_encoder = encoder  # (in a worker, it loads its checkpoint on the first row)
+    _worker_encoder = (encoder, charset)  # (in a worker, it loads its checkpoint on first use)
 
 
-def _encode_work(item: tuple[dict[str, Any] | None, str]) -> tuple[dict[str, Any], Warned]:
-    record, problem = item
-    if record is None:
-        return {"id": None, "error": {"type": "UsageError", "message": problem}}, []
+def _encode_work(item: tuple[dict[str, Any] | None, str]) -> tuple[Any, Warned]:
     if _worker_encoder is None:
         raise RuntimeError("_setup_encoder was not called in this process")
-    return _with_warnings(encode_result, _worker_encoder, record)
+    encoder, charset = _worker_encoder
+    record, problem = item
+    if record is None:
+        result: dict[str, Any] = {"id": None, "error": {"type": "UsageError", "message": problem}}
+        warned: Warned = []
+    else:
+        result, warned = _with_warnings(encode_result, encoder, record)
+    if charset is None:
+        return result, warned
+    # the line itself: a worker writes it, not the one process all lines pass through
+    return (result.get("error", {}).get("type"), json_line(result, charset)), warned
 
 
 def run_encode_batch(
     records: Iterable[tuple[dict[str, Any] | None, str]],
     encoder: DatasetEncoder,
     jobs: int = 1,
-) -> Iterator[dict[str, Any]]:
+    charset: str | None = None,
+) -> Iterator[Any]:
     """``encode_result`` of each record, in order, over ``jobs`` worker processes (each
     loads the encoder's checkpoint once); a record ``(None, why)`` gives a ``UsageError``
-    naming ``why``. Warnings are raised again here, in order, as ``run_batch`` does."""
+    naming ``why``. With a ``charset``, each is ``(error type or None, its JSON line)``
+    (``json_line``), written by the worker: a row's token lists would cost the process
+    that gathers the results more to serialize than its worker spent encoding it. Warnings
+    are raised again here, in order, as ``run_batch`` does."""
     from .workers import ordered_map
 
     for result, warned in ordered_map(
-        _encode_work, records, jobs, setup=_setup_encoder, setup_args=(encoder,)
+        _encode_work, records, jobs, setup=_setup_encoder, setup_args=(encoder, charset)
     ):
         for category, message in warned:
             warnings.warn(message, category, stacklevel=2)

@@ -161,15 +161,14 @@ def _print_json(value: Any, indent: int | None = None) -> None:
 
 
 def _json_line(value: Any, indent: int | None = None) -> str:
-    """One JSON document and a newline; text the output cannot encode (a lone surrogate
-    from a ``"\\ud800"`` escape) is written as JSON escapes instead."""
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
-    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
-    try:
-        text.encode(encoding)
-    except UnicodeEncodeError:
-        text = json.dumps(value, ensure_ascii=True, indent=indent)
-    return text + "\n"
+    """``batch.json_line`` for stdout's encoding."""
+    from .batch import json_line
+
+    return json_line(value, _charset(sys.stdout), indent)
+
+
+def _charset(stream: TextIO) -> str:
+    return getattr(stream, "encoding", None) or "utf-8"
 
 
 # --- render --------------------------------------------------------------------------------
@@ -610,9 +609,12 @@ _ENCODE_OPTIONS: dict[str, Any] = {
 }
 
 
-def _batch_results(args: argparse.Namespace, records: Any) -> Iterator[dict[str, Any]]:
-    """The result lines of ``chatcodec batch``: render and parse requests, or with
-    ``--checkpoint`` encode requests (dataset rows)."""
+def _batch_results(
+    args: argparse.Namespace, records: Any, charset: str | None
+) -> Iterator[tuple[str | None, Any]]:
+    """The results of ``chatcodec batch``, each as (its error type or None, itself): render
+    and parse requests' result dicts, or with ``--checkpoint`` the encoded rows' (dataset
+    rows), as their JSON lines already written when ``charset`` is given."""
     from .batch import run_batch, run_encode_batch
     from .data import DatasetEncoder
 
@@ -621,7 +623,10 @@ def _batch_results(args: argparse.Namespace, records: Any) -> Iterator[dict[str,
         if given:
             option = "--" + given[0].replace("_", "-")
             raise UsageError(f"{option} is an option of encoding: it takes --checkpoint")
-        return run_batch(records, args.templates, args.jobs)
+        return (
+            (result.get("error", {}).get("type"), result)
+            for result in run_batch(records, args.templates, args.jobs)
+        )
     if args.templates is not None:
         raise UsageError("--templates names the templates of requests: --checkpoint has its own")
     options = _variables(args)
@@ -641,17 +646,25 @@ def _batch_results(args: argparse.Namespace, records: Any) -> Iterator[dict[str,
         **options,
     )
     _ = encoder.codec  # a checkpoint that cannot be loaded fails once, here
-    return run_encode_batch(records, encoder, args.jobs)
+    if charset is not None:
+        return run_encode_batch(records, encoder, args.jobs, charset)
+    return (
+        (result.get("error", {}).get("type"), result)
+        for result in run_encode_batch(records, encoder, args.jobs)
+    )
 
 
 class _JsonLines:
-    """Result lines written as JSON Lines to a file or stdout."""
+    """Result lines written as JSON Lines to a file or stdout: a result, or its line."""
 
     def __init__(self, path: str | None) -> None:
         self.out = _output(path)
+        self.charset = _charset(self.out)
 
-    def write(self, result: dict[str, Any]) -> None:
-        self.out.write(_json_line(result))
+    def write(self, result: dict[str, Any] | str) -> None:
+        from .batch import json_line
+
+        self.out.write(result if isinstance(result, str) else json_line(result, self.charset))
 
     def close(self) -> None:
         self.out.flush()
@@ -674,23 +687,28 @@ def _batch_output(args: argparse.Namespace) -> Any:
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from .datafiles import read_records
+    from .datafiles import is_parquet, read_records
 
     paths, total = _inputs(args)
     encoding = args.checkpoint is not None
     what = "conversations" if encoding else "requests"
+    # the workers write the JSON lines of encoded rows, in the output's charset
+    charset = None
+    if args.output is None or args.output == "-":
+        charset = _charset(sys.stdout)
+    elif not is_parquet(args.output):
+        charset = "utf-8"  # (_output's)
     # (a dataset row's columns of JSON text are decoded by its encoder, once)
-    results = _batch_results(args, read_records(paths, decode=not encoding))
+    results = _batch_results(args, read_records(paths, decode=not encoding), charset)
     out = _batch_output(args)
     progress = _Progress(sys.stderr, what, total)
     done = errors = 0
     # the result lines that are no answer: UsageError, InternalError (every error when encoding)
     unusable: Counter[str] = Counter()
     try:
-        for result in results:
+        for kind, result in results:
             done += 1
-            errors += "error" in result
-            kind = result.get("error", {}).get("type")
+            errors += kind is not None
             if kind in ("UsageError", "InternalError") or (encoding and kind is not None):
                 unusable[kind] += 1
             out.write(result)

@@ -107,12 +107,19 @@ class DatasetEncoder:
             self._codec = self.recipe.build()
         return self._codec
 
-    def encoding(self, row: Mapping[str, Any]) -> Encoding:
+    def encoding(self, row: Mapping[str, Any], padded: bool = True) -> Encoding:
         """The Encoding of one row (``messages``, and ``tools``, ``documents``,
-        ``chat_template_kwargs`` when it has them). A row the encoder cannot read (no
-        messages list, a column of text that is not JSON, variables that are not an object
-        or that set an option of ``Codec.encode``) raises RequestError."""
-        record = {name: without_nulls(row[name]) for name in _COLUMNS if name in row}
+        ``chat_template_kwargs`` when it has them). ``padded``: the row is a table's, whose
+        struct columns pad the fields a value lacks with nulls (dropped, at every depth);
+        a JSON record's nulls are its own (``"until": null`` in a call's arguments) and are
+        kept. A row the encoder cannot read (no messages list, a column of text that is not
+        JSON, variables that are not an object or that set an option of ``Codec.encode``)
+        raises RequestError."""
+        record = {
+            name: without_nulls(row[name]) if padded else row[name]
+            for name in _COLUMNS
+            if name in row
+        }
         problem = decode_json_columns(record)
         if problem:
             raise RequestError(problem)
@@ -134,9 +141,9 @@ class DatasetEncoder:
             **{**self.options, **variables},
         )
 
-    def encode_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
+    def encode_row(self, row: Mapping[str, Any], padded: bool = True) -> dict[str, Any]:
         """One row -> its encoding's dict (``encoding``; ``text``, ``offsets`` as asked)."""
-        encoding = self.encoding(row)
+        encoding = self.encoding(row, padded)
         found = encoding.to_dict(text=self.text)
         if self.offsets:
             found["offsets"] = [list(pair) for pair in encoding.offsets]
