@@ -308,3 +308,23 @@ def test_a_json_lines_null_is_the_rows_own_and_kept(checkpoint: Path) -> None:
     result = _lines(run.stdout)[0]
     assert '"unit": null' in result["text"]
     assert result == _expected(checkpoint, row, text=True)
+
+
+def test_a_gguf_checkpoint_encodes_in_worker_processes(tmp_path: Path) -> None:
+    """Each worker loads the GGUF's vocabulary through llama.cpp, silently."""
+    pytest.importorskip("llama_cpp")
+    from ._llama import write_chat_model
+
+    template = (ROOT / "examples" / "chatml-tiny" / "chat_template.jinja").read_text("utf-8")
+    path = write_chat_model(
+        tmp_path / "chat.gguf", template, ["<|im_start|>", "<|im_end|>"], "<s>", "<|im_end|>"
+    )
+    rows = _rows()
+    one = _run("--checkpoint", str(path), "--now", str(NOW), stdin=_jsonl(rows))
+    two = _run("--checkpoint", str(path), "--now", str(NOW), "-j", "2", stdin=_jsonl(rows))
+    assert one.returncode == two.returncode == 0
+    assert one.stderr == two.stderr == b""
+    assert one.stdout == two.stdout
+    assert [line["input_ids"] for line in _lines(one.stdout)] == [
+        _expected(path, row)["input_ids"] for row in rows
+    ]

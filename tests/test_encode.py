@@ -558,6 +558,20 @@ def test_a_gguf_is_tokenized_by_its_own_vocabulary(tmp_path: Path) -> None:
     )
 
 
+def test_the_encode_command_on_a_gguf_writes_its_row_and_nothing_else(tmp_path: Path) -> None:
+    """llama.cpp logs as it loads a vocabulary (and warned of a vocabulary-only model's
+    context): none of it reaches the command's output."""
+    pytest.importorskip("llama_cpp")
+    from ._llama import write_chat_model
+
+    path = write_chat_model(
+        tmp_path / "chat.gguf", CHATML, ["<|im_start|>", "<|im_end|>"], "<s>", "<|im_end|>"
+    )
+    result = _command(str(path), stdin=json.dumps(CONVERSATION))
+    assert result.returncode == 0 and result.stderr == ""
+    assert json.loads(result.stdout) == load(path).encode(CONVERSATION).to_dict()
+
+
 def test_every_corpus_template_is_covered() -> None:
     if not TEMPLATES.exists():
         pytest.skip("../shared is not present")

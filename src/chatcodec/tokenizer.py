@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import MissingExtraError, TokenizerError
+from .llamacpp import library
 from .tokencache import PieceCache, tokens_of
 
 __all__ = [
@@ -267,21 +268,23 @@ class GGUFTokenizer:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        try:
-            import llama_cpp
-        except ImportError:
-            raise MissingExtraError(
-                "llama-cpp-python", "llama", f"tokenizing with the vocabulary of {self.path}"
-            ) from None
+        llama_cpp = library(f"tokenizing with the vocabulary of {self.path}")
         self._llama_cpp = llama_cpp
-        try:
-            self._model = llama_cpp.Llama(model_path=str(self.path), vocab_only=True, verbose=False)
-        except Exception as error:  # llama.cpp reports a bad file as it likes
-            raise TokenizerError(
-                f"llama.cpp cannot read the vocabulary of {self.path}: {error}"
-            ) from None
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model.model)
+        # the vocabulary alone: no weights, no context (whose setup only warns)
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self._model:
+            raise TokenizerError(f"llama.cpp cannot read the vocabulary of {self.path}")
+        self._free = llama_cpp.llama_model_free
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._pieces: dict[int, bytes] = {}
+
+    def __del__(self) -> None:
+        model = getattr(self, "_model", None)
+        if model:
+            self._free(model)
+            self._model = None
 
     def __repr__(self) -> str:
         return f"<GGUFTokenizer {self.path}>"
@@ -311,12 +314,25 @@ class GGUFTokenizer:
 
     def tokenize(self, text: str) -> Tokenized:
         data = text.encode("utf-8")
-        ids = self._model.tokenize(data, add_bos=False, special=True) if data else []
+        ids = self._ids(data) if data else []
         offsets = _piece_offsets(text, data, [self.piece(i) for i in ids])
         return Tokenized(ids, offsets, _first_holder(offsets))
 
     def is_special(self, token_id: int) -> bool:
         return bool(self._llama_cpp.llama_vocab_is_control(self._vocab, token_id))
+
+    def _ids(self, data: bytes) -> list[int]:
+        """llama.cpp's tokens of ``data``: special tokens parsed, none added."""
+        llama_cpp = self._llama_cpp
+        size = len(data) + 8
+        while True:
+            buffer = (llama_cpp.llama_token * size)()
+            count = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), buffer, size, False, True
+            )
+            if count >= 0:
+                return list(buffer[:count])
+            size = -count  # (the buffer was too small: the count it needs)
 
 
 def _piece_offsets(text: str, data: bytes, pieces: Sequence[bytes]) -> list[tuple[int, int]]:

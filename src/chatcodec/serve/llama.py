@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import MissingExtraError
+from ..llamacpp import library
 from .engine import EngineError, EngineTimeout, Generation, Piece, Usage
 
 __all__ = ["LlamaEngine", "trigger_patterns"]
@@ -51,17 +51,6 @@ def trigger_patterns(triggers: Any) -> list[str]:
                 + ("" if value.endswith("$") else "$")
             )
     return patterns
-
-
-_QUIET: list[Any] = []
-
-
-def _quiet_log(llama_cpp: Any) -> Any:
-    """The log callback that drops llama.cpp's messages: one for the process, since llama.cpp
-    keeps the last one set (an engine's own would dangle once that engine is gone)."""
-    if not _QUIET:
-        _QUIET.append(llama_cpp.llama_log_callback(lambda level, text, data: None))
-    return _QUIET[0]
 
 
 class _Deadline:
@@ -109,18 +98,13 @@ class LlamaEngine:
         n_threads: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        try:
-            import llama_cpp
-        except ImportError as exc:
-            raise MissingExtraError("llama-cpp-python", "llama", "the in-process engine") from exc
+        llama_cpp = library("the in-process engine")
         self.lib = llama_cpp
         self.n_ctx = n_ctx
         self.timeout = timeout
         self.generations = 0  # how many generations reached the model
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._lock: asyncio.Lock | None = None
-        llama_cpp.llama_log_set(_quiet_log(llama_cpp), ctypes.c_void_p())
-        llama_cpp.llama_backend_init()
         self.model = llama_cpp.llama_model_load_from_file(
             str(path).encode(), llama_cpp.llama_model_default_params()
         )
