@@ -21,6 +21,10 @@ conversation's length (system prompt, tools), which every prefix render pays aga
 tools, one question, then calls with reasoning and their results): one long turn, where
 spans that cost a constant number of renders stay at the same ratio whatever N.
 ``--questions Q`` splits it into Q such turns, each opened by its own question.
+``--chat N`` times a chat dataset's conversation of N messages instead (the same system
+prompt, then questions and answers in turn, no tools): the shape most fine-tuning sets
+have, and the one some templates take only (Mistral's refuse the tool messages of the
+others).
 """
 
 from __future__ import annotations
@@ -89,6 +93,19 @@ def agent_case(size: int, questions: int = 1) -> dict[str, Any]:
         messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"Result {turn}."})
         turn += 1
     return dict(big, messages=messages[:size])
+
+
+def chat_case(size: int) -> dict[str, Any]:
+    """A chat dataset's conversation of ``size`` messages (at least 2): the big case's system
+    prompt, then questions and answers in turn, without tools."""
+    big = big_qwen3_case()
+    messages = big["messages"][:1]
+    turn = 0
+    while len(messages) < size:
+        messages.append({"role": "user", "content": f"Question {turn}: what of {turn}?"})
+        messages.append({"role": "assistant", "content": f"Answer {turn}: it is {turn}."})
+        turn += 1
+    return dict(big, messages=messages[:size], tools=None)
 
 
 def bench_template(
@@ -162,6 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results) instead of the 40-message one",
     )
     parser.add_argument(
+        "--chat",
+        type=int,
+        metavar="N",
+        help="a chat dataset's conversation of N messages (system prompt, then questions and "
+        "answers, no tools) instead of the 40-message one",
+    )
+    parser.add_argument(
         "--questions",
         type=int,
         default=1,
@@ -171,9 +195,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.agent is not None and args.agent < 4:
         parser.error("--agent takes 4 messages or more")
+    if args.chat is not None and (args.chat < 2 or args.agent is not None):
+        parser.error("--chat takes 2 messages or more, and no --agent")
     if args.questions < 1 or (args.questions > 1 and args.agent is None):
         parser.error("--questions takes 1 or more, with --agent")
-    big = big_qwen3_case() if args.agent is None else agent_case(args.agent, args.questions)
+    if args.chat is not None:
+        big = chat_case(args.chat)
+    elif args.agent is not None:
+        big = agent_case(args.agent, args.questions)
+    else:
+        big = big_qwen3_case()
     warnings.simplefilter("ignore")  # special tokens the template never reads
     special: dict[str, dict[str, Any]] = {}
     for case in load_cases(args.shared):

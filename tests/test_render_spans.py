@@ -199,6 +199,52 @@ def test_templates_whose_passes_look_ahead_resume_every_prefix(name: str) -> Non
     assert (prefixes.resumed, prefixes.rendered) == (2 * len(turns), 0)
 
 
+def chat_conversation(exchanges: int = 20) -> list[dict[str, Any]]:
+    """A system prompt and plain questions and answers: a chat dataset's conversation."""
+    messages = [{"role": "system", "content": "Answer briefly."}]
+    for turn in range(exchanges):
+        messages.append({"role": "user", "content": f"Question {turn}?"})
+        messages.append({"role": "assistant", "content": f"Answer {turn}."})
+    return messages
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+        "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+        "unsloth-Apriel-1.5.jinja",
+    ],
+)
+def test_templates_that_select_messages_in_their_start_resume_every_prefix(name: str) -> None:
+    # Mistral's templates keep the user messages (`selectattr(...) | list`) for a tools
+    # block; Apriel 1.5 asks whether a system message is among them: a selection each
+    # prefix has its own of, which reads no message
+    if name not in _templates():
+        pytest.skip("no render corpus")
+    template, messages = _compiled(name), chat_conversation()
+    prefixes = PrefixRenders.of(template, messages, now=0, **_special(name))
+    turns = [at for at, message in enumerate(messages) if message["role"] == "assistant"]
+    with prefixes.resuming():
+        for at in turns:
+            assert prefixes.render(at, True) == template.render(
+                messages[:at], None, None, True, now=0, **_special(name)
+            )
+            assert prefixes.render(at + 1, False) == template.render(
+                messages[: at + 1], now=0, **_special(name)
+            )
+    assert (prefixes.resumed, prefixes.rendered) == (2 * len(turns), 0)
+    _assert_same_spans(
+        template,
+        messages,
+        now=0,
+        tools=None,
+        documents=None,
+        add_generation_prompt=False,
+        **_special(name),
+    )
+
+
 # --- hypothesis-built conversations ------------------------------------------------------
 
 _TEXT = st.text(alphabet="ab <>/\n{}\"'think", max_size=12)

@@ -400,17 +400,103 @@ def test_a_count_only_its_loop_reads_is_not_a_change() -> None:
     _assert_resumed_within(_loop(body, macro), 1)
 
 
+USERS = "{% set users = messages | selectattr('role', 'equalto', 'user') | list %}"
+
+
+def test_a_selection_of_the_messages_kept_and_unread_is_each_prefix_s_own() -> None:
+    # Mistral's templates keep the user messages for a tools block they show only with
+    # tools: choosing them reads no message, and each prefix has its own choice
+    assert check(_loop(CHATML_BODY, USERS)) == ALL
+    # a selection's count compared in the start (Apriel 1.5: is there a system message?)
+    start = "{% if messages | selectattr('role', 'equalto', 'system') | list | length == 0 %}"
+    assert check(_loop(CHATML_BODY, start + "[default]{% endif %}")) == ALL
+    # as a plain loop: at its own last pass, or none
+    _assert_resumed_within(_loop(CHATML_BODY, USERS), 1)
+
+
+@pytest.mark.parametrize(
+    ("start", "body", "end"),
+    [
+        # read in the passes: by place, from the end, its count, walked
+        (USERS, "{% if m == users[-1] %}!{% endif %}", ""),
+        (USERS, "{% if users and m == users[0] %}first{% endif %}", ""),
+        (USERS, "{% if loop.index0 < users | length %}<{% endif %}", ""),
+        (USERS, "{% if users | length - 1 > loop.index0 %}>{% endif %}", ""),
+        (USERS, "{% for u in users %}{{ u.content }}{% endfor %}", ""),
+        (USERS, "{{ users | first | tojson }}", ""),
+        # read in the start and the end
+        (USERS + "{% set n = users | length - 1 %}[{{ n }}]", "", ""),
+        (USERS + "{{ users[1].content if users | length > 1 }}", "", ""),
+        (USERS, "", "{{ users | last }}{{ users | length }}"),
+        (USERS, "", "{{ users }}"),
+        # kept in a namespace, or chosen again from a selection or a view
+        (
+            "{% set ns = namespace(u=messages | selectattr('role', 'equalto', 'user') | list) %}",
+            "{{ ns.u | length }}{% if m in ns.u %}u{% endif %}",
+            "{{ ns.u | tojson }}",
+        ),
+        (
+            USERS + "{% set again = users | rejectattr('content', 'equalto', 'Q1') | list %}",
+            "{{ again | length }}{% if again and m == again[0] %}*{% endif %}",
+            "",
+        ),
+        (
+            "{% set rest = messages[1:] | reject('none') | list %}",
+            "{% if rest and m == rest[0] %}^{% endif %}{{ rest | length }}",
+            "",
+        ),
+        # a test whose argument differs per prefix: its comparisons are the length's uses
+        (
+            "{% set n = messages | length %}"
+            "{% set x = messages | selectattr('role', 'ne', n) | list %}",
+            "{{ x | length }}",
+            "",
+        ),
+        (
+            "{% set n = messages | length %}"
+            "{% set x = messages | map(attribute='content') | select('ne', 'Q' ~ n) | list %}",
+            "{{ x | length }}",
+            "",
+        ),
+        # walked by a range up to its count, by a loop of the start, sliced
+        (USERS, "{% for i in range(users | length) %}{{ users[i].content }}{% endfor %}", ""),
+        (
+            USERS + "{% set ns = namespace(last='') %}"
+            "{% for u in users %}{% set ns.last = u.content %}{% endfor %}",
+            "{{ ns.last }}",
+            "",
+        ),
+        (USERS, "{% for u in users[1:] %}{% if u == m %}+{% endif %}{% endfor %}", ""),
+        # read at their places: one after the first user message, from the first pass on
+        (USERS, "{{ users[1].content if users[1] is defined }}", ""),
+        (USERS + "{% set later = users[1:] %}", "{{ later[0].content if later }}", ""),
+        # its count, and the messages' own
+        (USERS, "{{ messages | length }}/{{ users | length }}", ""),
+        (USERS + "{% set later = users[1:] %}", "{% if later and m == later[0] %}2{% endif %}", ""),
+        # walked by the main loop: no prefix resumes (a pass per chosen message)
+        ("{% set said = messages | rejectattr('role', 'equalto', 'tool') | list %}", "", ""),
+    ],
+)
+def test_selections_of_the_messages(start: str, body: str, end: str) -> None:
+    over = "said" if "said =" in start else "messages"
+    check(_loop(body + CHATML_BODY, start, end + GENERATION_PROMPT, over=over))
+
+
 def test_a_template_cannot_write_the_followed_loop_s_guard() -> None:
     source = _loop("{% for x in messages | __chatcodec_inner_loop_guard %}{% endfor %}")
     assert ChatTemplate(source)._resume_plan() is None
     check(source)
+    source = _loop(CHATML_BODY, "{% set u = messages | __chatcodec_selection('select') %}")
+    assert ChatTemplate(source)._resume_plan() is None
 
 
 def test_the_watched_list_shows_a_template_nothing_a_list_does_not() -> None:
     start = (
         "{% set probe = [messages.watch is defined, messages.base is defined, "
         "messages.prefix is defined, (messages | attr('see')) is defined, "
-        "messages.__cc_watch__ is defined, messages.__cc_base__ is defined] %}"
+        "messages.__cc_watch__ is defined, messages.__cc_base__ is defined, "
+        "messages.__cc_at__ is defined, (messages | selectattr('role') | list).__cc_at__ "
+        "is defined] %}"
     )
     assert check(_loop(CHATML_BODY, start, "{{ probe }}" + GENERATION_PROMPT)) == ALL
 

@@ -50,6 +50,7 @@ __all__ = [
     "GuardedCodeGenerator",
     "INNER_LOOP_GUARD",
     "LimitExceeded",
+    "SELECTION",
     "MARK_PREFIX",
     "loop_source",
     "marker_statement",
@@ -92,6 +93,9 @@ class RenderState(threading.local):
     # iterable and the guard that walks one)
     changes: int = 0
     inner_loops: Callable[[Any, Callable[[Any], Iterator[Any]]], Iterable[Any]] | None = None
+    # and what makes the lists of the filters rewritten to SELECTION (given the value and
+    # what chooses from a list)
+    selections: Callable[..., Any] | None = None
 
     def begin(
         self,
@@ -530,6 +534,25 @@ def _inner_loop_guard(iterable: Iterable[Any]) -> Iterable[Any]:
     # A loop guard, whose walk a watched render follows (RenderState.inner_loops)
     walk = render_state.inner_loops
     return _loop_guard(iterable) if walk is None else walk(iterable, _loop_guard)
+
+
+# `x | selectattr(...) | list` (or rejectattr, select, reject) in a watched render: a list
+# of the messages chosen that the render sees as they are placed (template/resume.py)
+SELECTION = "__chatcodec_selection"
+
+
+@jinja2.pass_context
+def _selection(context: Any, value: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    # `value | <name>(*args, **kwargs) | list`, both filters the environment's own; or
+    # what RenderState.selections makes of it
+    filters = context.environment.filters
+
+    def choose(items: Any) -> Any:
+        return filters["list"](context.eval_ctx, filters[name](context, items, *args, **kwargs))
+
+    select = render_state.selections
+    found = None if select is None else select(value, choose)
+    return choose(value) if found is None else found
 
 
 def loop_source(loop: jinja2.nodes.For) -> jinja2.nodes.Node:
@@ -1264,6 +1287,7 @@ def new_environment(
     env.filters["tojson"] = _memoized(_guard_filter(tojson, "tojson"))
     env.filters[_LOOP_GUARD] = _loop_guard
     env.filters[INNER_LOOP_GUARD] = _inner_loop_guard
+    env.filters[SELECTION] = _selection
     for name in ("true", "false", "boolean", "integer"):
         env.tests[name] = _answered_by_stand_in(env.tests[name])  # type: ignore[arg-type]
     for name in ("length", "count"):

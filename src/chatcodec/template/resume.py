@@ -35,6 +35,12 @@ would come out otherwise with its values (a use in the start that would: rendere
 start). A traced int plus or minus a constant in a pass (Solar's ``messages | length - 1``)
 is traced too (``_Shifted``): its comparisons are uses its traced value replays, shifted.
 
+A selection of the messages (``messages | selectattr(...) | list``, ``rejectattr``,
+``select``, ``reject``) tests each message alone: a prefix's own is the whole one's messages
+before it. The watched render makes it a ``WatchedMessages`` that notes a read of each
+message at its place in the conversation (``Watch.select``); choosing them reads none, its
+length is traced as the messages' is, and a prefix resumes with its own selection.
+
 Statements of the start that read message ``k`` or later (a scan for system prompts or the
 last user query) are run again on the prefix's inputs, from their marks, and must leave the
 same text and state (variables and namespace fields, compared by type and value) as in the
@@ -104,6 +110,7 @@ from jinja2.utils import missing
 from .environment import (
     INNER_LOOP_GUARD,
     MARK_PREFIX,
+    SELECTION,
     UnseenNamespace,
     loop_source,
     marker_statement,
@@ -198,7 +205,8 @@ class Watch:
         # the lengths of the messages the template took (`messages | length`), traced, with
         # the pass (or statement) that first took each
         self.lengths: list[tuple[_Traced, int]] = []
-        self.measures: dict[int, _Traced] = {}  # the same, by where their messages start
+        # the same, by where their messages start (a selection's: where its messages are)
+        self.measures: dict[int | tuple[int, ...], _Traced] = {}
         self.replaced: dict[int, Any] = {}  # while a prefix resumes: traced values it changes
         self.flag: _Traced | None = None  # add_generation_prompt, when traced
         # first_changed's answers, and where each traced value's uses by a statement end
@@ -250,6 +258,7 @@ class Watch:
             if not self.steps:
                 render_state.written = set()
                 render_state.inner_loops = self.inner_loop
+                render_state.selections = self.select
             if self.trace and (self.tracing or self.reach > 0):
                 self._trace()
             self.at = -2 - index
@@ -264,6 +273,8 @@ class Watch:
             self.reach = -1
 
         def on_walk(context: Any, walked: Any) -> None:
+            if isinstance(walked, WatchedMessages) and walked.__cc_at__ is not None:
+                walked = None  # a selection's passes are not one per message: no prefix resumes
             self.walked = walked
             if isinstance(walked, WatchedMessages):
                 self.at = base_of(walked) - 1
@@ -326,6 +337,7 @@ class Watch:
             _watching.watch = None
             render_state.written = None
             render_state.inner_loops = None
+            render_state.selections = None
 
     def inner_loop(self, iterable: Any, guard: Callable[[Any], Iterator[Any]]) -> Iterator[Any]:
         """The walk of a loop ``_follow_inner_loops`` marked (``guard`` walks an iterable
@@ -450,15 +462,37 @@ class Watch:
 
     def measured(self, view: WatchedMessages) -> _Traced:
         """``view | length``, traced: a prefix has its own. One traced value per view's
-        start: its uses are all the uses of that length."""
-        base = base_of(view)
-        length = self.measures.get(base)
+        start (or selection's messages): its uses are all the uses of that length."""
+        base, at = base_of(view), view.__cc_at__
+        key = base if at is None else at
+        length = self.measures.get(key)
         if length is None:
-            length = self.measures[base] = self.traced_value(list.__len__(view))
+            length = self.measures[key] = self.traced_value(list.__len__(view))
             length.__cc_base__ = base
+            length.__cc_at__ = at
             self.lengths.append((length, self.at))
             self.tracing = True
         return length
+
+    def select(
+        self, value: Any, choose: Callable[[list[Any]], list[Any]]
+    ) -> WatchedMessages | None:
+        """``value | selectattr(...) | list`` (or ``rejectattr``, ``select``, ``reject``;
+        ``choose`` runs them on a list) where ``value`` is this render's messages or a view
+        of them: the messages chosen, as a view that notes a read of each at its place in
+        the conversation (``__cc_at__``). The filter tests each message alone, so a prefix's
+        own choice is the view's messages before it (``prefix_of``): choosing reads none of
+        them. (What the test reads besides is noted as any read: a traced value it compares,
+        a watched list it looks in.) None otherwise: the filters then run as written."""
+        if type(value) is not WatchedMessages or value.__cc_watch__ is not self or not self.live:
+            return None
+        items = list(list.__iter__(value))
+        chosen = choose(items)  # (some of the items, in their order)
+        at: list[int] = []
+        for place, item in zip(_places(value), items, strict=False):  # (places may count on)
+            if len(at) < len(chosen) and chosen[len(at)] is item:
+                at.append(place)
+        return WatchedMessages(chosen, self, 0, tuple(at))
 
     def lengths_of(self, k: int, values: dict[int, Any]) -> dict[int, Any]:
         """``values`` and the traced lengths taken before the pass of message ``k`` as
@@ -469,7 +503,12 @@ class Watch:
         for length, at in self.lengths:
             if at >= k:
                 break
-            values[id(length)] = max(0, k - (length.__cc_base__ or 0))
+            chosen = length.__cc_at__
+            values[id(length)] = (
+                max(0, k - (length.__cc_base__ or 0))
+                if chosen is None
+                else bisect.bisect_left(chosen, k)
+            )
         return values
 
     def untrace(self, spaces: list[tuple[Any, dict[str, Any]]], values: dict[int, Any]) -> None:
@@ -775,13 +814,15 @@ class _Traced(_StandIn):
     not reach) refuses any use if the prefix's value differs.
     """
 
-    __slots__ = ("__cc_value__", "__cc_watch__", "__cc_uses__", "__cc_base__")
+    __slots__ = ("__cc_value__", "__cc_watch__", "__cc_uses__", "__cc_base__", "__cc_at__")
 
     def __init__(self, value: int | bool, watch: Watch) -> None:
         self.__cc_value__ = value
         self.__cc_watch__ = watch
         self.__cc_uses__: list[_Use] = []
         self.__cc_base__: int | None = None  # a length of the messages: where they start
+        # a length of a selection of them (Watch.select): where its messages are placed
+        self.__cc_at__: tuple[int, ...] | None = None
 
     def __cc_use__(self, op: Any, other: Any, result: Any) -> None:
         watch = self.__cc_watch__
@@ -874,17 +915,21 @@ class WatchedMessages(list):  # type: ignore[type-arg]
     """The conversation's messages, noting the furthest message a template read.
 
     Every read of a plain list goes through these methods (the sandbox refuses the ones
-    that change a list). A template sees nothing a plain list does not have: the watch and
-    where a view made by ``messages[i:]`` starts are in dunder slots (attributes a template
-    cannot read, as it cannot read any ``__name__`` of a list), the helpers are functions.
+    that change a list). A template sees nothing a plain list does not have: the watch,
+    where a view made by ``messages[i:]`` starts, and where the messages of a selection
+    (``Watch.select``) are placed are in dunder slots (attributes a template cannot read,
+    as it cannot read any ``__name__`` of a list), the helpers are functions.
     """
 
-    __slots__ = ("__cc_watch__", "__cc_base__")
+    __slots__ = ("__cc_watch__", "__cc_base__", "__cc_at__")
 
-    def __init__(self, items: list[Any], watch: Watch, base: int = 0) -> None:
+    def __init__(
+        self, items: list[Any], watch: Watch, base: int = 0, at: tuple[int, ...] | None = None
+    ) -> None:
         list.__init__(self, items)
         self.__cc_watch__ = watch
         self.__cc_base__ = base
+        self.__cc_at__ = at  # a selection's: each message's place in the conversation
 
     def __len__(self) -> int:
         _see(self, _WHOLE)
@@ -904,8 +949,8 @@ class WatchedMessages(list):  # type: ignore[type-arg]
         return len(self)
 
     def __iter__(self) -> Iterator[Any]:
-        watch, base = self.__cc_watch__, self.__cc_base__
-        for at, item in enumerate(list.__iter__(self), base):
+        watch = self.__cc_watch__
+        for at, item in zip(_places(self), list.__iter__(self), strict=False):
             # Watch.see, inlined (a walk reads every message in turn), after noting what
             # the reads before this item's reached
             reach = watch.fetched = watch.reach
@@ -930,6 +975,9 @@ class WatchedMessages(list):  # type: ignore[type-arg]
             start = key.start or 0
             if type(start) is int and 0 <= start:
                 kept = list.__getitem__(self, key)
+                at = self.__cc_at__
+                if at is not None:
+                    return WatchedMessages(kept, self.__cc_watch__, 0, at[start:])
                 return WatchedMessages(kept, self.__cc_watch__, self.__cc_base__ + start)
         _see(self, _WHOLE)
         return list.__getitem__(self, key)
@@ -973,7 +1021,17 @@ class WatchedMessages(list):  # type: ignore[type-arg]
 
 
 def _see(view: WatchedMessages, index: int) -> None:
-    view.__cc_watch__.see(view.__cc_base__ + index if index < _WHOLE else _WHOLE)
+    at = view.__cc_at__
+    if index >= _WHOLE:
+        view.__cc_watch__.see(_WHOLE)
+    else:
+        view.__cc_watch__.see(view.__cc_base__ + index if at is None else at[index])
+
+
+def _places(view: WatchedMessages) -> Any:
+    """Where each of a watched list's messages is in the conversation."""
+    at = view.__cc_at__
+    return itertools.count(view.__cc_base__) if at is None else at
 
 
 def base_of(view: WatchedMessages) -> int:
@@ -983,7 +1041,9 @@ def base_of(view: WatchedMessages) -> int:
 
 def prefix_of(view: WatchedMessages, k: int) -> list[Any]:
     """A watched list as the render of the first ``k`` messages has it."""
-    return list.__getitem__(view, slice(0, max(0, k - view.__cc_base__)))
+    at = view.__cc_at__
+    size = max(0, k - view.__cc_base__) if at is None else bisect.bisect_left(at, k)
+    return list.__getitem__(view, slice(0, size))
 
 
 _watching = threading.local()  # the watch of the watched render running
@@ -1159,7 +1219,7 @@ class ResumePlan:
             return None
         if any(tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport))):
             return None
-        if any(node.name == INNER_LOOP_GUARD for node in tree.find_all(nodes.Filter)):
+        if any(node.name in (INNER_LOOP_GUARD, SELECTION) for node in tree.find_all(nodes.Filter)):
             return None  # the template wrote a hook's filter: it would be followed unchecked
         found = _main_loop(tree)
         if found is None:
@@ -1199,6 +1259,7 @@ class ResumePlan:
             marked.append(node)
         watched.body[: index + 1] = marked
         _follow_inner_loops(watched, main)
+        _select_views(watched)
         plan = cls(
             compile_tree(watched),
             compile_tree(nodes.Template([body, *copy.deepcopy(rest)])),
@@ -2081,6 +2142,29 @@ def _unseen_namespaces(macro: nodes.Macro, loop: nodes.For) -> None:
             for found in uses
         ):
             made.node.name = _UNSEEN
+
+
+def _select_views(watched: nodes.Template) -> None:
+    """Rewrite each ``x | selectattr(...) | list`` (or ``rejectattr``, ``select``,
+    ``reject``) of the watched template to the SELECTION filter, which makes a view of the
+    messages chosen when ``x`` holds messages (``Watch.select``), else that list."""
+    for outer in watched.find_all(nodes.Filter):
+        inner = outer.node
+        if (
+            outer.name == "list"
+            and not (outer.args or outer.kwargs or outer.dyn_args or outer.dyn_kwargs)
+            and isinstance(inner, nodes.Filter)
+            and inner.name in _SELECTING
+            and inner.node is not None
+            and inner.dyn_args is None
+            and inner.dyn_kwargs is None
+        ):
+            outer.name, outer.node = SELECTION, inner.node
+            outer.args = [nodes.Const(inner.name), *inner.args]
+            outer.kwargs = list(inner.kwargs)
+
+
+_SELECTING = frozenset({"selectattr", "rejectattr", "select", "reject"})
 
 
 def _walks_only_items(loop: nodes.For) -> bool:
