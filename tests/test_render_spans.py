@@ -184,8 +184,13 @@ def test_templates_whose_passes_look_ahead_resume_every_prefix(name: str) -> Non
     # nothing that is read later)
     if name not in _templates():
         pytest.skip("no render corpus")
+    _assert_spans_resume_every_prefix(name, agent_conversation(), long_conversation()[1])
+
+
+def _assert_spans_resume_every_prefix(name: str, messages: list[Any], tools: Any) -> None:
+    """Every prefix the spans need (each turn's before it, with the generation prompt, and
+    up to it, without) resumes, and is its render."""
     template = _compiled(name)
-    messages, tools = agent_conversation(), long_conversation()[1]
     prefixes = PrefixRenders.of(template, messages, tools, now=0, **_special(name))
     turns = [at for at, message in enumerate(messages) if message["role"] == "assistant"]
     with prefixes.resuming():
@@ -222,20 +227,10 @@ def test_templates_that_select_messages_in_their_start_resume_every_prefix(name:
     # prefix has its own of, which reads no message
     if name not in _templates():
         pytest.skip("no render corpus")
-    template, messages = _compiled(name), chat_conversation()
-    prefixes = PrefixRenders.of(template, messages, now=0, **_special(name))
-    turns = [at for at, message in enumerate(messages) if message["role"] == "assistant"]
-    with prefixes.resuming():
-        for at in turns:
-            assert prefixes.render(at, True) == template.render(
-                messages[:at], None, None, True, now=0, **_special(name)
-            )
-            assert prefixes.render(at + 1, False) == template.render(
-                messages[: at + 1], now=0, **_special(name)
-            )
-    assert (prefixes.resumed, prefixes.rendered) == (2 * len(turns), 0)
+    messages = chat_conversation()
+    _assert_spans_resume_every_prefix(name, messages, None)
     _assert_same_spans(
-        template,
+        _compiled(name),
         messages,
         now=0,
         tools=None,

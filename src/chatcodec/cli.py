@@ -1075,27 +1075,34 @@ def _add_encode(
         "(default: stdin)",
     )
     encode.add_argument("--documents", metavar="FILE", help="JSON file with the documents array")
-    encode.add_argument("--add-generation-prompt", "-g", action="store_true")
-    encode.add_argument(
+    _add_encoding_options(encode)
+    encode.set_defaults(func=_cmd_encode)
+
+
+def _add_encoding_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The options of an encoding that the request options lack (encode's, batch's)."""
+    parser.add_argument("--add-generation-prompt", "-g", action="store_true")
+    parser.add_argument(
         "--tokenizer",
         metavar="PATH",
         help="tokenize with this folder, tokenizer.json or .gguf instead of the checkpoint's",
     )
-    encode.add_argument(
+    parser.add_argument(
         "--no-end-marker",
         dest="end_marker",
         action="store_false",
         help="leave the end-of-turn marker out of the mask",
     )
-    encode.add_argument(
+    parser.add_argument(
         "--no-reasoning",
         dest="reasoning",
         action="store_false",
         help="leave the thought out of the mask",
     )
-    encode.add_argument("--text", action="store_true", help="add the rendered text")
-    encode.add_argument("--offsets", action="store_true", help="add each token's [start, end)")
-    encode.set_defaults(func=_cmd_encode)
+    parser.add_argument("--text", action="store_true", help="add the rendered text")
+    parser.add_argument(
+        "--offsets", action="store_true", help="add each token's [start, end) in the text"
+    )
 
 
 def _add_parse(
@@ -1282,11 +1289,6 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     encoding.add_argument("--bos-token", help="use this bos_token instead of the checkpoint's")
     encoding.add_argument("--eos-token", help="use this eos_token instead of the checkpoint's")
     encoding.add_argument(
-        "--tokenizer",
-        metavar="PATH",
-        help="tokenize with this folder, tokenizer.json or .gguf instead of the checkpoint's",
-    )
-    encoding.add_argument(
         "--var",
         action="append",
         default=[],
@@ -1298,23 +1300,7 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     encoding.add_argument(
         "--no-thinking", dest="thinking", action="store_false", help="enable_thinking=false"
     )
-    encoding.add_argument("--add-generation-prompt", "-g", action="store_true")
-    encoding.add_argument(
-        "--no-end-marker",
-        dest="end_marker",
-        action="store_false",
-        help="leave the end-of-turn marker out of the mask",
-    )
-    encoding.add_argument(
-        "--no-reasoning",
-        dest="reasoning",
-        action="store_false",
-        help="leave the thought out of the mask",
-    )
-    encoding.add_argument("--text", action="store_true", help="add the rendered text")
-    encoding.add_argument(
-        "--offsets", action="store_true", help="add each token's [start, end) in the text"
-    )
+    _add_encoding_options(encoding)
     batch.set_defaults(func=_cmd_batch)
 
 
