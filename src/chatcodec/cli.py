@@ -623,10 +623,7 @@ def _batch_results(
         if given:
             option = "--" + given[0].replace("_", "-")
             raise UsageError(f"{option} is an option of encoding: it takes --checkpoint")
-        return (
-            (result.get("error", {}).get("type"), result)
-            for result in run_batch(records, args.templates, args.jobs)
-        )
+        return _tagged(run_batch(records, args.templates, args.jobs))
     if args.templates is not None:
         raise UsageError("--templates names the templates of requests: --checkpoint has its own")
     options = _variables(args)
@@ -648,10 +645,11 @@ def _batch_results(
     _ = encoder.codec  # a checkpoint that cannot be loaded fails once, here
     if charset is not None:
         return run_encode_batch(records, encoder, args.jobs, charset)
-    return (
-        (result.get("error", {}).get("type"), result)
-        for result in run_encode_batch(records, encoder, args.jobs)
-    )
+    return _tagged(run_encode_batch(records, encoder, args.jobs))
+
+
+def _tagged(results: Iterator[dict[str, Any]]) -> Iterator[tuple[str | None, Any]]:
+    return ((result.get("error", {}).get("type"), result) for result in results)
 
 
 class _JsonLines:

@@ -11,11 +11,11 @@ Both read a batch's ``messages`` column (and ``tools``, ``documents`` and a row'
 template variables ``chat_template_kwargs`` when the dataset has them) and give
 ``input_ids``, ``attention_mask`` and ``assistant_masks`` per row (and ``text`` with
 ``text=True``, each token's ``[start, end)`` in it with ``offsets=True``), as
-``Codec.encode`` computes them. ``chatcodec batch --checkpoint`` encodes with the same
-encoder, a result line per row. A column's type pads the
-fields one message lacks with nulls (``"tool_calls": None`` on a user message, in Arrow and
-so in both libraries); the encoders drop null fields before rendering, so a row renders as
-the JSON record it was written from. A column of JSON text is decoded.
+``Codec.encode`` computes them. A column's type pads the fields one message lacks with
+nulls (``"tool_calls": None`` on a user message, in Arrow and so in both libraries); the
+encoders drop null fields before rendering, so a row renders as the JSON record it was
+written from. A column of JSON text is decoded. ``chatcodec batch --checkpoint`` encodes
+with the same encoder, a result line per row (a JSON line's nulls kept: they are its own).
 """
 
 from __future__ import annotations
