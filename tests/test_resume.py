@@ -591,6 +591,10 @@ STARTS = [
     "{% set add_generation_prompt = add_generation_prompt and messages[-1].role == 'user' %}",
     "{% set messages = messages[1:] if messages[0].role == 'system' else messages %}",
     "{% set users = messages | selectattr('role', 'equalto', 'user') %}",
+    # selections of the messages (Watch.select): kept, counted, held in a namespace
+    "{% set chosen = messages | selectattr('role', 'equalto', 'user') | list %}",
+    "{% if messages | rejectattr('role', 'ne', 'system') | list | length == 0 %}D{% endif %}",
+    "{% set ns.chosen = messages[1:] | rejectattr('role', 'equalto', 'tool') | list %}",
     # what the start does with the index of the last user message (traced values)
     "{% set ns.seen = ns.user > 1 %}",
     "{% set ns.top = ns.user + 1 %}",
@@ -655,6 +659,10 @@ BODIES = [
     "{% for x in messages[loop.index:] %}{% endfor %}{% for x in view or [] %}{% endfor %}",
     "{% for k in range(loop.index0, messages | length) %}{% if messages[k].role == 'tool' %}"
     "T{% endif %}{% endfor %}",
+    "{% if chosen is defined and chosen and m == chosen[-1] %}L{% endif %}",
+    "{% if chosen is defined %}{{ chosen | length }}{% for c in chosen %}{% if c == m %}="
+    "{% endif %}{% endfor %}{% endif %}",
+    "{% if ns.chosen %}{{ ns.chosen | length }}{% if m in ns.chosen %}c{% endif %}{% endif %}",
 ]
 ENDS = [
     "{{ ns.n }}",
@@ -664,11 +672,13 @@ ENDS = [
     "{{ roles | default('') }}",
     "{% for m in messages %}{{ loop.index }}{% endfor %}",
     "{% if ns.kept %}{{ ns.kept[-1].role }}{% endif %}",
+    "{% if chosen is defined %}{{ chosen | map(attribute='content') | join }}{% endif %}",
     "{% if messages[-1].role == 'tool' and add_generation_prompt %}"
     "{{ raise_exception('no') }}{% endif %}",
 ]
 FIXED = (
-    "{% set ns = namespace(n=0, user=-1, kept=none, seen=none, top=0, box=none, open=true) %}"
+    "{% set ns = namespace(n=0, user=-1, kept=none, seen=none, top=0, box=none, open=true, "
+    "chosen=none) %}"
     "{% macro show(m) %}[{{ m.role }}]{% endmacro %}"
     "{% macro total() %}{{ messages | length }}{% endmacro %}"
     "{% macro users_after(i) %}{% set c = namespace(n=0) %}{% for x in messages[i:] %}"
