@@ -240,6 +240,27 @@ def test_templates_that_select_messages_in_their_start_resume_every_prefix(name:
     )
 
 
+def test_a_template_that_shows_the_last_answer_in_its_end_resumes_every_prefix() -> None:
+    # Nemotron Nano v2's start takes a last assistant message out of the messages its loop
+    # walks, into namespace fields only its end reads: on a conversation that ends on an
+    # answer, as training data do, each prefix's start cuts its own messages (or not) and
+    # sets its own fields
+    name = "NVIDIA-Nemotron-Nano-v2.jinja"
+    if name not in _templates():
+        pytest.skip("no render corpus")
+    messages = chat_conversation()
+    _assert_spans_resume_every_prefix(name, messages, None)
+    _assert_same_spans(
+        _compiled(name),
+        messages,
+        now=0,
+        tools=None,
+        documents=None,
+        add_generation_prompt=False,
+        **_special(name),
+    )
+
+
 # --- hypothesis-built conversations ------------------------------------------------------
 
 _TEXT = st.text(alphabet="ab <>/\n{}\"'think", max_size=12)

@@ -400,6 +400,72 @@ def test_a_count_only_its_loop_reads_is_not_a_change() -> None:
     _assert_resumed_within(_loop(body, macro), 1)
 
 
+# Nemotron Nano v2's start: the last message, when the assistant's, is shown by the end
+DROP = (
+    "{% set ns = namespace() %}"
+    "{% set messages = messages[1:] if messages[0].role == 'system' else messages %}"
+    "{% if messages[-1].role == 'assistant' %}{% set ns.final = messages[-1].content %}"
+    "{% set ns.calls = messages[-1].tool_calls or [] %}{% set messages = messages[:-1] %}"
+    "{% endif %}"
+)
+SHOW_FINAL = (
+    "{% if ns.final is defined %}<|im_start|>assistant\n{{ ns.final }}{{ ns.calls | tojson }}"
+    "<|im_end|>\n{% endif %}"
+)
+ASKED = [*CONVERSATION[:-1], {"role": "user", "content": "Q3"}]  # (ends on a question)
+
+
+@pytest.mark.parametrize(
+    ("start", "body", "end", "answered", "asked"),
+    [
+        # every prefix but the system message alone (which the template refuses)
+        (DROP, "", SHOW_FINAL, ALL - 4, 16),
+        (
+            DROP,
+            "{% if not loop.last and messages[loop.index0 + 1].role == 'tool' %}>{% endif %}",
+            SHOW_FINAL,
+            ALL - 4,
+            16,
+        ),
+        (DROP, "", SHOW_FINAL + "{{ ns }}", ALL - 4, 16),  # the end may read it whole
+        (DROP, "{{ messages | length }}", SHOW_FINAL, ALL - 4, 16),
+        # cut in every prefix
+        ("{% set messages = messages[:-1] %}", "", "{{ messages | length }}", ALL - 4, ALL - 4),
+        ("{% set messages = messages[1:-1] %}", "{{ loop.index0 }}", "", ALL - 8, ALL - 8),
+        (
+            "{% set hist = messages %}{% set messages = messages[:-1] %}",
+            "{{ hist | length }}",
+            "",
+            ALL - 4,
+            ALL - 4,
+        ),
+        # a field the loop reads, or a cut view it takes otherwise: from the start (the
+        # prefixes that cut the same way excepted, where the view read is the same)
+        (DROP, "{% if ns.final is defined %}L{% endif %}", SHOW_FINAL, 4, 16),
+        (DROP + "{% set ns.h = messages %}", "{{ ns.h | length }}", SHOW_FINAL, 4, 4),
+        (DROP + "{% set rest = messages[1:] %}", "{{ rest | length if rest }}", SHOW_FINAL, 4, 16),
+        (
+            DROP + "{% set u = messages | selectattr('role', 'equalto', 'user') | list %}",
+            "{{ u | length }}",
+            SHOW_FINAL,
+            16,
+            16,
+        ),
+        # a field the loop sets too
+        (DROP, "{% set ns.final = m.role %}", "{{ ns.final }}", 4, 16),
+    ],
+)
+def test_messages_cut_short_of_the_end(
+    start: str, body: str, end: str, answered: int, asked: int
+) -> None:
+    # a prefix's own start, run again, cuts its messages where it does (the last one an
+    # assistant's: shorter than as the whole render cut them, or not at all): its loop
+    # walks as many of them, and its end sees the fields it set that only the end reads
+    source = _loop(body + CHATML_BODY, start, end + GENERATION_PROMPT)
+    assert check(source) == answered
+    assert check(source, ASKED) == asked
+
+
 USERS = "{% set users = messages | selectattr('role', 'equalto', 'user') | list %}"
 
 
@@ -604,6 +670,18 @@ STARTS = [
     "{% set flag = add_generation_prompt %}",
     "{% for m in messages %}{% if loop.last %}{% set ns.n = loop.index %}{% endif %}{% endfor %}",
 ]
+# the messages cut short of the end (Nemotron Nano v2 shows a last assistant message in its
+# end, not in the loop), and fields only the end reads
+CUTS = [
+    "{% if messages[-1].role == 'assistant' %}{% set ns.final = messages[-1].content %}"
+    "{% set messages = messages[:-1] %}{% endif %}",
+    "{% set messages = messages[:-1] if messages | length > 2 else messages %}",
+    "{% set ns.tail = messages[-1].role %}{% set messages = messages[1:-1] %}",
+    "{% if messages[-1].role != 'user' %}{% set ns.final = messages[-1].role %}"
+    "{% set messages = messages[:-2] %}{% else %}{% set ns.tail = 'u' %}{% endif %}",
+    "{% set ns.tail = messages[-1].role %}",
+]
+STARTS += CUTS
 BODIES = [
     "{% if loop.last %}!{% endif %}",
     "{{ loop.index0 }}",
@@ -675,6 +753,7 @@ ENDS = [
     "{% if chosen is defined %}{{ chosen | map(attribute='content') | join }}{% endif %}",
     "{% if messages[-1].role == 'tool' and add_generation_prompt %}"
     "{{ raise_exception('no') }}{% endif %}",
+    "{{ ns.final | default('-') }}{{ ns.tail | default('-') }}",
 ]
 FIXED = (
     "{% set ns = namespace(n=0, user=-1, kept=none, seen=none, top=0, box=none, open=true, "
@@ -688,8 +767,11 @@ FIXED = (
 
 
 @st.composite
-def _templates(draw: st.DrawFn) -> str:
-    start = "".join(draw(st.lists(st.sampled_from(STARTS), max_size=3)))
+def _templates(draw: st.DrawFn, cut: bool = False) -> str:
+    starts = draw(st.lists(st.sampled_from(STARTS), max_size=3))
+    if cut:
+        starts.insert(draw(st.integers(0, len(starts))), draw(st.sampled_from(CUTS)))
+    start = "".join(starts)
     body = "".join(draw(st.lists(st.sampled_from(BODIES), max_size=4)))
     end = "".join(draw(st.lists(st.sampled_from(ENDS), max_size=2)))
     return _loop(body + CHATML_BODY, FIXED + start, end + GENERATION_PROMPT)
@@ -710,6 +792,18 @@ _MESSAGES = st.lists(
 def test_random_templates(source: str, messages: list[dict[str, Any]], with_tools: bool) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     check(source, messages, tools=tools if with_tools else None)
+
+
+@seed(6)
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+@given(_templates(cut=True), _MESSAGES, st.booleans())
+def test_random_templates_that_cut_the_messages(
+    source: str, messages: list[dict[str, Any]], answered: bool
+) -> None:
+    # most often on a conversation that ends on the assistant's message, as training data do
+    check(source, messages + [CONVERSATION[-1]] if answered else messages)
 
 
 def test_a_generator_kept_in_a_variable() -> None:

@@ -208,6 +208,11 @@ class Watch:
         # the same, by where their messages start (a selection's: where its messages are)
         self.measures: dict[int | tuple[int, ...], _Traced] = {}
         self.replaced: dict[int, Any] = {}  # while a prefix resumes: traced values it changes
+        # and, as the start run again on it leaves them, where its cut views of the messages
+        # end (by id), and the fields only the end reads that it has otherwise (by the
+        # namespace's index and the field's name; `missing`: unset)
+        self.sizes: dict[int, int] = {}
+        self.overrides: dict[tuple[int, str], Any] = {}
         self.flag: _Traced | None = None  # add_generation_prompt, when traced
         # first_changed's answers, and where each traced value's uses by a statement end
         self.ends_of: dict[int, list[int]] = {}
@@ -484,7 +489,12 @@ class Watch:
         own choice is the view's messages before it (``prefix_of``): choosing reads none of
         them. (What the test reads besides is noted as any read: a traced value it compares,
         a watched list it looks in.) None otherwise: the filters then run as written."""
-        if type(value) is not WatchedMessages or value.__cc_watch__ is not self or not self.live:
+        if (
+            type(value) is not WatchedMessages
+            or value.__cc_watch__ is not self
+            or not self.live
+            or value.__cc_cut__
+        ):
             return None
         items = list(list.__iter__(value))
         chosen = choose(items)  # (some of the items, in their order)
@@ -921,15 +931,23 @@ class WatchedMessages(list):  # type: ignore[type-arg]
     as it cannot read any ``__name__`` of a list), the helpers are functions.
     """
 
-    __slots__ = ("__cc_watch__", "__cc_base__", "__cc_at__")
+    __slots__ = ("__cc_watch__", "__cc_base__", "__cc_at__", "__cc_cut__")
 
     def __init__(
-        self, items: list[Any], watch: Watch, base: int = 0, at: tuple[int, ...] | None = None
+        self,
+        items: list[Any],
+        watch: Watch,
+        base: int = 0,
+        at: tuple[int, ...] | None = None,
+        cut: bool = False,
     ) -> None:
         list.__init__(self, items)
         self.__cc_watch__ = watch
         self.__cc_base__ = base
         self.__cc_at__ = at  # a selection's: each message's place in the conversation
+        # a view cut short of the end (`messages[:-1]`): a prefix's own is as long as the
+        # start run again on it leaves it (Watch.sizes)
+        self.__cc_cut__ = cut
 
     def __len__(self) -> int:
         _see(self, _WHOLE)
@@ -944,7 +962,7 @@ class WatchedMessages(list):  # type: ignore[type-arg]
         # `messages | length` (environment.py asks): while the watched render runs, a traced
         # value (a macro of it may run in a resumed prefix, where it is a read of them all)
         watch = self.__cc_watch__
-        if watch.trace and watch.live:
+        if watch.trace and watch.live and not self.__cc_cut__:
             return watch.measured(self)
         return len(self)
 
@@ -971,14 +989,19 @@ class WatchedMessages(list):  # type: ignore[type-arg]
         if type(key) is int and 0 <= key < list.__len__(self):
             _see(self, key)
             return list.__getitem__(self, key)
-        if type(key) is slice and key.stop is None and key.step in (None, 1):
-            start = key.start or 0
+        if type(key) is slice and key.step in (None, 1):
+            start, stop = key.start or 0, key.stop
             if type(start) is int and 0 <= start:
                 kept = list.__getitem__(self, key)
-                at = self.__cc_at__
-                if at is not None:
-                    return WatchedMessages(kept, self.__cc_watch__, 0, at[start:])
-                return WatchedMessages(kept, self.__cc_watch__, self.__cc_base__ + start)
+                at, base, cut = self.__cc_at__, self.__cc_base__ + start, self.__cc_cut__
+                if stop is None:
+                    if at is not None:
+                        return WatchedMessages(kept, self.__cc_watch__, 0, at[start:])
+                    return WatchedMessages(kept, self.__cc_watch__, base, None, cut)
+                if type(stop) is int and stop < 0 and at is None:
+                    # (where it ends depends on how many there are: a read of them all)
+                    _see(self, _WHOLE)
+                    return WatchedMessages(kept, self.__cc_watch__, base, None, True)
         _see(self, _WHOLE)
         return list.__getitem__(self, key)
 
@@ -1040,9 +1063,21 @@ def base_of(view: WatchedMessages) -> int:
 
 
 def prefix_of(view: WatchedMessages, k: int) -> list[Any]:
-    """A watched list as the render of the first ``k`` messages has it."""
+    """A watched list as the render of the first ``k`` messages has it (a cut view of
+    fewer than all: as the start run again on them left it, else GivenUp)."""
     at = view.__cc_at__
-    size = max(0, k - view.__cc_base__) if at is None else bisect.bisect_left(at, k)
+    if at is not None:
+        size = bisect.bisect_left(at, k)
+    elif view.__cc_cut__:
+        watch = view.__cc_watch__
+        end = watch.sizes.get(id(view))
+        if end is None:
+            if k < len(watch.chat):
+                raise GivenUp
+            return list(list.__iter__(view))
+        size = end - view.__cc_base__
+    else:
+        size = max(0, k - view.__cc_base__)
     return list.__getitem__(view, slice(0, size))
 
 
@@ -1091,13 +1126,22 @@ class _Rerun:
     fields: list[dict[str, Any]]  # the fields of every namespace: made before, then by them
 
     def changes(
-        self, before: Mark, after: Mark, text: str, k: int, values: dict[int, Any]
+        self,
+        before: Mark,
+        after: Mark,
+        text: str,
+        k: int,
+        values: dict[int, Any],
+        free: frozenset[str] = frozenset(),
+        overrides: dict[tuple[int, str], Any] | None = None,
     ) -> dict[int, Any] | None:
         """The traced values (by id) that the rerun left another int, where the whole
         render left them between ``before`` and ``after``; None unless everything else is
-        the same: the text, variables and namespace fields (by type and value). A traced
-        value the rerun kept from before it stands for its value in the prefix (``values``'
-        when given)."""
+        the same: the text, variables and namespace fields (by type and value), but the
+        fields named in ``free`` (which only the end reads: their values are put in
+        ``overrides``), and a cut view of the messages left shorter (Watch.sizes). A
+        traced value the rerun kept from before it stands for its value in the prefix
+        (``values``' when given)."""
         if self.text != text[before.position : after.position]:
             return None
         created = after.spaces[len(before.spaces) :]
@@ -1106,23 +1150,30 @@ class _Rerun:
         pairs = {id(new): old for new, (old, _) in zip(self.made, created, strict=True)}
         found: dict[int, Any] = {}
         pairings = [
-            (fields, whole) for fields, (_, whole) in zip(self.fields, after.spaces, strict=True)
+            (at, fields, whole)
+            for at, (fields, (_, whole)) in enumerate(zip(self.fields, after.spaces, strict=True))
         ]
         if self.assigned or before.names is not after.names:  # else the same variables
-            pairings.append((dict(before.names, **self.assigned), after.names))
-        for mine, whole in pairings:
+            pairings.append((-1, dict(before.names, **self.assigned), after.names))
+        for at, mine, whole in pairings:
             if mine is whole:  # a mark's copies, shared by the next mark
                 continue
             if mine.keys() != whole.keys():
-                return None
+                if at < 0 or overrides is None or not free.issuperset(mine.keys() ^ whole.keys()):
+                    return None
+                for name in whole.keys() - mine.keys():
+                    overrides[at, name] = missing
             for name, value in mine.items():
-                was = whole[name]
+                was = whole.get(name, missing)
                 if value is not was:
                     value = _value(value, values)
-                if not _same(value, was, pairs, k):
-                    if type(was) is not _Traced or type(value) is not type(was.__cc_value__):
+                if was is missing or not _same(value, was, pairs, k):
+                    if type(was) is _Traced and type(value) is type(was.__cc_value__):
+                        found[id(was)] = value
+                    elif at >= 0 and name in free and overrides is not None and _data(value):
+                        overrides[at, name] = value
+                    else:
                         return None
-                    found[id(was)] = value
         return found
 
 
@@ -1199,6 +1250,8 @@ class ResumePlan:
     root: Any  # jinja's symbols of the whole template
     traces: bool  # whether watched renders trace int fields (see _Traced)
     watched_globals: dict[str, Any] = field(default_factory=dict)  # as renders take them
+    # the namespace fields only the end reads, with the statements that set them
+    end_fields: dict[str, frozenset[int]] = field(default_factory=dict)
     # what resume raises past its ``passes`` (for callers that do not import this module)
     TooManyPasses: ClassVar[type[TooManyPasses]] = TooManyPasses
     _globals: dict[str, Any] = field(default_factory=dict)
@@ -1206,6 +1259,7 @@ class ResumePlan:
     _scans: dict[int, _Scan | None] = field(default_factory=dict)
     _ready_scans: dict[tuple[int, int], bool] = field(default_factory=dict)
     _macros: dict[str, nodes.Macro] = field(default_factory=dict)  # the start's, by name
+    _free_fields: dict[tuple[int, int], frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -1283,6 +1337,7 @@ class ResumePlan:
         plan._globals = dict(plan.tail.globals)
         plan._macros = {node.name: node for node in plan.start if isinstance(node, nodes.Macro)}
         plan.watched_globals = dict(plan.watched.globals)
+        plan.end_fields = _end_fields(start, loop)
         return plan
 
     def context_names(self, variables: dict[str, Any]) -> dict[str, Any]:
@@ -1307,52 +1362,65 @@ class ResumePlan:
         taken from ``text``. None when it cannot be resumed; TooManyPasses when it would run
         more than ``passes`` passes again. Runs inside a render's state
         (``render_state.begin``)."""
-        chat = watch.chat
-        item = chat[k - 1] if 0 < k <= len(chat) and watch.usable else None
-        mark = watch.passes.get(id(item))
+        chat, walked = watch.chat, watch.walked
+        if not watch.usable or not 0 < k <= len(chat) or not isinstance(walked, WatchedMessages):
+            return None
         # the whole conversation's render can read all of it: its prefix is itself
         bound = k if k < len(chat) else _WHOLE + 1
-        if mark is None or mark.item is not item:
-            return None
-        walked = watch.walked
-        if not isinstance(walked, WatchedMessages) or k - 1 < base_of(walked):
-            return None
-        last = k - 1  # the last pass whose mark holds the prefix's state
-        if mark.reach >= bound:  # a pass before read message k (a look ahead): from before it
-            found_last = _last_within(watch, base_of(walked), k - 1, bound)
-            if found_last is None:
-                return None
-            last = found_last
-            mark = watch.passes[id(chat[last])]
-        ended = None  # the mark of message k, when the prefix's render can end there
-        if last == k - 1 and k < len(chat):
-            after = watch.passes.get(id(chat[k]))
-            if after is not None and after.item is chat[k] and after.behind < k:
-                ended = after
-        watch.limit = bound
         flag = watch.flag
         # (the namespaces set while it resumes, where _restore puts back only those)
         written = render_state.written
         render_state.written = watch.dirty if len(watch.spaces) > _FEW else None
+        watch.sizes, watch.overrides = {}, {}
         try:
             values: dict[int, Any] = {}
             if flag is not None and prompt != flag.__cc_value__:
                 values = {id(flag): prompt}
             values = watch.lengths_of(k, values)
             rerun: frozenset[int] = frozenset()
-            if mark.furthest >= bound:
+            ran = False
+            n = k  # the main loop walks the prefix's messages up to message n
+            if walked.__cc_cut__:  # as far as the start, run again on them, cuts them
+                if k < len(chat):
+                    runs, rerun = _reads_past(watch, k)  # (the cut read them all)
+                    changed = self._rerun_start(watch, text, names, k, prompt, values, runs)
+                    size = watch.sizes.get(id(walked))
+                    if changed is None or size is None:
+                        return None
+                    values, ran, n = changed, True, size
+                    bound = n  # (what its passes read of the view is there up to n)
+                else:
+                    n = base_of(walked) + list.__len__(walked)  # (the whole's own)
+            item = chat[n - 1] if n > base_of(walked) else None
+            mark = watch.passes.get(id(item))
+            if mark is None or mark.item is not item:
+                return None
+            last = n - 1  # the last pass whose mark holds the prefix's state
+            if mark.reach >= bound:  # a pass before read message n (a look ahead): before it
+                found_last = _last_within(watch, base_of(walked), n - 1, bound)
+                if found_last is None:
+                    return None
+                last = found_last
+                mark = watch.passes[id(chat[last])]
+            ended = None  # the mark of message n, when the prefix's render can end there
+            if last == n - 1 and n < len(chat):
+                after = watch.passes.get(id(chat[n]))
+                if after is not None and after.item is chat[n] and after.behind < bound:
+                    ended = after
+            watch.limit = bound
+            if mark.furthest >= bound and not ran:
                 runs, rerun = _reads_past(watch, k)
                 changed = self._rerun_start(watch, text, names, k, prompt, values, runs)
                 if changed is None:
                     return None
                 values = changed
-            at = k if ended is not None else last
+            at = n if ended is not None else last
             if values:  # resumed at the first pass the prefix's values change
                 at = watch.first_changed(values, at, rerun)
-            if passes is not None and k - at > passes:
+            if passes is not None and n - at > passes:
                 raise TooManyPasses
             key = None
-            if at == k and ended is not None:
+            if at == n and ended is not None:
                 mark, tail = ended, self.end  # every pass ran as in the whole render
                 key = self._ending(watch, mark, prompt, values)
                 if key is not None and key in watch.ends:
@@ -1368,6 +1436,13 @@ class ResumePlan:
             _restore(watch, mark)
             if watch.traced:
                 watch.untrace(mark.spaces, values)
+            for (space, name), value in watch.overrides.items():
+                fields = watch.fields[space]
+                if value is missing:
+                    fields.pop(name, None)
+                else:
+                    fields[name] = value
+                watch.dirty.add(id(watch.spaces[space]))
             names = self._entered(watch, names, mark.names, k, prompt, values)
             if tail is self.tail:
                 messages = prefix_of(walked, k)
@@ -1387,6 +1462,7 @@ class ResumePlan:
         finally:
             watch.limit = _WHOLE + 1
             watch.replaced = {}
+            watch.sizes, watch.overrides = {}, {}
             _pending.start = None
             render_state.written = written
         return "".join(out), mark.position
@@ -1397,6 +1473,8 @@ class ResumePlan:
         """What the template's end, run at ``mark``, can see that differs between prefixes
         (None when that includes the messages): the generation-prompt flag, the variables,
         the namespace fields and the traced values. Ends run with the same see the same."""
+        if watch.overrides:
+            return None  # (fields of the prefix's own, which no other prefix shares)
         names = mark.names
         seen = watch.ending.get(id(names))
         if seen is None:
@@ -1503,19 +1581,38 @@ class ResumePlan:
         steps = watch.steps
         for read in runs:
             watch.replaced = values
-            found = self._scanned(watch, text, k, read, values)
+            free = self._free(*read)
+            found = self._scanned(watch, text, k, read, values, free)
             if found is None:
                 rerun = self._rerun(watch, base, k, prompt, read)
                 if rerun is not None:
-                    found = rerun.changes(steps[read[0]], steps[read[1]], text, k, values)
+                    before, after = steps[read[0]], steps[read[1]]
+                    found = rerun.changes(before, after, text, k, values, free, watch.overrides)
             if found is None:
                 return None
             values = {**values, **found}
         return values
 
+    def _free(self, first: int, stop: int) -> frozenset[str]:
+        """The fields only the end reads that only statements ``first`` to ``stop - 1`` of
+        the start set: a run of them again leaves the prefix's own values there."""
+        found = self._free_fields.get((first, stop))
+        if found is None:
+            found = self._free_fields[first, stop] = frozenset(
+                name
+                for name, setters in self.end_fields.items()
+                if first <= min(setters) and max(setters) < stop
+            )
+        return found
+
     @staticmethod
     def _scanned(
-        watch: Watch, text: str, k: int, read: tuple[int, int], values: dict[int, Any]
+        watch: Watch,
+        text: str,
+        k: int,
+        read: tuple[int, int],
+        values: dict[int, Any],
+        free: frozenset[str] = frozenset(),
     ) -> dict[int, Any] | None:
         """``_Rerun.changes`` of a loop of the start over the messages (``read`` being that
         one statement) on the first ``k`` messages, from its marks in the whole render: it
@@ -1552,8 +1649,11 @@ class ResumePlan:
             [space for space, _ in end.spaces[known:]],
             [fields for _, fields in end.spaces],
         )
-        found = rerun.changes(start, after, text, k, values)
-        if kept and not any(
+        overrides: dict[tuple[int, str], Any] = {}
+        found = rerun.changes(start, after, text, k, values, free, overrides)
+        if overrides:  # (the prefix's own: not kept for the others)
+            watch.overrides.update(overrides)
+        elif kept and not any(
             isinstance(value, WatchedMessages)
             for _, fields in after.spaces
             for value in fields.values()
@@ -1973,6 +2073,66 @@ def _sets_fields(nodes_: list[nodes.Node], macros: dict[str, nodes.Macro]) -> bo
     return False
 
 
+def _end_fields(start: list[nodes.Node], loop: nodes.For) -> dict[str, frozenset[int]]:
+    """The namespace fields that only the end reads: by name, the statements of the start
+    that set them. Nothing before the end reads them (no attribute, key or text by their
+    name; no namespace taken whole, which a filter or macro could read), and only the
+    start's own statements set them (not the main loop, nor a macro): a prefix whose
+    start, run again, leaves them otherwise resumes with its own values (Watch.overrides).
+    """
+    before = [*start, loop]
+    # the names that hold namespaces: those made by a `namespace()` assigned to a name, and
+    # those a field is set on (any other name holds none: a namespace is given to no
+    # other name below); with a namespace made elsewhere, any attribute may be a field
+    spaces = {ref.name for part in before for ref in part.find_all(nodes.NSRef)}
+    named: set[int] = set()
+    for part in before:
+        for assign in nodes.Template([part]).find_all(nodes.Assign):  # (the statement too)
+            if isinstance(assign.target, nodes.Name) and _makes_namespace(assign.node):
+                spaces.add(assign.target.name)
+                named.add(id(assign.node))
+    anywhere = any(
+        _makes_namespace(call) and id(call) not in named
+        for part in before
+        for call in part.find_all(nodes.Call)
+    )
+    read: set[str] = set()
+    held: set[int] = set()  # the names read as the object of an attribute
+    for part in before:
+        for node in part.find_all(nodes.Getattr):
+            held.add(id(node.node))
+            if anywhere or not isinstance(node.node, nodes.Name) or node.node.name in spaces:
+                read.add(node.attr)
+        read.update(c.value for c in part.find_all(nodes.Const) if isinstance(c.value, str))
+    for part in before:
+        for name in part.find_all(nodes.Name):
+            if name.ctx == "load" and name.name in spaces and id(name) not in held:
+                return {}  # a namespace taken whole
+    stores: dict[str, set[int]] = {}
+    for at, part in enumerate(start):
+        if isinstance(part, nodes.Macro):
+            read.update(ref.attr for ref in part.find_all(nodes.NSRef))
+            read.update(kw.key for kw in part.find_all(nodes.Keyword))
+            continue
+        for ref in part.find_all(nodes.NSRef):
+            stores.setdefault(ref.attr, set()).add(at)
+        for call in part.find_all(nodes.Call):
+            if _makes_namespace(call):
+                for keyword in call.kwargs:
+                    stores.setdefault(keyword.key, set()).add(at)
+    read.update(ref.attr for ref in loop.find_all(nodes.NSRef))
+    read.update(kw.key for kw in loop.find_all(nodes.Keyword))
+    return {name: frozenset(at) for name, at in stores.items() if name not in read}
+
+
+def _makes_namespace(node: nodes.Node) -> bool:
+    return (
+        isinstance(node, nodes.Call)
+        and isinstance(node.node, nodes.Name)
+        and node.node.name == "namespace"
+    )
+
+
 def _made(make: Callable[..., Any], made: list[Any], *args: Any, **kwargs: Any) -> Any:
     """``namespace(...)`` in a rerun: ``make``'s namespace, noted in ``made``."""
     space = make(*args, **kwargs)
@@ -1998,6 +2158,8 @@ def _same(value: Any, whole: Any, pairs: dict[int, Any], k: int) -> bool:
     if value is whole or pairs.get(id(value)) is whole:
         return True
     if isinstance(whole, WatchedMessages):
+        if whole.__cc_cut__:
+            return _sized(value, whole, k)
         mine = prefix_of(whole, k)
         return type(value) is list and len(value) == len(mine) and all(map(_is, value, mine))
     if type(whole) is _Traced:
@@ -2018,6 +2180,32 @@ def _same(value: Any, whole: Any, pairs: dict[int, Any], k: int) -> bool:
             and all(_same(value[a], whole[b], pairs, k) for a, b in zip(value, whole, strict=True))
         )
     return False  # a namespace or another object: only itself, or the rerun's own
+
+
+def _sized(value: Any, whole: WatchedMessages, k: int) -> bool:
+    """Whether ``value`` (of a rerun on ``k`` messages) is the first messages of the cut
+    view ``whole``: then the prefix's own ends where it does (Watch.sizes; the same for
+    every value that stands for the view). A watched list stands for the prefix's own."""
+    if type(value) is WatchedMessages:
+        value = prefix_of(value, k)
+    if type(value) is not list or len(value) > list.__len__(whole):
+        return False
+    end = base_of(whole) + len(value)
+    if end > k or not all(map(_is, value, list.__iter__(whole))):
+        return False
+    return whole.__cc_watch__.sizes.setdefault(id(whole), end) == end
+
+
+def _data(value: Any) -> bool:
+    """Whether ``value`` is plain data: scalars, and lists, tuples and dicts of them."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is list or kind is tuple:
+        return all(map(_data, value))
+    if kind is dict:
+        return all(map(_data, value.keys())) and all(map(_data, value.values()))
+    return False
 
 
 def _is(a: Any, b: Any) -> bool:
