@@ -250,6 +250,10 @@ def test_a_template_that_shows_the_last_answer_in_its_end_resumes_every_prefix()
         pytest.skip("no render corpus")
     messages = chat_conversation()
     _assert_spans_resume_every_prefix(name, messages, None)
+    # the whole's start cuts nothing when it ends on a question or a tool's result: the
+    # prefixes up to an answer resume from the render up to the last answer
+    _assert_spans_resume_every_prefix(name, messages[:-1], None)
+    _assert_spans_resume_every_prefix(name, agent_conversation(), long_conversation()[1])
     _assert_same_spans(
         _compiled(name),
         messages,

@@ -418,17 +418,19 @@ ASKED = [*CONVERSATION[:-1], {"role": "user", "content": "Q3"}]  # (ends on a qu
 @pytest.mark.parametrize(
     ("start", "body", "end", "answered", "asked"),
     [
-        # every prefix but the system message alone (which the template refuses)
-        (DROP, "", SHOW_FINAL, ALL - 4, 16),
+        # every prefix but the system message alone (which the template refuses); on a
+        # conversation that ends on a question, those up to an answer resume from the
+        # render up to the last answer (the whole's cuts none: PrefixRenders)
+        (DROP, "", SHOW_FINAL, ALL - 4, ALL - 4),
         (
             DROP,
             "{% if not loop.last and messages[loop.index0 + 1].role == 'tool' %}>{% endif %}",
             SHOW_FINAL,
             ALL - 4,
-            16,
+            ALL - 4,
         ),
-        (DROP, "", SHOW_FINAL + "{{ ns }}", ALL - 4, 16),  # the end may read it whole
-        (DROP, "{{ messages | length }}", SHOW_FINAL, ALL - 4, 16),
+        (DROP, "", SHOW_FINAL + "{{ ns }}", ALL - 4, ALL - 4),  # the end may read it whole
+        (DROP, "{{ messages | length }}", SHOW_FINAL, ALL - 4, ALL - 4),
         # cut in every prefix
         ("{% set messages = messages[:-1] %}", "", "{{ messages | length }}", ALL - 4, ALL - 4),
         ("{% set messages = messages[1:-1] %}", "{{ loop.index0 }}", "", ALL - 8, ALL - 8),

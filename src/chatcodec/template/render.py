@@ -870,6 +870,9 @@ class PrefixRenders:
         self._turn_ends: list[int] | None = None  # _find_turn_ends's
         self._turns: set[int] = set()  # turns watched (with the flag of the whole's render)
         self._turns_failed: set[int] = set()  # those whose render did not serve a prefix
+        # _resume_answered's messages, and the prefixes their render missed before it served
+        self._answered: int | None = None
+        self._answered_missed = 0
         if plan is None:
             self.text = template._run(inputs.chat, inputs.variables, inputs.now, None, inputs.made)
         else:
@@ -965,6 +968,9 @@ class PrefixRenders:
                 resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
                 if resumed is not None:
                     return self._resumed(watched, resumed)
+            text = self._resume_answered(n, prompt)
+            if text is not None:
+                return text
         self.rendered += 1
         chat = inputs.chat[:n]
         variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
@@ -1002,6 +1008,29 @@ class PrefixRenders:
                 return self._resumed(in_turn, resumed), None
         self._turns_failed.add(turn)  # (its render does not serve: not tried again)
         return None, None
+
+    def _resume_answered(self, n: int, prompt: bool) -> str | None:
+        """The first ``n`` messages resumed from the watched render of the conversation up
+        to its last assistant message, where it goes on after it: a template that shows
+        the last message otherwise when it is the assistant's (Nemotron Nano v2 takes it out
+        of its loop, for its end) renders the whole conversation as no prefix up to an
+        answer, and that one as them all. Not tried again once it missed _ANSWERED_TRIES
+        prefixes before serving one."""
+        plan, names, chat = self.plan, self._names, self.inputs.chat
+        assert plan is not None and names is not None
+        if self._answered is None:
+            turns = _assistant_turns(chat)
+            self._answered = turns[-1] + 1 if turns else 0
+        size = self._answered
+        if not n <= size < len(chat) or self._answered_missed >= _ANSWERED_TRIES:
+            return None
+        watched = self._watch(self.flag, size=size)
+        resumed = None if watched is None else plan.resume(*watched, names, n, prompt)
+        if watched is None or resumed is None:
+            self._answered_missed += 1
+            return None
+        self._answered_missed = -len(chat)  # (it serves: tried for every prefix)
+        return self._resumed(watched, resumed)
 
     def _resumed(self, watched: tuple[Watch, str], resumed: tuple[str, int]) -> str:
         """A prefix's text resumed from ``watched`` (counted; ``kept`` where it shares the
@@ -1045,6 +1074,9 @@ class PrefixRenders:
 # A prefix that would run more passes than this again resumes from a watched render of
 # its turn, when the turn goes on for as many messages more (PrefixRenders.render)
 _PASSES_BACK = 8
+# The prefixes the render up to the last answer may miss before it serves one (the first
+# prefixes may be ones the template refuses), after which it is not tried again
+_ANSWERED_TRIES = 4
 # After this many prefixes, a template that resumed less than this share of them stops
 # watching its renders (ChatTemplate._resuming_pays)
 _TALLY_SEEN, _TALLY_SHARE = 64, 0.25
