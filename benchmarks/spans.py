@@ -24,7 +24,8 @@ spans that cost a constant number of renders stay at the same ratio whatever N.
 ``--chat N`` times a chat dataset's conversation of N messages instead (the same system
 prompt, then questions and answers in turn, no tools): the shape most fine-tuning sets
 have, and the one some templates take only (Mistral's refuse the tool messages of the
-others).
+others). ``--training`` renders without the generation prompt, and ends the conversation
+on an answer (one more message where it ends otherwise): as training data are rendered.
 """
 
 from __future__ import annotations
@@ -109,7 +110,12 @@ def chat_case(size: int) -> dict[str, Any]:
 
 
 def bench_template(
-    name: str, source: str, special: dict[str, Any], rounds: int, big: dict[str, Any]
+    name: str,
+    source: str,
+    special: dict[str, Any],
+    rounds: int,
+    big: dict[str, Any],
+    prompt: bool = True,
 ) -> tuple[float, float, float, float, float] | None:
     template = ChatTemplate(source, name=name)
     if template.has_generation_tag:
@@ -118,7 +124,7 @@ def bench_template(
     for tools in (big["tools"], None):
         options = {"tools": tools, "documents": None, "now": 0, **special}
         try:
-            template.render(messages, add_generation_prompt=True, **options)
+            template.render(messages, add_generation_prompt=prompt, **options)
             break
         except TemplateError:
             continue
@@ -128,13 +134,13 @@ def bench_template(
     context = {k: v for k, v in options.items() if k not in ("tools", "documents", "now")}
 
     def render() -> str:
-        return template.render(messages, tools, None, True, now=now, **context)
+        return template.render(messages, tools, None, prompt, now=now, **context)
 
     def spans() -> Any:
-        return template.render_with_spans(messages, tools, None, True, now, **context).spans
+        return template.render_with_spans(messages, tools, None, prompt, now, **context).spans
 
     def short() -> str:
-        return template.render(messages[:2], tools, None, True, now=now, **context)
+        return template.render(messages[:2], tools, None, prompt, now=now, **context)
 
     def prefixes() -> Any:
         text = render()
@@ -143,21 +149,28 @@ def bench_template(
     if spans() != prefixes():
         raise SystemExit(f"FAILED: {name}: the two methods give different spans")
     base, fixed, new, old = best_times([(render, 5), (short, 5), (spans, 1), (prefixes, 1)], rounds)
-    return base, fixed, new, old, resumed_share(template, messages, tools, now, context)
+    return base, fixed, new, old, resumed_share(template, messages, tools, now, context, prompt)
 
 
 def resumed_share(
-    template: ChatTemplate, messages: Sequence[Any], tools: Any, now: Any, context: Any
+    template: ChatTemplate,
+    messages: Sequence[Any],
+    tools: Any,
+    now: Any,
+    context: Any,
+    prompt: bool = True,
 ) -> float:
     """The share of the prefix renders the spans need that resume from the watched render
-    (each turn's prefix before it, with the generation prompt, and up to it, without)."""
-    renders = PrefixRenders.of(template, messages, tools, None, True, now, **context)
+    (each turn's prefix before it, with the generation prompt, and up to it, without; the
+    last one's is the whole render without it)."""
+    renders = PrefixRenders.of(template, messages, tools, None, prompt, now, **context)
     with renders.resuming():
         for index, message in enumerate(messages):
             if message.get("role") == "assistant":
                 if index:
                     renders.render(index, True)
-                renders.render(index + 1, False)
+                if index + 1 < len(messages) or prompt:
+                    renders.render(index + 1, False)
     return renders.resumed / max(1, renders.resumed + renders.rendered)
 
 
@@ -192,6 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="Q",
         help="with --agent: Q questions, each followed by its calls and results",
     )
+    parser.add_argument(
+        "--training",
+        action="store_true",
+        help="render without the generation prompt, the conversation ending on an answer",
+    )
     args = parser.parse_args(argv)
     if args.agent is not None and args.agent < 4:
         parser.error("--agent takes 4 messages or more")
@@ -205,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         big = agent_case(args.agent, args.questions)
     else:
         big = big_qwen3_case()
+    if args.training and big["messages"][-1]["role"] != "assistant":
+        answer = {"role": "assistant", "content": "That is all."}
+        big = dict(big, messages=[*big["messages"], answer])
     warnings.simplefilter("ignore")  # special tokens the template never reads
     special: dict[str, dict[str, Any]] = {}
     for case in load_cases(args.shared):
@@ -218,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only not in name:
             continue
         source = (args.shared / "chat_templates" / name).read_text(encoding="utf-8")
-        result = bench_template(name, source, special[name], args.rounds, big)
+        result = bench_template(name, source, special[name], args.rounds, big, not args.training)
         if result is None:
             continue
         base, fixed, new, old, share = result

@@ -455,6 +455,25 @@ ASKED = [*CONVERSATION[:-1], {"role": "user", "content": "Q3"}]  # (ends on a qu
         ),
         # a field the loop sets too
         (DROP, "{% set ns.final = m.role %}", "{{ ns.final }}", 4, 16),
+        # a list that is not the cut view's first messages
+        (
+            "{% if messages[-1].role == 'assistant' %}{% set messages = messages[:-1] %}"
+            "{% else %}{% set messages = messages[1:] + messages[:1] %}{% endif %}",
+            "",
+            "",
+            16,
+            12,
+        ),
+        # a variable by the name of a field only the end reads, set or not
+        (
+            "{% set ns = namespace() %}{% if messages[-1].role == 'assistant' %}"
+            "{% set ns.final = 1 %}{% set final = 2 %}{% set messages = messages[:-1] %}"
+            "{% endif %}",
+            "",
+            "{{ final | default('-') }}{{ ns.final | default('-') }}",
+            12,
+            ALL,
+        ),
     ],
 )
 def test_messages_cut_short_of_the_end(
@@ -466,6 +485,51 @@ def test_messages_cut_short_of_the_end(
     source = _loop(body + CHATML_BODY, start, end + GENERATION_PROMPT)
     assert check(source) == answered
     assert check(source, ASKED) == asked
+
+
+@pytest.mark.parametrize(("cut", "watched"), [("", 1), ("{% set rest = messages[:-1] %}", 2)])
+def test_the_render_up_to_the_last_answer_is_watched_for_a_start_that_cuts(
+    cut: str, watched: int
+) -> None:
+    # a start whose prefixes differ (their last message): they render from the start; the
+    # render up to the last answer is watched (once) only where the start cuts
+    template = ChatTemplate(
+        _loop("{{ last }}" + CHATML_BODY, "{% set last = messages[-1].content %}" + cut)
+    )
+    expected = [_render(template, ASKED[:n], False) for n in range(1, len(ASKED))]
+    runs = 0
+    real = template._run
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        nonlocal runs
+        runs += 1
+        return real(*args, **kwargs)
+
+    template._run = counted  # type: ignore[method-assign]
+    prefixes = PrefixRenders.of(template, ASKED, add_generation_prompt=True)
+    with prefixes.resuming():
+        assert [prefixes.render(n, False) for n in range(1, len(ASKED))] == expected
+    assert runs == watched + prefixes.rendered
+
+
+def test_a_field_of_a_namespace_made_in_a_list_is_read_by_any_name() -> None:
+    # the loop reads the field through another name than the one the start sets it on
+    start = (
+        "{% set box = [namespace()] %}{% if messages[-1].role == 'assistant' %}"
+        "{% for b in box %}{% set b.final = messages[-1].content %}{% endfor %}"
+        "{% set messages = messages[:-1] %}{% endif %}"
+    )
+    body = "{% for c in box %}{{ c.final | default('') }}{% endfor %}"
+    assert check(_loop(body + CHATML_BODY, start)) == 4
+
+
+def test_two_names_for_a_cut_view_that_a_prefix_has_as_two_lists() -> None:
+    # the whole render's `b` is its `a`; a prefix that ends on a question has `b` longer
+    start = "{% set a = messages[:-1] %}"
+    start += "{% set b = a if messages[-1].role == 'assistant' else messages %}"
+    source = _loop(CHATML_BODY, start, "{{ b[-1].role }}" + GENERATION_PROMPT, over="a")
+    assert check(source) == 12  # (the prefixes that end on a question render from the start)
+    assert check(source, ASKED) == 24
 
 
 USERS = "{% set users = messages | selectattr('role', 'equalto', 'user') | list %}"

@@ -1014,10 +1014,13 @@ class PrefixRenders:
         to its last assistant message, where it goes on after it: a template that shows
         the last message otherwise when it is the assistant's (Nemotron Nano v2 takes it out
         of its loop, for its end) renders the whole conversation as no prefix up to an
-        answer, and that one as them all. Not tried again once it missed _ANSWERED_TRIES
-        prefixes before serving one."""
+        answer, and that one as them all. Only for a template whose start slices a list
+        short of its end; not tried again once it missed _ANSWERED_TRIES prefixes before
+        serving one."""
         plan, names, chat = self.plan, self._names, self.inputs.chat
         assert plan is not None and names is not None
+        if not plan.cuts:
+            return None  # (its start cuts nothing short: no render serves a prefix better)
         if self._answered is None:
             turns = _assistant_turns(chat)
             self._answered = turns[-1] + 1 if turns else 0

@@ -46,6 +46,14 @@ last user query) are run again on the prefix's inputs, from their marks, and mus
 same text and state (variables and namespace fields, compared by type and value) as in the
 whole render, but for traced ints left another int. A loop of the start over the messages
 needs no run: the prefix's loop ends where the whole one's pass on message ``k`` began.
+A start may cut the messages short of the end (``messages[:-1]``: Nemotron Nano v2 takes a
+last assistant message out of its loop, into namespace fields its end shows). The cut is a
+watched view whose making reads every message, so it runs again on each prefix; where the
+prefix's own ends is the length of the list that run leaves, if it is the view's first
+messages (``Watch.sizes``), and the prefix resumes after its own last pass. The fields that
+only the end reads (``_end_fields``: named nowhere before the end, set only by statements
+that run again) may differ too: the prefix's own values go in before its end runs
+(``Watch.overrides``).
 A loop of the start that walks the messages *backwards* for the last one of a kind
 (Qwen3's scan for the last user query) would run again on each prefix, a pass per message:
 quadratic in the conversation's length. When its shape makes each pass a function of its
@@ -1170,7 +1178,7 @@ class _Rerun:
                 if was is missing or not _same(value, was, pairs, k):
                     if type(was) is _Traced and type(value) is type(was.__cc_value__):
                         found[id(was)] = value
-                    elif at >= 0 and name in free and overrides is not None and _data(value):
+                    elif at >= 0 and name in free and overrides is not None:
                         overrides[at, name] = value
                     else:
                         return None
@@ -1252,6 +1260,7 @@ class ResumePlan:
     watched_globals: dict[str, Any] = field(default_factory=dict)  # as renders take them
     # the namespace fields only the end reads, with the statements that set them
     end_fields: dict[str, frozenset[int]] = field(default_factory=dict)
+    cuts: bool = False  # whether the start slices a list short of its end (`x[:-1]`)
     # what resume raises past its ``passes`` (for callers that do not import this module)
     TooManyPasses: ClassVar[type[TooManyPasses]] = TooManyPasses
     _globals: dict[str, Any] = field(default_factory=dict)
@@ -1338,6 +1347,7 @@ class ResumePlan:
         plan._macros = {node.name: node for node in plan.start if isinstance(node, nodes.Macro)}
         plan.watched_globals = dict(plan.watched.globals)
         plan.end_fields = _end_fields(start, loop)
+        plan.cuts = any(_negative(cut.stop) for part in start for cut in part.find_all(nodes.Slice))
         return plan
 
     def context_names(self, variables: dict[str, Any]) -> dict[str, Any]:
@@ -2125,6 +2135,13 @@ def _end_fields(start: list[nodes.Node], loop: nodes.For) -> dict[str, frozenset
     return {name: frozenset(at) for name, at in stores.items() if name not in read}
 
 
+def _negative(node: nodes.Node | None) -> bool:
+    """Whether ``node`` is a negative int written out (``-1``)."""
+    if isinstance(node, nodes.Neg):
+        return isinstance(node.node, nodes.Const) and type(node.node.value) is int
+    return isinstance(node, nodes.Const) and type(node.value) is int and node.value < 0
+
+
 def _makes_namespace(node: nodes.Node) -> bool:
     return (
         isinstance(node, nodes.Call)
@@ -2188,24 +2205,13 @@ def _sized(value: Any, whole: WatchedMessages, k: int) -> bool:
     every value that stands for the view). A watched list stands for the prefix's own."""
     if type(value) is WatchedMessages:
         value = prefix_of(value, k)
+    # (its items are the prefix's own messages: it ends at message k at the furthest)
     if type(value) is not list or len(value) > list.__len__(whole):
         return False
-    end = base_of(whole) + len(value)
-    if end > k or not all(map(_is, value, list.__iter__(whole))):
+    if not all(map(_is, value, list.__iter__(whole))):
         return False
+    end = base_of(whole) + len(value)
     return whole.__cc_watch__.sizes.setdefault(id(whole), end) == end
-
-
-def _data(value: Any) -> bool:
-    """Whether ``value`` is plain data: scalars, and lists, tuples and dicts of them."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return True
-    if kind is list or kind is tuple:
-        return all(map(_data, value))
-    if kind is dict:
-        return all(map(_data, value.keys())) and all(map(_data, value.values()))
-    return False
 
 
 def _is(a: Any, b: Any) -> bool:
