@@ -512,6 +512,34 @@ def test_the_render_up_to_the_last_answer_is_watched_for_a_start_that_cuts(
     assert runs == watched + prefixes.rendered
 
 
+CUT_LAST = (
+    "{% if messages[-1].role == 'assistant' %}{% set ns.final = messages[-1].content %}"
+    "{% set messages = messages[:-1] %}{% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("start", "body", "end"),
+    [
+        # read before the end: by key, by `attr`, with the whole namespace
+        ("", "{{ ns['final'] | default('') }}", ""),
+        ("", "{{ ns | attr('final') }}", ""),
+        ("", "{{ ns }}", ""),
+        # set after the statements that run again, or by a macro the loop calls
+        ("{% set ns.final = 'late' %}", "", ""),
+        ("{% macro mark() %}{% set ns.final = 'm' %}{% endmacro %}", "{{ mark() }}", ""),
+    ],
+)
+def test_fields_that_not_only_the_end_reads(start: str, body: str, end: str) -> None:
+    # the prefixes whose start sets them otherwise render from the start
+    source = _loop(
+        body + CHATML_BODY,
+        "{% set ns = namespace() %}" + CUT_LAST + start,
+        end + "{{ ns.final | default('-') }}" + GENERATION_PROMPT,
+    )
+    assert check(source) == 4
+
+
 def test_a_field_of_a_namespace_made_in_a_list_is_read_by_any_name() -> None:
     # the loop reads the field through another name than the one the start sets it on
     start = (
