@@ -466,7 +466,8 @@ ASKED = [*CONVERSATION[:-1], {"role": "user", "content": "Q3"}]  # (ends on a qu
         ),
         # a variable by the name of a field only the end reads, set or not
         (
-            "{% set ns = namespace() %}{% if messages[-1].role == 'assistant' %}"
+            "{% set ns = namespace() %}{% set messages = messages[0:] %}"
+            "{% if messages[-1].role == 'assistant' %}"
             "{% set ns.final = 1 %}{% set final = 2 %}{% set messages = messages[:-1] %}"
             "{% endif %}",
             "",
@@ -540,6 +541,15 @@ def test_fields_that_not_only_the_end_reads(start: str, body: str, end: str) -> 
     assert check(source) == 4
 
 
+def test_fields_only_the_end_reads_among_many_namespaces() -> None:
+    # past 16 namespaces a resumed prefix puts back only those set since the last one
+    # resumed: the fields a prefix had of its own are put back too
+    many = "".join(f"{{% set s{i} = namespace(v={i}) %}}" for i in range(17))
+    start = many + "{% set ns = namespace() %}" + CUT_LAST
+    end = "{{ ns.final | default('-') }}{{ s16.v }}" + GENERATION_PROMPT
+    assert check(_loop(CHATML_BODY, start, end)) == ALL
+
+
 def test_a_field_of_a_namespace_made_in_a_list_is_read_by_any_name() -> None:
     # the loop reads the field through another name than the one the start sets it on
     start = (
@@ -547,8 +557,21 @@ def test_a_field_of_a_namespace_made_in_a_list_is_read_by_any_name() -> None:
         "{% for b in box %}{% set b.final = messages[-1].content %}{% endfor %}"
         "{% set messages = messages[:-1] %}{% endif %}"
     )
-    body = "{% for c in box %}{{ c.final | default('') }}{% endfor %}"
-    assert check(_loop(body + CHATML_BODY, start)) == 4
+    for body in (
+        "{% for c in box %}{{ c.final | default('') }}{% endfor %}",
+        "{% for c in box %}{{ c['final'] | default('') }}{% endfor %}",
+    ):
+        assert check(_loop(body + CHATML_BODY, start)) == 4
+
+
+def test_a_field_only_the_end_reads_set_by_a_loop_of_the_start() -> None:
+    # each prefix's own last question, from the scan's mark at its end
+    start = (
+        "{% set ns = namespace() %}{% for m in messages %}{% if m.role == 'user' %}"
+        "{% set ns.q = m.content %}{% endif %}{% endfor %}"
+    )
+    end = "{{ ns.q | default('-') }}" + GENERATION_PROMPT
+    assert check(_loop(CHATML_BODY, start, end)) == ALL
 
 
 def test_two_names_for_a_cut_view_that_a_prefix_has_as_two_lists() -> None:

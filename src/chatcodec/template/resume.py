@@ -1132,6 +1132,9 @@ class _Rerun:
     assigned: dict[str, Any]  # the variables they assigned
     made: list[Any]  # the namespaces they made
     fields: list[dict[str, Any]]  # the fields of every namespace: made before, then by them
+    # the prefix's own inputs they saw (`messages`, the flag), where no statement before
+    # assigned those names
+    given: dict[str, Any] = field(default_factory=dict)
 
     def changes(
         self,
@@ -1162,7 +1165,11 @@ class _Rerun:
             for at, (fields, (_, whole)) in enumerate(zip(self.fields, after.spaces, strict=True))
         ]
         if self.assigned or before.names is not after.names:  # else the same variables
-            pairings.append((-1, dict(before.names, **self.assigned), after.names))
+            names = dict(before.names, **self.assigned)
+            for name in self.given.keys() - names.keys():  # (still the prefix's own)
+                if name in after.names:
+                    names[name] = self.given[name]
+            pairings.append((-1, names, after.names))
         for at, mine, whole in pairings:
             if mine is whole:  # a mark's copies, shared by the next mark
                 continue
@@ -1704,7 +1711,10 @@ class ResumePlan:
                 watch.limit = limit
             spaces = (*(space for space, _ in before.spaces), *made)
             fields = [dict(_fields(space)) for space in spaces]
-            return _Rerun("".join(out), dict(context.vars), made, fields)
+            given: dict[str, Any] = {
+                n: names[n] for n in ("messages", "add_generation_prompt") if n in names
+            }
+            return _Rerun("".join(out), dict(context.vars), made, fields, given)
         return None
 
     def _scan(self, at: int) -> _Scan | None:
