@@ -8,6 +8,7 @@ on the conversation's length; the property test builds templates out of them at 
 
 from __future__ import annotations
 
+import operator
 import os
 import random
 import subprocess
@@ -572,6 +573,18 @@ def test_a_field_only_the_end_reads_set_by_a_loop_of_the_start() -> None:
     )
     end = "{{ ns.q | default('-') }}" + GENERATION_PROMPT
     assert check(_loop(CHATML_BODY, start, end)) == ALL
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_the_render_up_to_the_last_answer_of_a_template_that_reads_the_flag_early(
+    traced: bool,
+) -> None:
+    # as from the whole render: the flag traced in it, or a render with the prefix's own
+    # (`is sameas` keeps values untraced)
+    start = "{% set ns = namespace() %}" + CUT_LAST + "{% if add_generation_prompt %}G{% endif %}"
+    body = "" if traced else "{% if ns is sameas ns %}{% endif %}"
+    source = _loop(body + CHATML_BODY, start)
+    assert check(source, ASKED) == ALL - (0 if traced else 4)
 
 
 def test_two_names_for_a_cut_view_that_a_prefix_has_as_two_lists() -> None:
@@ -1346,3 +1359,58 @@ def test_prefixes_in_any_order_with_a_namespace_per_pass() -> None:
                 expected = _render(template, messages[:n], flag)
                 assert prefixes.render(n, flag) == expected, (n, flag)
         assert prefixes.resumed > len(order) // 2
+
+
+_COMPARISONS = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+_NONE = 10**9  # (what first_changed answers past every pass)
+
+
+@seed(7)
+@settings(max_examples=EXAMPLES * 4, deadline=None, derandomize=True)
+@given(
+    st.integers(-3, 12),
+    st.lists(
+        st.tuples(
+            st.integers(0, 9),  # the pass
+            st.sampled_from([*_COMPARISONS, "truth", "other", "plus"]),
+            st.integers(-3, 12),  # the int compared with
+            st.integers(-2, 2),  # a shift (`value - 1`)
+            st.booleans(),  # reflected (`x < value`)
+        ),
+        max_size=30,
+    ),
+    st.lists(st.integers(-4, 13), min_size=1, max_size=6),
+)
+def test_the_first_pass_a_traced_value_changes_is_the_first_use_it_changes(
+    value: int, done: list[tuple[int, str, int, int, bool]], others: list[int]
+) -> None:
+    # first_changed looks comparisons with an int up by their int: it must find the pass of
+    # the first use that replaying every use in turn finds
+    watch = resume.Watch([])
+    traced = watch.traced_value(value)
+    watch.tracing = True
+    for at, kind, x, shift, reflected in sorted(done, key=lambda use: use[0]):
+        watch.at = at
+        operand: Any = traced + shift if shift else traced
+        if kind == "truth":
+            bool(operand)
+        elif kind == "other":
+            str(operand)
+        elif kind == "plus":
+            operand = traced + x  # a shift by the int: its comparisons replay too
+            _ = operand > 3
+        else:
+            compare = _COMPARISONS[kind]
+            compare(x, operand) if reflected else compare(operand, x)
+    uses = traced.__cc_uses__
+    for other in others:
+        values = {id(traced): other}
+        expected = next((use.at for use in uses if not use.holds(values)), _NONE)
+        assert watch.first_changed(values, _NONE) == expected, other

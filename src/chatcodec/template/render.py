@@ -1027,13 +1027,19 @@ class PrefixRenders:
         size = self._answered
         if not n <= size < len(chat) or self._answered_missed >= _ANSWERED_TRIES:
             return None
-        watched = self._watch(self.flag, size=size)
-        resumed = None if watched is None else plan.resume(*watched, names, n, prompt)
-        if watched is None or resumed is None:
-            self._answered_missed += 1
-            return None
-        self._answered_missed = -len(chat)  # (it serves: tried for every prefix)
-        return self._resumed(watched, resumed)
+        # (as from the whole's: a template that reads the flag early, from the render with
+        # it traced, else with the prefix's own)
+        other = plan.reads_flag_early and prompt != self.flag
+        for flag in (self.flag, prompt) if other else (self.flag,):
+            watched = self._watch(flag, size=size)
+            if watched is None or (other and flag != prompt and watched[0].flag is None):
+                continue
+            resumed = plan.resume(*watched, names, n, prompt)
+            if resumed is not None:
+                self._answered_missed = -len(chat)  # (it serves: tried for every prefix)
+                return self._resumed(watched, resumed)
+        self._answered_missed += 1
+        return None
 
     def _resumed(self, watched: tuple[Watch, str], resumed: tuple[str, int]) -> str:
         """A prefix's text resumed from ``watched`` (counted; ``kept`` where it shares the
