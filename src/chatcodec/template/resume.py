@@ -224,6 +224,7 @@ class Watch:
         self.flag: _Traced | None = None  # add_generation_prompt, when traced
         # first_changed's answers, and where each traced value's uses by a statement end
         self.ends_of: dict[int, list[int]] = {}
+        self.compared: dict[int, _Compared] = {}  # Watch._compared's
         self.changed: dict[tuple[frozenset[tuple[int, Any]], frozenset[int]], int] = {}
         # the top-level loops of the start over the messages: what each walks and its marks
         # (as the main loop's), by the index of its statement
@@ -441,25 +442,41 @@ class Watch:
                 at, size = 0, len(uses)
                 while at < size:
                     use = uses[at]
-                    if use.at < -1:  # in the start
-                        if -2 - use.at in rerun:  # (a scan's uses, one per pass: skipped)
-                            at = after[at]
-                            continue
-                        if use.holds(values):
-                            at += 1
-                            continue
+                    if use.at >= -1:
+                        break  # (the passes' uses follow the start's)
+                    if -2 - use.at in rerun:  # (a scan's uses, one per pass: skipped)
+                        at = after[at]
+                        continue
+                    if not use.holds(values):
                         first = -1
                         break
+                    at += 1
+                if first < 0:
+                    break
+                # the passes' comparisons with an int: looked up; the other uses in turn
+                compared = self._compared(traced, at)
+                found = compared.first_changed(values[traced], uses, values)
+                if found is None:
+                    positions: Any = range(at, size)
+                else:
+                    positions, first = compared.others, min(first, found)
+                for at in positions:
+                    use = uses[at]
                     if use.at >= first:
                         break
                     if not use.holds(values):
                         first = use.at
                         break
-                    at += 1
-                if first < 0:
-                    break
             self.changed[key] = first
         return min(first, last)
+
+    def _compared(self, traced: int, start: int) -> _Compared:
+        """The uses of a traced value from ``start`` on (its passes'), indexed (_Compared)."""
+        found = self.compared.get(traced)
+        if found is None:
+            root = self.traced[traced]
+            found = self.compared[traced] = _Compared(root, root.__cc_uses__, start)
+        return found
 
     def _statement_ends(self, traced: int, uses: list[_Use]) -> list[int]:
         """For each use of a traced value in the start, where the uses of the next
@@ -660,6 +677,75 @@ class _Use:
             )
         except Exception:  # noqa: BLE001 - another outcome
             return False
+
+
+_ORDERS = frozenset({operator.lt, operator.le, operator.gt, operator.ge})
+_EQUALITIES = frozenset({operator.eq, operator.ne})
+
+
+class _Compared:
+    """The uses of one traced int in the passes, from ``start`` on, with those that compare
+    it with an int (``op(value + shift, x)``: a pass's index against the messages' length
+    less one, the index of the last user query against a pass's) indexed by that int, less
+    the shift. Another value changes such a use only where the int lies between the two
+    values, or is either: every ``<``, ``<=``, ``>``, ``>=`` strictly between them, some
+    of those and every ``==``, ``!=`` at either. The first pass another value changes is
+    then looked up, not found by replaying every use before it (as many as the passes, for
+    each prefix); the other uses are replayed in turn."""
+
+    def __init__(self, root: _Traced, uses: list[_Use], start: int) -> None:
+        self.value = root.__cc_value__
+        self.others: list[int] = []  # the positions of the other uses, in order
+        self.at: dict[int, list[int]] = {}  # those of the comparisons, by their int
+        ordered: list[tuple[int, int]] = []  # (int, position) of the order comparisons
+        for position in range(start, len(uses)):
+            use = uses[position]
+            op, other, shift = use.op, use.right, 0
+            if isinstance(op, functools.partial) and op.func is _shifted:
+                op, shift = op.args
+            if (
+                use.left is not root
+                or type(other) is not int
+                or type(shift) is not int
+                or not (op in _ORDERS or op in _EQUALITIES)
+            ):
+                self.others.append(position)
+                continue
+            self.at.setdefault(other - shift, []).append(position)
+            if op in _ORDERS:
+                ordered.append((other - shift, position))
+        ordered.sort()
+        self.ints = [x for x, _ in ordered]
+        # the least position over each run of 2**j order comparisons (by their int)
+        self.least = [[position for _, position in ordered]]
+        width = 1
+        while 2 * width <= len(ordered):
+            row = self.least[-1]
+            self.least.append([min(row[i], row[i + width]) for i in range(len(row) - width)])
+            width *= 2
+
+    def first_changed(self, value: Any, uses: list[_Use], values: dict[int, Any]) -> int | None:
+        """The pass of the first comparison with an int that ``value`` changes (_WHOLE for
+        none); None when it is not an int (every use is then replayed in turn)."""
+        if type(value) is not int or type(self.value) is not int:
+            return None
+        if value == self.value:
+            return _WHOLE
+        low, high = min(value, self.value), max(value, self.value)
+        best = _WHOLE  # a position
+        start = bisect.bisect_right(self.ints, low)
+        stop = bisect.bisect_left(self.ints, high)
+        if start < stop:  # (strictly between: changed)
+            row = (stop - start).bit_length() - 1
+            least = self.least[row]
+            best = min(least[start], least[stop - (1 << row)])
+        for position in sorted(self.at.get(low, []) + self.at.get(high, [])):
+            if position >= best:
+                break
+            if not uses[position].holds(values):
+                best = position
+                break
+        return uses[best].at if best < _WHOLE else _WHOLE
 
 
 def _value(operand: Any, values: dict[int, Any]) -> Any:
