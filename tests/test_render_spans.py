@@ -240,6 +240,16 @@ def test_templates_that_select_messages_in_their_start_resume_every_prefix(name:
     )
 
 
+def test_a_template_whose_loop_counts_the_messages_resumes_every_prefix() -> None:
+    # Reka Edge walks `range(start_idx, messages | length)` and builds its prompt in a
+    # namespace field that its end prints: each index's pass is its message's
+    name = "Reka-Edge.jinja"
+    if name not in _templates():
+        pytest.skip("no render corpus")
+    _assert_spans_resume_every_prefix(name, chat_conversation(), None)
+    _assert_spans_resume_every_prefix(name, agent_conversation(), long_conversation()[1])
+
+
 def test_a_template_that_shows_the_last_answer_in_its_end_resumes_every_prefix() -> None:
     # Nemotron Nano v2's start takes a last assistant message out of the messages its loop
     # walks, into namespace fields only its end reads: on a conversation that ends on an

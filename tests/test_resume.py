@@ -596,6 +596,97 @@ def test_two_names_for_a_cut_view_that_a_prefix_has_as_two_lists() -> None:
     assert check(source, ASKED) == 24
 
 
+COUNTED_BODY = "{% set m = messages[i] %}" + CHATML_BODY
+
+
+@pytest.mark.parametrize(
+    ("start", "body", "end", "count", "resumed"),
+    [
+        ("", COUNTED_BODY, "", "range(messages | length)", ALL),
+        ("", COUNTED_BODY, "", "range(1, messages | length)", ALL - 4),
+        (
+            "{% set first = 1 if messages[0].role == 'system' else 0 %}",
+            COUNTED_BODY,
+            "",
+            "range(first, messages | length)",
+            ALL - 4,
+        ),
+        ("", "{% if loop.last %}!{% endif %}" + COUNTED_BODY, "", "range(messages | length)", ALL),
+        (
+            "",
+            "{% if i + 1 < messages | length and messages[i + 1].role == 'tool' %}>{% endif %}"
+            + COUNTED_BODY,
+            "",
+            "range(messages | length)",
+            ALL,
+        ),
+        (
+            "",
+            "{% if i == messages | length - 1 %}L{% endif %}" + COUNTED_BODY,
+            "",
+            "range(messages | length)",
+            ALL,
+        ),
+        (
+            "",
+            "{{ loop.length }}{{ loop.revindex }}" + COUNTED_BODY,
+            "",
+            "range(messages | length)",
+            ALL,
+        ),
+        # Reka Edge's: the prompt built in a namespace field, printed by the end
+        (
+            "{% set ns = namespace(out='') %}",
+            "{% set ns.out = ns.out ~ messages[i].role ~ ';' %}",
+            "{{ ns.out }}",
+            "range(messages | length)",
+            ALL,
+        ),
+        (
+            "{% set rest = messages[1:] %}",
+            "{% set m = rest[i] %}" + CHATML_BODY,
+            "",
+            "range(rest | length)",
+            ALL - 4,
+        ),
+        # counts the loop cannot walk as the messages: not the length, of a selection
+        ("", COUNTED_BODY, "", "range(messages | length - 1)", 0),
+        (
+            "{% set u = messages | selectattr('role', 'equalto', 'user') | list %}",
+            "[{{ i }}]",
+            "",
+            "range(u | length)",
+            0,
+        ),
+        # passes that are not one per index, or a start evaluated twice would run twice
+        ("", COUNTED_BODY, "", "range(messages | length) if i != 2", 0),
+        ("", COUNTED_BODY, "", "range(messages | length) %}{% else %}-", 0),
+        (
+            "{% set ns = namespace(n=0) %}{% macro bump() %}{% set ns.n = ns.n + 1 %}0"
+            "{% endmacro %}",
+            COUNTED_BODY + "{{ ns.n }}",
+            "",
+            "range(bump() | int, messages | length)",
+            0,
+        ),
+        (
+            "{% set ns = namespace(n=0) %}{% macro bump() %}{% set ns.n = ns.n + 1 %}0"
+            "{% endmacro %}",
+            "{% set m = messages[i] if i < messages | length else {} %}{{ ns.n }}",
+            "",
+            "range((messages + [bump()]) | length)",
+            0,
+        ),
+    ],
+)
+def test_a_main_loop_over_the_indexes_of_the_messages(
+    start: str, body: str, end: str, count: str, resumed: int
+) -> None:
+    # `for i in range(messages | length)`: each index's pass is its message's
+    source = f"{start}{{% for i in {count} %}}{body}{{% endfor %}}{end}{GENERATION_PROMPT}"
+    assert check(source) == resumed
+
+
 USERS = "{% set users = messages | selectattr('role', 'equalto', 'user') | list %}"
 
 
@@ -896,15 +987,33 @@ FIXED = (
 )
 
 
+COUNTS = [
+    "range(messages | length)",
+    "range(1, messages | length)",
+    "range(first, messages | length)",
+    "range(view | length)",
+]
+
+
 @st.composite
-def _templates(draw: st.DrawFn, cut: bool = False) -> str:
+def _templates(draw: st.DrawFn, cut: bool = False, counted: bool = False) -> str:
     starts = draw(st.lists(st.sampled_from(STARTS), max_size=3))
     if cut:
         starts.insert(draw(st.integers(0, len(starts))), draw(st.sampled_from(CUTS)))
     start = "".join(starts)
     body = "".join(draw(st.lists(st.sampled_from(BODIES), max_size=4)))
     end = "".join(draw(st.lists(st.sampled_from(ENDS), max_size=2)))
-    return _loop(body + CHATML_BODY, FIXED + start, end + GENERATION_PROMPT)
+    if not counted:
+        return _loop(body + CHATML_BODY, FIXED + start, end + GENERATION_PROMPT)
+    # the main loop walks the indexes of the messages (Reka Edge's)
+    count = draw(st.sampled_from(COUNTS))
+    over = "view" if "view" in count else "messages"
+    start += "{% set first = 1 if messages[0].role == 'system' else 0 %}"
+    start += "{% set view = messages[1:] %}" if over == "view" else ""
+    body = f"{{% set m = {over}[i] %}}" + body
+    return f"{FIXED}{start}{{% for i in {count} %}}{body}{CHATML_BODY}{{% endfor %}}{end}" + (
+        GENERATION_PROMPT
+    )
 
 
 _MESSAGES = st.lists(
@@ -920,6 +1029,18 @@ _MESSAGES = st.lists(
 )
 @given(_templates(), _MESSAGES, st.booleans())
 def test_random_templates(source: str, messages: list[dict[str, Any]], with_tools: bool) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    check(source, messages, tools=tools if with_tools else None)
+
+
+@seed(8)
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+@given(_templates(counted=True), _MESSAGES, st.booleans())
+def test_random_templates_that_count_the_messages(
+    source: str, messages: list[dict[str, Any]], with_tools: bool
+) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     check(source, messages, tools=tools if with_tools else None)
 

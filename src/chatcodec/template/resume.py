@@ -133,6 +133,7 @@ _STEP = MARK_PREFIX + "_step"
 _WALK = MARK_PREFIX + "_walk"
 _SCAN = MARK_PREFIX + "_scan"
 _SCAN_WALK = MARK_PREFIX + "_scan_walk"
+_COUNT = MARK_PREFIX + "_count"  # the main loop's walk of a count of the messages (_Counted)
 _PRINTED = MARK_PREFIX + "_printed"  # a statement of a followed loop's prints (not yet out)
 _UNSEEN = MARK_PREFIX + "_namespace"  # namespace(), for one only a followed loop reads
 _ITEMS = "__chatcodec_items"
@@ -289,14 +290,22 @@ class Watch:
         def on_walk(context: Any, walked: Any) -> None:
             if isinstance(walked, WatchedMessages) and walked.__cc_at__ is not None:
                 walked = None  # a selection's passes are not one per message: no prefix resumes
+            if type(walked) is _TracedRange and not _counts(walked):
+                walked = None
             self.walked = walked
-            if isinstance(walked, WatchedMessages):
+            if isinstance(walked, (WatchedMessages, _TracedRange)):
                 self.at = base_of(walked) - 1
 
         def on_pass(context: Any, item: Any) -> None:
             self.at += 1
+            if type(self.walked) is _TracedRange:  # (a count: the pass of its message)
+                item = self.chat[self.at] if 0 <= self.at < len(self.chat) else None
             # a loop's body cannot assign top-level variables: the loop's start saw them all
             self.passes[id(item)] = self._mark(item, self.steps[-1].names, self.fetched)
+
+        def count(walked: Any) -> Any:
+            # the main loop's count of the messages: walked as the messages are (_Counted)
+            return _Counted(walked) if type(walked) is _TracedRange else walked
 
         def on_scan_walk(context: Any, walked: Any) -> None:
             self.scans[len(self.steps) - 1] = (walked, {})
@@ -336,6 +345,7 @@ class Watch:
             _STEP: on_step,
             _WALK: on_walk,
             _PASS: on_pass,
+            _COUNT: count,
             _SCAN_WALK: on_scan_walk,
             _SCAN: on_scan,
             _PRINTED: on_print,
@@ -1010,6 +1020,35 @@ class _TracedRange:
         return getattr(self._opaque(), name)
 
 
+def _counts(walked: _TracedRange) -> bool:
+    """Whether a traced range (``range(a, b)``: step 1, up to a length of the messages or
+    of a view of them) counts messages, not a selection of them."""
+    return walked.__cc_stop__.__cc_at__ is None
+
+
+class _Counted:
+    """The main loop's walk of a count of the messages (``range(first, messages | length)``):
+    fetching an index reads its message, as a walk of the messages does (WatchedMessages;
+    ``loop.length`` fetches them all)."""
+
+    __slots__ = ("__cc_range__",)
+
+    def __init__(self, walked: _TracedRange) -> None:
+        self.__cc_range__ = walked
+
+    def __iter__(self) -> Iterator[int]:
+        walked = self.__cc_range__
+        watch, base = walked.__cc_watch__, walked.__cc_stop__.__cc_base__ or 0
+        for index in walked.__cc_plain__:
+            at = base + index
+            reach = watch.fetched = watch.reach  # (as WatchedMessages.__iter__)
+            if at > watch.furthest:
+                watch.furthest = at
+            if at > reach:
+                watch.reach = at
+            yield index
+
+
 _TRACING = frozenset({_Traced, _Shifted})  # the values a mark's copies hold traced
 # types _iterator answers at once (a traced value would ask its class, an ABC check)
 _NOT_ITERATORS = frozenset({str, int, float, bool, type(None), dict, _Traced, _Shifted})
@@ -1151,14 +1190,21 @@ def _places(view: WatchedMessages) -> Any:
     return itertools.count(view.__cc_base__) if at is None else at
 
 
-def base_of(view: WatchedMessages) -> int:
-    """Where a watched view made by ``messages[i:]`` starts in the conversation."""
-    return view.__cc_base__
+def base_of(view: WatchedMessages | _TracedRange) -> int:
+    """Where a watched view made by ``messages[i:]`` starts in the conversation (a count
+    of the messages: the message of its first index)."""
+    if isinstance(view, _TracedRange):
+        return (view.__cc_stop__.__cc_base__ or 0) + view.__cc_plain__.start
+    return view.__cc_base__  # type: ignore[no-any-return]
 
 
-def prefix_of(view: WatchedMessages, k: int) -> list[Any]:
+def prefix_of(view: WatchedMessages | _TracedRange, k: int) -> list[Any]:
     """A watched list as the render of the first ``k`` messages has it (a cut view of
-    fewer than all: as the start run again on them left it, else GivenUp)."""
+    fewer than all: as the start run again on them left it, else GivenUp; a count of the
+    messages: its indexes)."""
+    if isinstance(view, _TracedRange):
+        first = view.__cc_plain__.start
+        return list(range(first, max(first, k - (view.__cc_stop__.__cc_base__ or 0))))
     at = view.__cc_at__
     if at is not None:
         size = bisect.bisect_left(at, k)
@@ -1410,6 +1456,8 @@ class ResumePlan:
             if isinstance(node, nodes.For) and (node is main or _walks_messages(node)):
                 walks = copy.deepcopy(loop_source(node))
                 marked.append(marker_statement(walk, walks))  # type: ignore[arg-type]
+                if node is main and not _walks_messages(node):  # (a count: _Counted)
+                    _count_messages(node)
                 item = nodes.Name(node.target.name, "load")  # type: ignore[attr-defined]
                 node.body.insert(0, marker_statement(mark, item))
             marked.append(node)
@@ -1466,7 +1514,9 @@ class ResumePlan:
         more than ``passes`` passes again. Runs inside a render's state
         (``render_state.begin``)."""
         chat, walked = watch.chat, watch.walked
-        if not watch.usable or not 0 < k <= len(chat) or not isinstance(walked, WatchedMessages):
+        if not watch.usable or not 0 < k <= len(chat):
+            return None
+        if not isinstance(walked, (WatchedMessages, _TracedRange)):
             return None
         # the whole conversation's render can read all of it: its prefix is itself
         bound = k if k < len(chat) else _WHOLE + 1
@@ -1483,7 +1533,7 @@ class ResumePlan:
             rerun: frozenset[int] = frozenset()
             ran = False
             n = k  # the main loop walks the prefix's messages up to message n
-            if walked.__cc_cut__:  # as far as the start, run again on them, cuts them
+            if type(walked) is WatchedMessages and walked.__cc_cut__:  # (a cut, run again)
                 if k < len(chat):
                     runs, rerun = _reads_past(watch, k)  # (the cut read them all)
                     changed = self._rerun_start(watch, text, names, k, prompt, values, runs)
@@ -2340,10 +2390,50 @@ def _main_loop(tree: nodes.Template) -> tuple[int, nodes.For, nodes.Expr] | None
         node = tree.body[index]
         if not isinstance(node, nodes.For):
             continue
-        if not _walks_messages(node):
+        if not (_walks_messages(node) or _counts_messages(node)):
             return None
         return index, node, loop_source(node)  # type: ignore[return-value]
     return None
+
+
+def _counts_messages(node: nodes.For) -> bool:
+    """Whether a loop walks the indexes of a variable's messages (or of a slice of one from
+    a start) from a start: ``range(messages | length)``, ``range(first, messages | length)``
+    (``first`` an int or a variable), its passes running as a part of it would."""
+    walk = loop_source(node)
+    if not (
+        isinstance(walk, nodes.Call)
+        and isinstance(walk.node, nodes.Name)
+        and walk.node.name == "range"
+        and 1 <= len(walk.args) <= 2
+        and not walk.kwargs
+        and walk.dyn_args is None
+        and walk.dyn_kwargs is None
+    ):
+        return False
+    # (evaluated again for its mark: nothing whose second evaluation could differ)
+    count = walk.args[-1]
+    if not (
+        isinstance(count, nodes.Filter)
+        and count.name == "length"
+        and count.node is not None
+        and _plain_walk(count.node)
+    ):
+        return False
+    first = walk.args[0] if len(walk.args) == 2 else None
+    if first is not None and not isinstance(first, (nodes.Name, nodes.Const)):
+        return False
+    return _walks_messages(node, plain=False)
+
+
+def _count_messages(loop: nodes.For) -> None:
+    """Have the main loop walk its count of the messages as _Counted does."""
+    count = nodes.Call(nodes.Name(_COUNT, "load"), [loop_source(loop)], [], None, None)
+    walked = loop.iter
+    if isinstance(walked, nodes.Filter) and walked.node is not None and walked.node is not count:
+        walked.node = count  # (inside the time check)
+    else:
+        loop.iter = count
 
 
 # Where a loop's output goes elsewhere than the render's text (a buffer, a function's)
@@ -2527,12 +2617,12 @@ def _within(parts: list[nodes.Node], kinds: Any) -> list[Any]:
     ]
 
 
-def _walks_messages(node: nodes.For) -> bool:
-    """Whether a loop walks a variable or a slice of one from a start, and its passes
-    would run the same as a part of it (no loop filter, ``else``, recursion or
-    ``loop.changed``, which keeps state from pass to pass)."""
+def _walks_messages(node: nodes.For, plain: bool = True) -> bool:
+    """Whether a loop walks a variable or a slice of one from a start (``plain``; else
+    whatever it walks), and its passes would run the same as a part of it (no loop filter,
+    ``else``, recursion or ``loop.changed``, which keeps state from pass to pass)."""
     if not (
-        _plain_walk(loop_source(node))
+        (not plain or _plain_walk(loop_source(node)))
         and isinstance(node.target, nodes.Name)
         and node.test is None
         and not node.else_
