@@ -956,19 +956,9 @@ class PrefixRenders:
                     text, tried = self._resume_in_turn(main, turn, n, prompt)
                     if text is not None:
                         return text
-            # a template that reads the flag before its loop ends resumes from the render
-            # with the other flag traced (see resume._Traced), else from one with its own
-            other = plan.reads_flag_early and prompt != self.flag
-            for flag in (self.flag, prompt) if other else (self.flag,):
-                watched = main if flag == self.flag else self._watch(flag)
-                if watched is None or watched is tried:
-                    continue
-                if flag != prompt and plan.reads_flag_early and watched[0].flag is None:
-                    continue  # the flag was not traced: the render with the prefix's own
-                resumed = plan.resume(watched[0], watched[1], self._names, n, prompt)
-                if resumed is not None:
-                    return self._resumed(watched, resumed)
-            text = self._resume_answered(n, prompt)
+            text = self._resume_watched(n, prompt, None, tried)
+            if text is None:
+                text = self._resume_answered(n, prompt)
             if text is not None:
                 return text
         self.rendered += 1
@@ -1017,8 +1007,8 @@ class PrefixRenders:
         answer, and that one as them all. Only for a template whose start slices a list
         short of its end; not tried again once it missed _ANSWERED_TRIES prefixes before
         serving one."""
-        plan, names, chat = self.plan, self._names, self.inputs.chat
-        assert plan is not None and names is not None
+        plan, chat = self.plan, self.inputs.chat
+        assert plan is not None
         if not plan.cuts:
             return None  # (its start cuts nothing short: no render serves a prefix better)
         if self._answered is None:
@@ -1027,18 +1017,32 @@ class PrefixRenders:
         size = self._answered
         if not n <= size < len(chat) or self._answered_missed >= _ANSWERED_TRIES:
             return None
-        # (as from the whole's: a template that reads the flag early, from the render with
-        # it traced, else with the prefix's own)
+        text = self._resume_watched(n, prompt, size)
+        if text is None:
+            self._answered_missed += 1
+        else:
+            self._answered_missed = -len(chat)  # (it serves: tried for every prefix)
+        return text
+
+    def _resume_watched(
+        self, n: int, prompt: bool, size: int | None, tried: tuple[Watch, str] | None = None
+    ) -> str | None:
+        """The first ``n`` messages resumed from the watched render of the conversation (or
+        of its first ``size`` messages) but ``tried``: a template that reads the flag
+        before its loop ends resumes from the render with the other flag traced (see
+        resume._Traced), else from one with its own."""
+        plan, names = self.plan, self._names
+        assert plan is not None and names is not None
         other = plan.reads_flag_early and prompt != self.flag
         for flag in (self.flag, prompt) if other else (self.flag,):
             watched = self._watch(flag, size=size)
-            if watched is None or (other and flag != prompt and watched[0].flag is None):
+            if watched is None or watched is tried:
                 continue
+            if other and flag != prompt and watched[0].flag is None:
+                continue  # the flag was not traced: the render with the prefix's own
             resumed = plan.resume(*watched, names, n, prompt)
             if resumed is not None:
-                self._answered_missed = -len(chat)  # (it serves: tried for every prefix)
                 return self._resumed(watched, resumed)
-        self._answered_missed += 1
         return None
 
     def _resumed(self, watched: tuple[Watch, str], resumed: tuple[str, int]) -> str:

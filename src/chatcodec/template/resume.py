@@ -88,7 +88,8 @@ rendered from the start. So a resumed prefix is the prefix's render, not an esti
 tests hold every result to ``derive_spans_by_prefixes``.
 
 Templates whose shape this cannot follow get no plan (``ResumePlan.build`` returns None):
-no top-level ``{% for %}`` over a variable or a slice of one from a start,
+no top-level ``{% for %}`` over a variable or a slice of one from a start, or over the
+indexes of one (``range(first, messages | length)``: walked as the messages, ``_Counted``),
 ``loop.changed``, a loop filter or ``else``, recursive loops, ``cycler``/``joiner`` (state
 outside namespaces), or a name the end assigns that the start assigns too. A ``break``
 needs nothing: the passes after it have no marks. A template testing ``is sameas`` (which
