@@ -204,6 +204,19 @@ def _assert_spans_resume_every_prefix(name: str, messages: list[Any], tools: Any
     assert (prefixes.resumed, prefixes.rendered) == (2 * len(turns), 0)
 
 
+def _assert_same_chat_spans(name: str, messages: list[Any]) -> None:
+    """render_with_spans of a conversation without tools gives the prefix method's spans."""
+    _assert_same_spans(
+        _compiled(name),
+        messages,
+        now=0,
+        tools=None,
+        documents=None,
+        add_generation_prompt=False,
+        **_special(name),
+    )
+
+
 def chat_conversation(exchanges: int = 20) -> list[dict[str, Any]]:
     """A system prompt and plain questions and answers: a chat dataset's conversation."""
     messages = [{"role": "system", "content": "Answer briefly."}]
@@ -229,15 +242,7 @@ def test_templates_that_select_messages_in_their_start_resume_every_prefix(name:
         pytest.skip("no render corpus")
     messages = chat_conversation()
     _assert_spans_resume_every_prefix(name, messages, None)
-    _assert_same_spans(
-        _compiled(name),
-        messages,
-        now=0,
-        tools=None,
-        documents=None,
-        add_generation_prompt=False,
-        **_special(name),
-    )
+    _assert_same_chat_spans(name, messages)
 
 
 def test_a_template_whose_loop_counts_the_messages_resumes_every_prefix() -> None:
@@ -264,15 +269,7 @@ def test_a_template_that_shows_the_last_answer_in_its_end_resumes_every_prefix()
     # prefixes up to an answer resume from the render up to the last answer
     _assert_spans_resume_every_prefix(name, messages[:-1], None)
     _assert_spans_resume_every_prefix(name, agent_conversation(), long_conversation()[1])
-    _assert_same_spans(
-        _compiled(name),
-        messages,
-        now=0,
-        tools=None,
-        documents=None,
-        add_generation_prompt=False,
-        **_special(name),
-    )
+    _assert_same_chat_spans(name, messages)
 
 
 # --- hypothesis-built conversations ------------------------------------------------------

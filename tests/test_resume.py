@@ -8,11 +8,13 @@ on the conversation's length; the property test builds templates out of them at 
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -71,6 +73,23 @@ def check(source: str, messages: list[dict[str, Any]] = CONVERSATION, **options:
 
 
 ALL = 2 * 2 * len(CONVERSATION)  # prefixes asked for: two flags, both ways of the whole
+
+
+@contextlib.contextmanager
+def _runs_of(template: ChatTemplate) -> Iterator[list[int]]:
+    """How many times ``template`` runs inside (``[0]``)."""
+    runs = [0]
+    real = template._run
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        runs[0] += 1
+        return real(*args, **kwargs)
+
+    template._run = counted  # type: ignore[method-assign]
+    try:
+        yield runs
+    finally:
+        del template._run
 
 
 def test_a_plain_loop_resumes_every_prefix() -> None:
@@ -499,19 +518,11 @@ def test_the_render_up_to_the_last_answer_is_watched_for_a_start_that_cuts(
         _loop("{{ last }}" + CHATML_BODY, "{% set last = messages[-1].content %}" + cut)
     )
     expected = [_render(template, ASKED[:n], False) for n in range(1, len(ASKED))]
-    runs = 0
-    real = template._run
-
-    def counted(*args: Any, **kwargs: Any) -> str:
-        nonlocal runs
-        runs += 1
-        return real(*args, **kwargs)
-
-    template._run = counted  # type: ignore[method-assign]
-    prefixes = PrefixRenders.of(template, ASKED, add_generation_prompt=True)
-    with prefixes.resuming():
-        assert [prefixes.render(n, False) for n in range(1, len(ASKED))] == expected
-    assert runs == watched + prefixes.rendered
+    with _runs_of(template) as runs:
+        prefixes = PrefixRenders.of(template, ASKED, add_generation_prompt=True)
+        with prefixes.resuming():
+            assert [prefixes.render(n, False) for n in range(1, len(ASKED))] == expected
+    assert runs[0] == watched + prefixes.rendered
 
 
 CUT_LAST = (
@@ -823,19 +834,8 @@ def test_import_chatcodec_does_not_load_the_watch() -> None:
 
 def _spans_and_runs(template: ChatTemplate, *args: Any, **kwargs: Any) -> tuple[Any, int]:
     """``template.render_with_spans(...)``, and how many times it ran the template."""
-    runs = 0
-    real = template._run
-
-    def counted(*args: Any, **kwargs: Any) -> str:
-        nonlocal runs
-        runs += 1
-        return real(*args, **kwargs)
-
-    template._run = counted  # type: ignore[method-assign]
-    try:
-        return template.render_with_spans(*args, **kwargs), runs
-    finally:
-        del template._run
+    with _runs_of(template) as runs:
+        return template.render_with_spans(*args, **kwargs), runs[0]
 
 
 def test_render_with_spans_renders_a_conversation_once() -> None:
@@ -1025,22 +1025,18 @@ _MESSAGES = st.lists(
 
 @seed(5)
 @settings(
-    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    max_examples=2 * EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
 )
-@given(_templates(), _MESSAGES, st.booleans())
+@given(
+    # the main loop over the messages, or over their indexes
+    st.booleans().flatmap(lambda counted: _templates(counted=counted)),
+    _MESSAGES,
+    st.booleans(),
+)
 def test_random_templates(source: str, messages: list[dict[str, Any]], with_tools: bool) -> None:
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
-    check(source, messages, tools=tools if with_tools else None)
-
-
-@seed(8)
-@settings(
-    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
-)
-@given(_templates(counted=True), _MESSAGES, st.booleans())
-def test_random_templates_that_count_the_messages(
-    source: str, messages: list[dict[str, Any]], with_tools: bool
-) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     check(source, messages, tools=tools if with_tools else None)
 
