@@ -864,6 +864,9 @@ STARTS = [
     "{% endif %}{% endfor %}",
     "{% for m in messages | reverse %}{% if ns.open and m.role == 'tool' %}"
     "{% set ns.top = loop.revindex0 %}{% endif %}{% endfor %}",
+    # and one that breaks (Reka Edge's)
+    "{% for m in messages[::-1] %}{% set i = messages | length - 1 - loop.index0 %}"
+    "{% if m.role == 'user' %}{% set ns.user = i %}{% break %}{% endif %}{% endfor %}",
     "{% set roles = messages | map(attribute='role') | join(',') %}",
     "{% if tools %}T{{ tools | length }}{% endif %}",
     "{% set many = messages | length > 3 %}",
@@ -1331,6 +1334,18 @@ def test_a_backward_scan_is_worked_out_not_run_again(scans: dict[str, int]) -> N
         "{% for message in messages[::-1] %}{% set index = (messages|length - 1) - "
         "loop.index0 %}{% if ns.multi and message.role == 'user' %}{% set ns.multi = [] %}"
         "{% set ns.last = index %}{% endif %}{% endfor %}",
+        # no flag: the scan breaks at the last user query (Reka Edge's), or at a tool
+        # result after it sets a field on every pass before
+        "{% set ns = namespace(last=-1) %}"
+        "{% for message in messages[::-1] %}{% set index = messages|length - 1 - loop.index0 %}"
+        "{% if message.role == 'user' %}{% set content = message.content %}"
+        "{% if not content.startswith('<tool_response>') %}{% set ns.last = index %}"
+        "{% break %}{% endif %}{% endif %}{% endfor %}",
+        "{% set ns = namespace(last=-1, seen=0) %}"
+        "{% for message in messages | reverse %}{% set index = loop.revindex0 %}"
+        "{% if message.role != 'system' %}{% set ns.seen = index %}"
+        "{% if message.role == 'tool' %}{% set ns.last = index %}{% break %}{% endif %}"
+        "{% endif %}{% endfor %}",
     ],
 )
 def test_backward_scans_worked_out(
@@ -1370,8 +1385,10 @@ def test_a_backward_scan_whose_pass_raises_on_a_message(scans: dict[str, int]) -
         "{% if ns.multi and loop.first %}{% set ns.last = 0 %}{% endif %}",
         # a variable the start sets (it may differ between prefixes)
         "{% if ns.multi and m.role == 'user' %}{% set ns.last = top %}{% endif %}",
-        # a loop control
+        # a loop control besides the flag, or a break and another namespace's field
         "{% if ns.multi and m.role == 'user' %}{% set ns.last = 1 %}{% break %}{% endif %}",
+        "{% if m.role == 'user' %}{% set other.x = 1 %}{% set ns.last = 1 %}{% break %}{% endif %}",
+        "{% if m.role == 'user' %}{% set ns.last = 1 %}{% continue %}{% endif %}",
         # a macro that sets a namespace's field
         "{% if ns.multi and m.role == 'user' %}{{ bump() }}{% endif %}",
         # the flag not tested first, or set in another namespace

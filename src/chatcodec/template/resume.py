@@ -140,6 +140,10 @@ _UNSEEN = MARK_PREFIX + "_namespace"  # namespace(), for one only a followed loo
 _ITEMS = "__chatcodec_items"
 _SCAN_EFFECT = MARK_PREFIX + "_scan_effect"  # a rerun's backward scan, worked out (_Scan)
 _J = "__chatcodec_j"  # a probed pass's message index (_Scan)
+# the field a probed pass of a scan that breaks sets when it does not (_Scan; no template
+# can name a field so, and a namespace takes no name that starts with `_`)
+_WENT_ON = "chatcodec went on"
+_BROKE = object()  # in a probed pass's effects: it broke the scan
 _STATEFUL = frozenset({"cycler", "joiner"})
 _SCALARS = (str, int, float, bool, type(None))
 # Namespaces copied over all the marks of one watched render, at most: a template that
@@ -1877,7 +1881,8 @@ class ResumePlan:
         (``item``, as the rerun's marker gives it: the scan's statement ``at``, the namespace
         ``space`` it sets and the messages ``walked`` it walks): the effects of its passes,
         probed once per message, put on ``space`` in the order the passes would make them,
-        from the last message down, until the scan's flag is false. Raises _Unknown when it
+        from the last message down, until the scan's flag is false or a pass breaks. Raises
+        _Unknown when it
         cannot tell (a message whose pass raised, messages that are not a prefix of the
         conversation, a flag that is not a plain value): the scan then runs as written."""
         at, space, walked = item
@@ -1906,16 +1911,21 @@ class ResumePlan:
         effects, doing = probed
         position = bisect.bisect_left(doing, k)
         while True:
-            flag = fields.get(scan.flag, missing)
-            if type(flag) not in _SCALARS:
-                raise _Unknown
-            if not flag or not position:
-                return  # every pass left tests a false flag (or none is left): nothing more
+            if scan.flag is not None:
+                flag = fields.get(scan.flag, missing)
+                if type(flag) not in _SCALARS:
+                    raise _Unknown
+                if not flag:
+                    return  # every pass left tests a false flag: nothing more
+            if not position:
+                return  # no pass left does anything
             position -= 1
             effect = effects[doing[position]]
             if effect is _RAISED:
                 raise _Unknown
             for name, value in effect:
+                if name is _BROKE:
+                    return  # the pass broke the loop
                 space[name] = value
 
     def _ready(self, at: int, first: int, scan: _Scan) -> bool:
@@ -1936,7 +1946,8 @@ class ResumePlan:
         self, watch: Watch, names: dict[str, Any], make: Callable[..., Any], scan: _Scan
     ) -> tuple[list[Any], list[int]] | None:
         """What a pass of ``scan`` does on each message of the conversation while its flag
-        holds: the namespace fields it sets, in order (None: nothing), or _RAISED; and the
+        holds: the namespace fields it sets, in order, then _BROKE if it broke the loop
+        (None: nothing), or _RAISED; and the
         messages whose pass does anything. None when a pass does what a probe cannot
         stand for (it writes another namespace, or reads a value that differs between
         prefixes)."""
@@ -1952,7 +1963,8 @@ class ResumePlan:
             for index, message in enumerate(watch.chat):
                 space = make()
                 fields = _fields(space)
-                fields[scan.flag] = _HOLDS
+                if scan.flag is not None:
+                    fields[scan.flag] = _HOLDS
                 probe = dict(names, namespace=make)
                 probe.update({scan.space: space, _ITEMS: [message], _J: index})
                 written: set[int] = set()
@@ -1967,12 +1979,14 @@ class ResumePlan:
                 else:
                     if out or not written <= {id(space)}:
                         return None  # printed, or wrote another namespace
+                    broke = scan.flag is None and fields.pop(_WENT_ON, None) is not True
                     effect = (
                         tuple(
                             (name, value)
                             for name, value in fields.items()
                             if not (name == scan.flag and value is _HOLDS)
                         )
+                        + ((_BROKE, None),) * broke
                         or None
                     )
                 effects.append(effect)
@@ -2035,11 +2049,15 @@ class _Scan:
     otherwise, and they print nothing and set only ``ns``'s fields. So a pass run once
     per message, alone, on a namespace whose flag holds (a probe), gives what it does in
     any prefix's scan while the flag holds; a prefix's scan is the effects of its
-    passes, from its last message down, until one leaves the flag false."""
+    passes, from its last message down, until one leaves the flag false.
+
+    A scan may instead have no flag and ``break`` (Reka Edge's scan for the last user
+    query): then its test does not read the namespace, and a probe notes whether its pass
+    broke; a prefix's scan ends at the first pass from its last message down that does."""
 
     tree: nodes.Template  # one pass alone, over ``_ITEMS``, its ints from ``_J``
     space: str  # the namespace's name
-    flag: str  # the field its test starts with
+    flag: str | None  # the field its test starts with (None: the scan breaks instead)
     walked: str  # the name of the messages it walks backwards
     reads: frozenset[str]  # the names a pass reads (its own, macros' included)
     probe: Any = None  # ``tree`` compiled
@@ -2073,11 +2091,11 @@ _NOT_IN_SCANS = (
     nodes.CallBlock,
     nodes.FilterBlock,
     nodes.Output,
-    nodes.Break,
     nodes.Continue,
     nodes.Scope,
     nodes.With,
     nodes.AssignBlock,
+    nodes.Break,  # (last: a scan may break, ending there; _scan_of)
 )
 
 
@@ -2111,12 +2129,20 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
     *locals_, test = loop.body
     if not (isinstance(test, nodes.If) and not test.elif_ and not test.else_):
         return None
-    guard = test.test
-    while isinstance(guard, nodes.And):
-        guard = guard.left
-    if not (isinstance(guard, nodes.Getattr) and isinstance(guard.node, nodes.Name)):
-        return None
-    space, target = guard.node.name, loop.target.name
+    flag: str | None = None
+    if any(test.find_all(nodes.Break)):  # the scan ends at the first pass that breaks
+        spaces = sorted({ref.name for ref in test.find_all(nodes.NSRef)})
+        if not spaces:
+            return None
+        space = spaces[0]  # (a probe that writes another refuses)
+    else:  # the scan goes on while the namespace's flag holds
+        guard = test.test
+        while isinstance(guard, nodes.And):
+            guard = guard.left
+        if not (isinstance(guard, nodes.Getattr) and isinstance(guard.node, nodes.Name)):
+            return None
+        space, flag = guard.node.name, guard.attr
+    target = loop.target.name
     body: list[nodes.Node] = []
     for node in locals_:  # the pass's ints, from the message's index
         if not (isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name)):
@@ -2128,12 +2154,15 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
         at = nodes.Add(nodes.Mul(nodes.Const(per), nodes.Name(_J, "load")), nodes.Const(plus))
         body.append(nodes.Assign(nodes.Name(node.target.name, "store"), at))
     body.append(copy.deepcopy(test))
-    if any(test.find_all(_NOT_IN_SCANS)):
+    if flag is None:  # (a pass that goes on past its test sets this field: _probe)
+        body.append(nodes.Assign(nodes.NSRef(space, _WENT_ON), nodes.Const(True)))
+    if any(test.find_all(_NOT_IN_SCANS if flag is not None else _NOT_IN_SCANS[:-1])):
         return None
-    # the namespace: read by the test's first term only, set by `{% set ns.field %}` only
+    # the namespace: read by the test's first term only (by none, a scan that breaks),
+    # set by `{% set ns.field %}` only
     if any(ref.name != space for ref in test.find_all(nodes.NSRef)):
         return None
-    if sum(1 for name in test.find_all(nodes.Name) if name.name == space) != 1:
+    if sum(1 for name in test.find_all(nodes.Name) if name.name == space) != (flag is not None):
         return None
     direct = {
         name.name for node in body for name in node.find_all(nodes.Name) if name.ctx == "load"
@@ -2147,7 +2176,7 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
     tree = nodes.Template(
         [nodes.For(nodes.Name(target, "store"), nodes.Name(_ITEMS, "load"), body, [], None, False)]
     )
-    return _Scan(tree, space, guard.attr, walked.name, frozenset(reads))
+    return _Scan(tree, space, flag, walked.name, frozenset(reads))
 
 
 def _linear(node: nodes.Node, walked: str) -> tuple[int, int, int] | None:
