@@ -140,6 +140,7 @@ _UNSEEN = MARK_PREFIX + "_namespace"  # namespace(), for one only a followed loo
 _ITEMS = "__chatcodec_items"
 _SCAN_EFFECT = MARK_PREFIX + "_scan_effect"  # a rerun's backward scan, worked out (_Scan)
 _J = "__chatcodec_j"  # a probed pass's message index (_Scan)
+_GIVEN = ("messages", "add_generation_prompt")  # the inputs each prefix has its own of
 # the field a probed pass of a scan that breaks sets when it does not (_Scan; no template
 # can name a field so, and a namespace takes no name that starts with `_`)
 _WENT_ON = "chatcodec went on"
@@ -1697,11 +1698,7 @@ class ResumePlan:
             views = [(n, v) for n, v in marked.items() if isinstance(v, WatchedMessages)]
             base.update((n, v) for n, v in marked.items() if not isinstance(v, WatchedMessages))
             # the prefix's own inputs, unless the template has its own variables by the names
-            given = [
-                n
-                for n in ("messages", "add_generation_prompt")
-                if n not in marked and n not in self.unset_names
-            ]
+            given = [n for n in _GIVEN if n not in marked and n not in self.unset_names]
             traced = [(n, v) for n, v in marked.items() if type(v) is _Traced]
             entry = watch.entered[id(marked)] = (base, views, given, traced)
         base, views, given, traced = entry
@@ -1852,9 +1849,7 @@ class ResumePlan:
                 watch.limit = limit
             spaces = (*(space for space, _ in before.spaces), *made)
             fields = [dict(_fields(space)) for space in spaces]
-            given: dict[str, Any] = {
-                n: names[n] for n in ("messages", "add_generation_prompt") if n in names
-            }
+            given = {n: names[n] for n in _GIVEN if n in names}
             return _Rerun("".join(out), dict(context.vars), made, fields, given)
         return None
 
@@ -2312,10 +2307,9 @@ def _end_fields(start: list[nodes.Node], loop: nodes.For) -> dict[str, frozenset
 
 
 def _negative(node: nodes.Node | None) -> bool:
-    """Whether ``node`` is a negative int written out (``-1``)."""
-    if isinstance(node, nodes.Neg):
-        return isinstance(node.node, nodes.Const) and type(node.node.value) is int
-    return isinstance(node, nodes.Const) and type(node.value) is int and node.value < 0
+    """Whether ``node`` is a negative int written out (``-1``, ``-2 + 1``)."""
+    terms = None if node is None else _linear(node, "")
+    return terms is not None and terms[:2] == (0, 0) and terms[2] < 0
 
 
 def _makes_namespace(node: nodes.Node) -> bool:
