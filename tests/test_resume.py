@@ -125,8 +125,39 @@ def test_a_view_without_the_system_message() -> None:
         "{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}"
         "{% endif %}[{{ system }}]"
     )
-    # the prefix of the system message alone has no pass to resume at
-    assert check(_loop(CHATML_BODY, start, over="loop_messages")) == ALL - 2 * 2
+    # the prefix of the system message alone resumes before the loop's first pass
+    assert check(_loop(CHATML_BODY, start, over="loop_messages")) == ALL
+
+
+def test_a_prefix_the_loop_walks_none_of() -> None:
+    # Llama 3.1 with tools takes the first user message out for its own block: the prefix
+    # up to it renders no pass, and resumes from before the first one, where the start
+    # read no further; a start that reads the next message (or its count) runs again
+    taken = (
+        "{% set system = messages[0].content %}{% set first = messages[1].content %}"
+        "{% set loop_messages = messages[2:] %}[{{ system }}|{{ first }}]"
+    )
+    # (the prefix of the system message alone shows no first message: rendered)
+    assert check(_loop(CHATML_BODY, taken, over="loop_messages")) == ALL - 2 * 2
+    # a start that reads the message after the prefix runs again: a field only the end
+    # reads is the prefix's own; what it prints is not the whole's (and a count it prints
+    # is no prefix's)
+    peeks = taken + (
+        "{% set ns = namespace(next=messages[2].role if messages | length > 2 else 'none') %}"
+    )
+    end = "({{ ns.next }})" + GENERATION_PROMPT
+    assert check(_loop(CHATML_BODY, peeks, end, over="loop_messages")) == ALL - 2 * 2
+    printed = taken + "{% if messages | length > 2 %}{{ messages[2].role }}{% endif %}"
+    assert check(_loop(CHATML_BODY, printed, over="loop_messages")) == ALL - 2 * 2 * 2
+    counted = taken + "({{ messages | length }})"
+    assert check(_loop(CHATML_BODY, counted, over="loop_messages")) == 2 * 2
+    # a loop that looks at its first message before the pass (`loop.length`, a filter on
+    # the walk) gives the prefix without passes nothing to resume at
+    length = "{{ loop.length }}" + CHATML_BODY
+    assert check(_loop(length, taken, over="loop_messages")) == ALL - 2 * 2
+    # the end shows the messages it did not walk: a prefix's own
+    end = "{% if loop_messages | length == 0 %}(none){% endif %}" + GENERATION_PROMPT
+    assert check(_loop(CHATML_BODY, taken, end, over="loop_messages")) == ALL - 2 * 2
 
 
 def test_a_variable_the_end_assigns_is_unset_in_the_loop() -> None:
@@ -151,8 +182,9 @@ def test_the_template_s_own_generation_prompt_flag_and_messages() -> None:
     start = "{% if add_generation_prompt is not defined %}{% set add_generation_prompt = false %}{% endif %}"
     assert check(_loop(CHATML_BODY, start)) == ALL
     # Llama 3.1 takes the system message out of the messages it loops over
+    # (the prefix of the system message alone resumes before the loop's first pass)
     start = "{% if messages[0].role == 'system' %}{% set messages = messages[1:] %}{% endif %}"
-    assert check(_loop(CHATML_BODY, start)) == ALL - 2 * 2
+    assert check(_loop(CHATML_BODY, start)) == ALL
 
 
 def test_a_variable_read_before_the_start_assigns_it() -> None:
@@ -249,8 +281,8 @@ def test_reads_of_the_whole_conversation_in_the_start(expression: str) -> None:
 def test_a_loop_over_a_slice_from_a_variable() -> None:
     start = "{% set first = 1 if messages[0].role == 'system' else 0 %}"
     source = _loop(CHATML_BODY, start, over="messages[first:]")
-    assert check(source) == ALL - 2 * 2
-    assert check(_loop(CHATML_BODY, over="messages[2:]")) == ALL - 2 * 2 * 2
+    assert check(source) == ALL
+    assert check(_loop(CHATML_BODY, over="messages[2:]")) == ALL - 2 * 2
 
 
 def test_continue_and_break() -> None:
@@ -452,14 +484,14 @@ ASKED = [*CONVERSATION[:-1], {"role": "user", "content": "Q3"}]  # (ends on a qu
         (DROP, "", SHOW_FINAL + "{{ ns }}", ALL - 4, ALL - 4),  # the end may read it whole
         (DROP, "{{ messages | length }}", SHOW_FINAL, ALL - 4, ALL - 4),
         # cut in every prefix
-        ("{% set messages = messages[:-1] %}", "", "{{ messages | length }}", ALL - 4, ALL - 4),
-        ("{% set messages = messages[1:-1] %}", "{{ loop.index0 }}", "", ALL - 8, ALL - 8),
+        ("{% set messages = messages[:-1] %}", "", "{{ messages | length }}", ALL, ALL),
+        ("{% set messages = messages[1:-1] %}", "{{ loop.index0 }}", "", ALL, ALL),
         (
             "{% set hist = messages %}{% set messages = messages[:-1] %}",
             "{{ hist | length }}",
             "",
-            ALL - 4,
-            ALL - 4,
+            ALL,
+            ALL,
         ),
         # a field the loop reads, or a cut view it takes otherwise: from the start (the
         # prefixes that cut the same way excepted, where the view read is the same)
@@ -604,7 +636,7 @@ def test_two_names_for_a_cut_view_that_a_prefix_has_as_two_lists() -> None:
     start += "{% set b = a if messages[-1].role == 'assistant' else messages %}"
     source = _loop(CHATML_BODY, start, "{{ b[-1].role }}" + GENERATION_PROMPT, over="a")
     assert check(source) == 12  # (the prefixes that end on a question render from the start)
-    assert check(source, ASKED) == 24
+    assert check(source, ASKED) == ALL
 
 
 COUNTED_BODY = "{% set m = messages[i] %}" + CHATML_BODY
@@ -614,13 +646,13 @@ COUNTED_BODY = "{% set m = messages[i] %}" + CHATML_BODY
     ("start", "body", "end", "count", "resumed"),
     [
         ("", COUNTED_BODY, "", "range(messages | length)", ALL),
-        ("", COUNTED_BODY, "", "range(1, messages | length)", ALL - 4),
+        ("", COUNTED_BODY, "", "range(1, messages | length)", ALL),
         (
             "{% set first = 1 if messages[0].role == 'system' else 0 %}",
             COUNTED_BODY,
             "",
             "range(first, messages | length)",
-            ALL - 4,
+            ALL,
         ),
         ("", "{% if loop.last %}!{% endif %}" + COUNTED_BODY, "", "range(messages | length)", ALL),
         (
@@ -658,7 +690,7 @@ COUNTED_BODY = "{% set m = messages[i] %}" + CHATML_BODY
             "{% set m = rest[i] %}" + CHATML_BODY,
             "",
             "range(rest | length)",
-            ALL - 4,
+            ALL,
         ),
         # counts the loop cannot walk as the messages: not the length, of a selection
         ("", COUNTED_BODY, "", "range(messages | length - 1)", 0),

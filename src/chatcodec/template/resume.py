@@ -23,7 +23,9 @@ gives each such prefix for the price of its last pass (or none) and the end:
   nothing of message ``k``: the text out so far, then the template's end on the prefix's
   own inputs; else at the mark of message ``k - 1``: the text so far, the loop's body
   alone on message ``k - 1`` (with the loop variables of a loop over ``k`` messages), then
-  the end; the namespaces put back as they were at the mark.
+  the end; the namespaces put back as they were at the mark. A prefix whose loop walks
+  none of its messages (Llama 3.1's takes the system message and the first user message
+  out) resumes at the mark of the loop's first message, with the end alone.
 
 Values that differ between the prefix and the whole conversation are *traced* (``_Traced``):
 the messages' length (``messages | length``), ``add_generation_prompt`` when the template
@@ -1550,13 +1552,19 @@ class ResumePlan:
                     bound = n  # (what its passes read of the view is there up to n)
                 else:
                     n = base_of(walked) + list.__len__(walked)  # (the whole's own)
-            item = chat[n - 1] if n > base_of(walked) else None
-            mark = watch.passes.get(id(item))
-            if mark is None or mark.item is not item:
-                return None
+            base = base_of(walked)
             last = n - 1  # the last pass whose mark holds the prefix's state
-            if mark.reach >= bound:  # a pass before read message n (a look ahead): before it
-                found_last = _last_within(watch, base_of(walked), n - 1, bound)
+            if n > base:
+                item = chat[last]
+                mark = watch.passes.get(id(item))
+                if mark is None or mark.item is not item:
+                    return None
+            elif n == base and n < len(chat):  # the loop walks none of the prefix's messages
+                mark = watch.steps[-1]  # (before the loop: what the start read)
+            else:
+                return None
+            if n > base and mark.reach >= bound:  # a pass read message n (a look ahead)
+                found_last = _last_within(watch, base, n - 1, bound)
                 if found_last is None:
                     return None
                 last = found_last
@@ -1586,8 +1594,10 @@ class ResumePlan:
                     return text[: mark.position] + watch.ends[key], mark.position
             else:
                 tail = self.tail
+                if at < base:
+                    return None  # (a pass before the loop's first: none to resume at)
                 if at != last:
-                    item = chat[at] if at >= base_of(walked) else None
+                    item = chat[at]
                     found = watch.passes.get(id(item))
                     if found is None or found.item is not item:
                         return None
@@ -1605,7 +1615,7 @@ class ResumePlan:
             names = self._entered(watch, names, mark.names, k, prompt, values)
             if tail is self.tail:
                 messages = prefix_of(walked, k)
-                start = at - base_of(walked)
+                start = at - base
                 items = names[_ITEMS] = messages[start:]  # a loop that does not use `loop`
                 _pending.start = (items, _loop_at(messages, start, tail.environment))
             watch.replaced = values
