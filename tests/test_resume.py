@@ -540,6 +540,29 @@ def test_messages_cut_short_of_the_end(
     assert check(source, ASKED) == asked
 
 
+
+@pytest.mark.parametrize(
+    ("read", "messages", "resumed"),
+    [
+        # the prefix of the first answer, cut to none, refuses `messages[0]`
+        ("messages[0].role", [CONVERSATION[2], CONVERSATION[6]], 2 * 2),
+        # the prefix up to the first answer cuts it: its view has no third message (nor
+        # have the two before it); the four from the next question on resume
+        ("messages[2].role", CONVERSATION, 2 * 2 * 4),
+    ],
+)
+def test_a_start_that_reads_its_cut_view_past_the_prefix_s_own(
+    read: str, messages: list[dict[str, Any]], resumed: int
+) -> None:
+    # a prefix's own cut is shorter than the whole's: a statement after the cut that reads
+    # the view where the prefix's ends (before message k, so not run again) reads what the
+    # prefix does not have
+    start = (
+        "{% if messages[-1].role == 'assistant' %}{% set messages = messages[:-1] %}"
+        "{% endif %}{% set first = " + read + " %}[{{ first }}]"
+    )
+    assert check(_loop(CHATML_BODY, start), messages) == resumed
+
 @pytest.mark.parametrize(("cut", "watched"), [("", 1), ("{% set rest = messages[:-1] %}", 2)])
 def test_the_render_up_to_the_last_answer_is_watched_for_a_start_that_cuts(
     cut: str, watched: int

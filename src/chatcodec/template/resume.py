@@ -1358,6 +1358,39 @@ def _last_within(watch: Watch, first: int, last: int, bound: int) -> int | None:
     return low
 
 
+def _marks_before(watch: Watch, n: int, bound: int) -> tuple[int, Mark, Mark | None] | None:
+    """Where the render of a prefix whose main loop walks its messages up to message ``n``
+    (reading none from ``bound`` on) can take the watched render's state: the last pass
+    whose mark came before any read of message ``bound`` or later, and its mark (before
+    the loop, when the loop walks none of them: the loop statement's), and the mark of
+    message ``n``'s pass when the passes before it read nothing past the prefix (the
+    prefix's render then ends there: its end alone). None when there is none."""
+    chat, walked = watch.chat, watch.walked
+    base = base_of(walked)
+    last = n - 1
+    if n > base:
+        item = chat[last]
+        mark = watch.passes.get(id(item))
+        if mark is None or mark.item is not item:
+            return None
+        if mark.reach >= bound:  # a pass before read message n (a look ahead): before it
+            found = _last_within(watch, base, last, bound)
+            if found is None:
+                return None
+            last = found
+            mark = watch.passes[id(chat[last])]
+    elif n == base and n < len(chat):  # the loop walks none of the prefix's messages
+        mark = watch.steps[-1]  # (before the loop: what the start read)
+    else:
+        return None
+    ended = None
+    if last == n - 1 and n < len(chat):
+        after = watch.passes.get(id(chat[n]))
+        if after is not None and after.item is chat[n] and after.behind < bound:
+            ended = after
+    return last, mark, ended
+
+
 def _reads_past(watch: Watch, k: int) -> tuple[list[tuple[int, int]], frozenset[int]]:
     """The runs of consecutive statements of the start (first, stop) that read message
     ``k`` or later in the watched render, and those statements. The same for every ``k``
@@ -1524,84 +1557,81 @@ class ResumePlan:
         chat, walked = watch.chat, watch.walked
         if not watch.usable or not 0 < k <= len(chat):
             return None
-        if not isinstance(walked, (WatchedMessages, _TracedRange)):
+        if type(walked) is not WatchedMessages and type(walked) is not _TracedRange:
             return None
         # the whole conversation's render can read all of it: its prefix is itself
         bound = k if k < len(chat) else _WHOLE + 1
         flag = watch.flag
+        values: dict[int, Any] = {}
+        if flag is not None and prompt != flag.__cc_value__:
+            values = {id(flag): prompt}
+        values = watch.lengths_of(k, values)
+        n = k  # the main loop walks the prefix's messages up to message n
+        cut = False  # (a cut view: run again, for where the prefix's own cut ends)
+        if type(walked) is WatchedMessages and walked.__cc_cut__:
+            if k < len(chat):
+                cut = True
+            else:
+                n = base_of(walked) + list.__len__(walked)  # (the whole's own)
+        found = None if cut else _marks_before(watch, n, bound)
+        if not cut and found is None:
+            return None
+        at: int | None = None
+        key = None
+        if found is not None and found[1].furthest < bound:  # nothing of the start runs again
+            at, key = self._resume_at(watch, values, n, found, prompt)
+            ended = found[2]
+            if key is not None and key in watch.ends:  # the end as another prefix's
+                assert ended is not None
+                return text[: ended.position] + watch.ends[key], ended.position
         # (the namespaces set while it resumes, where _restore puts back only those)
         written = render_state.written
         render_state.written = watch.dirty if len(watch.spaces) > _FEW else None
         watch.sizes, watch.overrides = {}, {}
         try:
-            values: dict[int, Any] = {}
-            if flag is not None and prompt != flag.__cc_value__:
-                values = {id(flag): prompt}
-            values = watch.lengths_of(k, values)
             rerun: frozenset[int] = frozenset()
-            ran = False
-            n = k  # the main loop walks the prefix's messages up to message n
-            if type(walked) is WatchedMessages and walked.__cc_cut__:  # (a cut, run again)
-                if k < len(chat):
-                    runs, rerun = _reads_past(watch, k)  # (the cut read them all)
-                    changed = self._rerun_start(watch, text, names, k, prompt, values, runs)
-                    size = watch.sizes.get(id(walked))
-                    if changed is None or size is None:
-                        return None
-                    values, ran, n = changed, True, size
-                    bound = n  # (what its passes read of the view is there up to n)
-                else:
-                    n = base_of(walked) + list.__len__(walked)  # (the whole's own)
-            base = base_of(walked)
-            last = n - 1  # the last pass whose mark holds the prefix's state
-            if n > base:
-                item = chat[last]
-                mark = watch.passes.get(id(item))
-                if mark is None or mark.item is not item:
-                    return None
-            elif n == base and n < len(chat):  # the loop walks none of the prefix's messages
-                mark = watch.steps[-1]  # (before the loop: what the start read)
-            else:
-                return None
-            if n > base and mark.reach >= bound:  # a pass read message n (a look ahead)
-                found_last = _last_within(watch, base, n - 1, bound)
-                if found_last is None:
-                    return None
-                last = found_last
-                mark = watch.passes[id(chat[last])]
-            ended = None  # the mark of message n, when the prefix's render can end there
-            if last == n - 1 and n < len(chat):
-                after = watch.passes.get(id(chat[n]))
-                if after is not None and after.item is chat[n] and after.behind < bound:
-                    ended = after
-            watch.limit = bound
-            if mark.furthest >= bound and not ran:
-                runs, rerun = _reads_past(watch, k)
+            if cut:
+                runs, rerun = _reads_past(watch, k)  # (the cut read them all)
                 changed = self._rerun_start(watch, text, names, k, prompt, values, runs)
-                if changed is None:
+                size = watch.sizes.get(id(walked))
+                if changed is None or size is None:
                     return None
-                values = changed
-            at = n if ended is not None else last
-            if values:  # resumed at the first pass the prefix's values change
-                at = watch.first_changed(values, at, rerun)
+                values, n = changed, size
+                bound = n  # (what its passes read of the view is there up to n)
+                if not _reads_past(watch, n)[1] <= rerun:
+                    return None  # a statement not run again read past the prefix's own cut
+                found = _marks_before(watch, n, bound)
+                if found is None:
+                    return None
+            assert found is not None
+            last, mark, ended = found
+            watch.limit = bound
+            if at is None:
+                if mark.furthest >= bound and not cut:
+                    runs, rerun = _reads_past(watch, k)
+                    changed = self._rerun_start(watch, text, names, k, prompt, values, runs)
+                    if changed is None:
+                        return None
+                    values = changed
+                at, key = self._resume_at(watch, values, n, found, prompt, rerun)
+                if key is not None and key in watch.ends:
+                    assert ended is not None
+                    return text[: ended.position] + watch.ends[key], ended.position
             if passes is not None and n - at > passes:
                 raise TooManyPasses
-            key = None
             if at == n and ended is not None:
                 mark, tail = ended, self.end  # every pass ran as in the whole render
-                key = self._ending(watch, mark, prompt, values)
-                if key is not None and key in watch.ends:
-                    return text[: mark.position] + watch.ends[key], mark.position
             else:
                 tail = self.tail
+                base = base_of(walked)
                 if at < base:
                     return None  # (a pass before the loop's first: none to resume at)
                 if at != last:
                     item = chat[at]
-                    found = watch.passes.get(id(item))
-                    if found is None or found.item is not item:
+                    found_at = watch.passes.get(id(item))
+                    if found_at is None or found_at.item is not item:
                         return None
-                    mark = found
+                    mark = found_at
             _restore(watch, mark)
             if watch.traced:
                 watch.untrace(mark.spaces, values)
@@ -1636,6 +1666,27 @@ class ResumePlan:
             render_state.written = written
         return "".join(out), mark.position
 
+    def _resume_at(
+        self,
+        watch: Watch,
+        values: dict[int, Any],
+        n: int,
+        found: tuple[int, Mark, Mark | None],
+        prompt: bool,
+        rerun: frozenset[int] = frozenset(),
+    ) -> tuple[int, tuple[Any, ...] | None]:
+        """Where the first ``n`` messages resume (``found``: _marks_before's; ``values``: the
+        traced values the prefix has otherwise): the pass they resume at (``n``: the end
+        alone), and when it is the end alone, the key of its text (_ending; None when the
+        end's text is the prefix's own)."""
+        last, _, ended = found
+        at = n if ended is not None else last
+        if values:  # resumed at the first pass the prefix's values change
+            at = watch.first_changed(values, at, rerun)
+        if at != n or ended is None:
+            return at, None
+        return at, self._ending(watch, ended, prompt, values)
+
     def _ending(
         self, watch: Watch, mark: Mark, prompt: bool, values: dict[int, Any]
     ) -> tuple[Any, ...] | None:
@@ -1659,14 +1710,9 @@ class ResumePlan:
         shown = watch.ending.get(id(spaces))
         if shown is None:
             # the namespaces' fields, and the traced values among them
-            fields: tuple[Any, ...]
-            if len(spaces) > _FEW:
-                fields = tuple(map(watch.content, map(_COPY, spaces)))
-            else:
-                fields = tuple(
-                    (name, id(value)) for _, copy in spaces for name, value in copy.items()
-                )
-            traced = seen[1].union(id(value) for _, value in watch.traced_fields(spaces))
+            fields = tuple(map(watch.content, map(_COPY, spaces)))
+            held = watch.traced_fields(spaces) if watch.holding else ()
+            traced = seen[1].union(id(value) for _, value in held) if held else seen[1]
             shown = watch.ending[id(spaces)] = (fields, traced)
         fields, traced = shown
         changed = (
