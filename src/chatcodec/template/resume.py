@@ -285,13 +285,19 @@ class Watch:
             if self.trace and (self.tracing or self.reach > 0):
                 self._trace()
             self.at = -2 - index
-            names = dict(context.vars)
+            names = context.vars
             known = self.steps[-1].names if self.steps else {}
-            assigned = [value for name, value in names.items() if known.get(name) is not value]
-            if not assigned and len(names) == len(known):
+            # (the variables are only ever added: as many, each the same, is none assigned)
+            if len(names) == len(known) and all(map(operator.is_, names.values(), known.values())):
                 names = known  # no variable assigned: the last mark's
-            elif self.usable:
-                self.usable = not any(map(_iterator, assigned))
+            else:
+                names = dict(names)
+                if self.usable:
+                    self.usable = not any(
+                        _iterator(value)
+                        for name, value in names.items()
+                        if known.get(name) is not value
+                    )
             self.steps.append(self._mark(index, names))
             self.reach = -1
 
