@@ -540,7 +540,6 @@ def test_messages_cut_short_of_the_end(
     assert check(source, ASKED) == asked
 
 
-
 @pytest.mark.parametrize(
     ("read", "messages", "resumed"),
     [
@@ -562,6 +561,7 @@ def test_a_start_that_reads_its_cut_view_past_the_prefix_s_own(
         "{% endif %}{% set first = " + read + " %}[{{ first }}]"
     )
     assert check(_loop(CHATML_BODY, start), messages) == resumed
+
 
 @pytest.mark.parametrize(("cut", "watched"), [("", 1), ("{% set rest = messages[:-1] %}", 2)])
 def test_the_render_up_to_the_last_answer_is_watched_for_a_start_that_cuts(

@@ -841,7 +841,7 @@ def derive_spans_by_prefixes(
             continue  # a prefix this template refuses (e.g. it must start with a user turn)
         content = message.get("content")
         anchor = content.strip() if isinstance(content, str) else ""
-        span = _locate_turn(text, head, turn, cursor, anchor)
+        span = _locate_turn(text, (0, head), (0, turn), cursor, anchor)
         if span is not None:
             spans.append(span)
             cursor = span.end
@@ -937,6 +937,16 @@ class PrefixRenders:
         """The render of the first ``n`` messages; None when the template refuses it. Runs
         inside ``resuming``. ``kept`` is then how many of its first characters are known to
         be the full render's."""
+        parts = self.render_parts(n, prompt)
+        if parts is None:
+            return None
+        kept, rest = parts
+        return self.text[:kept] + rest if kept else rest
+
+    def render_parts(self, n: int, prompt: bool) -> tuple[int, str] | None:
+        """``render``'s text as how many first characters of the full render's it shares
+        (``kept``) and the text that follows them: the render is ``text[:kept] + rest``
+        (the full render's text is not copied for each prefix)."""
         self.kept = 0
         plan, inputs = self.plan, self.inputs
         if plan is not None:
@@ -953,25 +963,25 @@ class PrefixRenders:
                     and (n + _PASSES_BACK <= turn or turn in self._turns)
                     and turn not in self._turns_failed
                 ):
-                    text, tried = self._resume_in_turn(main, turn, n, prompt)
-                    if text is not None:
-                        return text
-            text = self._resume_watched(n, prompt, None, tried)
-            if text is None:
-                text = self._resume_answered(n, prompt)
-            if text is not None:
-                return text
+                    parts, tried = self._resume_in_turn(main, turn, n, prompt)
+                    if parts is not None:
+                        return parts
+            parts = self._resume_watched(n, prompt, None, tried)
+            if parts is None:
+                parts = self._resume_answered(n, prompt)
+            if parts is not None:
+                return parts
         self.rendered += 1
         chat = inputs.chat[:n]
         variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
         try:
-            return self.template._run(chat, variables, inputs.now, None, inputs.made)
+            return 0, self.template._run(chat, variables, inputs.now, None, inputs.made)
         except TemplateError:
             return None
 
     def _resume_in_turn(
         self, main: tuple[Watch, str], turn: int, n: int, prompt: bool
-    ) -> tuple[str | None, tuple[Watch, str] | None]:
+    ) -> tuple[tuple[int, str] | None, tuple[Watch, str] | None]:
         """The first ``n`` messages resumed from the whole render (``main``), or, where its
         passes would run again from far back, from the render of their turn (the first
         ``turn`` messages, up to the next user message): a prefix whose values (its own
@@ -999,7 +1009,7 @@ class PrefixRenders:
         self._turns_failed.add(turn)  # (its render does not serve: not tried again)
         return None, None
 
-    def _resume_answered(self, n: int, prompt: bool) -> str | None:
+    def _resume_answered(self, n: int, prompt: bool) -> tuple[int, str] | None:
         """The first ``n`` messages resumed from the watched render of the conversation up
         to its last assistant message, where it goes on after it: a template that shows
         the last message otherwise when it is the assistant's (Nemotron Nano v2 takes it out
@@ -1017,16 +1027,16 @@ class PrefixRenders:
         size = self._answered
         if not n <= size < len(chat) or self._answered_missed >= _ANSWERED_TRIES:
             return None
-        text = self._resume_watched(n, prompt, size)
-        if text is None:
+        parts = self._resume_watched(n, prompt, size)
+        if parts is None:
             self._answered_missed += 1
         else:
             self._answered_missed = -len(chat)  # (it serves: tried for every prefix)
-        return text
+        return parts
 
     def _resume_watched(
         self, n: int, prompt: bool, size: int | None, tried: tuple[Watch, str] | None = None
-    ) -> str | None:
+    ) -> tuple[int, str] | None:
         """The first ``n`` messages resumed from the watched render of the conversation (or
         of its first ``size`` messages) but ``tried``: a template that reads the flag
         before its loop ends resumes from the render with the other flag traced (see
@@ -1045,13 +1055,15 @@ class PrefixRenders:
                 return self._resumed(watched, resumed)
         return None
 
-    def _resumed(self, watched: tuple[Watch, str], resumed: tuple[str, int]) -> str:
-        """A prefix's text resumed from ``watched`` (counted; ``kept`` where it shares the
-        whole render's text)."""
+    def _resumed(self, watched: tuple[Watch, str], resumed: tuple[int, str]) -> tuple[int, str]:
+        """A prefix's text resumed from ``watched`` (counted), as ``render_parts`` gives it:
+        a render other than the full one's (a turn's shares less of it) is joined."""
         self.resumed += 1
-        if watched[1] is self.text:  # (a turn's render shares less of it)
-            self.kept = resumed[1]
-        return resumed[0]
+        position, rest = resumed
+        if watched[1] is self.text:
+            self.kept = position
+            return resumed
+        return 0, watched[1][:position] + rest
 
     def _find_turn_ends(self) -> list[int]:
         """For every ``n``, where the turn of the first ``n`` messages ends: at the next
@@ -1142,60 +1154,100 @@ def _spans_from_shared_inputs(
     """derive_spans_by_prefixes's spans, the prefixes rendered (or resumed) from the inputs
     of the full render instead of fresh copies, with tojson's results on them remembered:
     ``|tojson`` of one of those inputs (a tool schema, a call's arguments) gives the same
-    text in every render, so it is computed once.
+    text in every render, so it is computed once. A prefix resumed from the full render is
+    kept as the part of its text it shares and the rest (``render_parts``): no prefix
+    copies or compares the text they share, and a search of it (for a tail of a generation
+    prompt, the same in every turn) is done once.
     """
     inputs, text = prefixes.inputs, prefixes.text
     spans: list[Span] = []
     cursor = 0
+    found: dict[str, int] = {}
+
+    def first(needle: str) -> int:
+        at = found.get(needle)
+        if at is None:
+            at = found[needle] = text.find(needle)
+        return at
+
     with prefixes.resuming():
         for index in turns:
             message = messages[index]
-            head = prefixes.render(index, True) if index else ""
-            head_kept = prefixes.kept if index else 0
+            head = prefixes.render_parts(index, True) if index else (0, "")
             if head is None:
-                turn, turn_kept = None, 0
-            elif index + 1 == len(inputs.chat) and prefixes.flag is False:
-                # the full render is this prefix's: same inputs, same flags
-                turn, turn_kept = text, len(text)
-            else:
-                turn = prefixes.render(index + 1, False)
-                turn_kept = prefixes.kept
-            if head is None or turn is None:
                 continue  # a prefix this template refuses (e.g. it must start with a user turn)
+            if index + 1 == len(inputs.chat) and prefixes.flag is False:
+                turn: tuple[int, str] | None = (len(text), "")  # the full render's own
+            else:
+                turn = prefixes.render_parts(index + 1, False)
+            if turn is None:
+                continue
             content = message.get("content")
             anchor = content.strip() if isinstance(content, str) else ""
-            span = _locate_turn(text, head, turn, cursor, anchor, head_kept, turn_kept)
+            span = _locate_turn(text, head, turn, cursor, anchor, first)
             if span is not None:
                 spans.append(span)
                 cursor = span.end
     return tuple(spans)
 
 
-def _turn_start(head: str, turn: str, known: int = 0) -> int:
+def _turn_start(
+    text: str, head: tuple[int, str], turn: tuple[int, str], first: Callable[[str], int]
+) -> int:
     """Where the assistant's text begins in the render of the conversation up to its turn
-    (``known``: how many first characters both are known to share)."""
-    if turn.startswith(head):
-        return len(head)
+    (``turn``), after the render of the conversation before it with a generation prompt
+    (``head``); each as the length of the part of ``text`` it starts with and the rest
+    (``first``: where a text first occurs in ``text``)."""
+    (head_kept, head_rest), (turn_kept, turn_rest) = head, turn
+    shared = min(head_kept, turn_kept)  # both start with text[:shared]; then:
+    head_rest = text[shared:head_kept] + head_rest
+    turn_rest = text[shared:turn_kept] + turn_rest
+    size = shared + len(head_rest)
+    if turn_rest.startswith(head_rest):
+        return size
     # The generation prompt differs from the turn's opening (a `<think>` the prompt opens, a
     # system text folded into the last user turn): the turn starts after the longest tail
     # of the prompt that the turn repeats, or after what both share, whichever is later
-    shared = common_prefix_length(head, turn, known)
-    size = len(head)
-    if size < 4 or head[-4:] not in turn:
-        return shared
+    agreed = shared + common_prefix_length(head_rest, turn_rest)
+    if size < 4:
+        return agreed
+
+    def tail(length: int) -> str:  # the head's last characters
+        if length <= len(head_rest):
+            return head_rest[-length:]
+        return text[size - length : shared] + head_rest
+
+    def edge(length: int) -> tuple[int, str]:  # where the turn's parts meet, and its text
+        start = max(0, shared - length + 1)
+        return start, text[start:shared] + turn_rest[: length - 1]
+
+    def repeats(needle: str) -> bool:  # needle in text[:shared] + turn_rest
+        if needle in turn_rest or needle in edge(len(needle))[1]:
+            return True
+        return len(needle) <= shared and 0 <= first(needle) <= shared - len(needle)
+
+    if not repeats(tail(4)):
+        return agreed
     # a tail the turn repeats has its own tails repeated too: the longest, found by doubling
     # then halving, each step a search of the turn
     low, probe = 4, 8
-    while probe <= size and head[-probe:] in turn:
+    while probe <= size and repeats(tail(probe)):
         low, probe = probe, probe * 2
     high = min(probe - 1, size)
     while low < high:
         middle = (low + high + 1) // 2
-        if head[-middle:] in turn:
+        if repeats(tail(middle)):
             low = middle
         else:
             high = middle - 1
-    return max(shared, turn.rfind(head[-low:]) + low)
+    needle = tail(low)
+    at = turn_rest.rfind(needle)  # its last place in the turn
+    if at >= 0:
+        return max(agreed, shared + at + low)
+    start, meeting = edge(low)
+    at = meeting.rfind(needle)
+    # (else it is only in the text both share, which ends before where they part)
+    return max(agreed, start + at + low) if at >= 0 else agreed
 
 
 _SLACK = 32  # how much longer a turn's opening may be in history than as the last turn
@@ -1203,20 +1255,27 @@ _SLACK = 32  # how much longer a turn's opening may be in history than as the la
 
 def _locate_turn(
     text: str,
-    head: str,
-    turn: str,
+    head: tuple[int, str],
+    turn: tuple[int, str],
     cursor: int,
     anchor: str,
-    head_kept: int = 0,
-    turn_kept: int = 0,
+    first: Callable[[str], int] | None = None,
 ) -> Span | None:
-    """The span of the turn rendered by ``turn`` after ``head`` in ``text`` (``head_kept``,
-    ``turn_kept``: how many of their first characters are known to be ``text``'s)."""
+    """The span of the turn rendered by ``turn`` after ``head`` in ``text``, each given as
+    how many first characters of ``text`` it is and the rest (_turn_start)."""
     # The turn's generated text is what its render adds after the generation prompt
-    generated = turn[_turn_start(head, turn, min(head_kept, turn_kept)) :].rstrip()
+    at = _turn_start(text, head, turn, first or text.find)
+    turn_kept, turn_rest = turn
+    generated = (
+        text[at:turn_kept] + turn_rest if at < turn_kept else turn_rest[at - turn_kept :]
+    ).rstrip()
     if not generated:
         return None
-    start = max(cursor, common_prefix_length(head, text, head_kept))
+    head_kept, head_rest = head
+    shared = head_kept + common_prefix_length(
+        head_rest, text[head_kept : head_kept + len(head_rest)]
+    )
+    start = max(cursor, shared)
     if text.startswith(generated, start):
         return Span(start, start + len(generated))
     # Templates render a past turn differently from the last one (Qwen3 drops the empty

@@ -1550,16 +1550,16 @@ class ResumePlan:
         k: int,
         prompt: bool,
         passes: int | None = None,
-    ) -> tuple[str, int] | None:
+    ) -> tuple[int, str] | None:
         """The render of the first ``k`` messages with ``add_generation_prompt=prompt``,
         resumed from the watched render (``text``: its text; ``names``: ``context_names``
         of the render's variables): its text up to a mark, then the template's end alone
         (at the pass on message ``k``), or the passes from the last one (or from the last
         whose mark came before a read past the prefix, or the first whose uses the prefix's
-        traced values change) and the end; with the length of the part
-        taken from ``text``. None when it cannot be resumed; TooManyPasses when it would run
-        more than ``passes`` passes again. Runs inside a render's state
-        (``render_state.begin``)."""
+        traced values change) and the end. As the length of the part taken from ``text``
+        and the text that follows it (the render is ``text[:length] + rest``). None when
+        it cannot be resumed; TooManyPasses when it would run more than ``passes`` passes
+        again. Runs inside a render's state (``render_state.begin``)."""
         chat, walked = watch.chat, watch.walked
         if not watch.usable or not 0 < k <= len(chat):
             return None
@@ -1589,7 +1589,7 @@ class ResumePlan:
             ended = found[2]
             if key is not None and key in watch.ends:  # the end as another prefix's
                 assert ended is not None
-                return text[: ended.position] + watch.ends[key], ended.position
+                return ended.position, watch.ends[key]
         # (the namespaces set while it resumes, where _restore puts back only those)
         written = render_state.written
         render_state.written = watch.dirty if len(watch.spaces) > _FEW else None
@@ -1622,7 +1622,7 @@ class ResumePlan:
                 at, key = self._resume_at(watch, values, n, found, prompt, rerun)
                 if key is not None and key in watch.ends:
                     assert ended is not None
-                    return text[: ended.position] + watch.ends[key], ended.position
+                    return ended.position, watch.ends[key]
             if passes is not None and n - at > passes:
                 raise TooManyPasses
             if at == n and ended is not None:
@@ -1655,11 +1655,12 @@ class ResumePlan:
                 items = names[_ITEMS] = messages[start:]  # a loop that does not use `loop`
                 _pending.start = (items, _loop_at(messages, start, tail.environment))
             watch.replaced = values
-            out = [text[: mark.position]]
+            out: list[str] = []
             watch.reach = -1  # (no more marks: what the end reads of the watched list)
             _run(tail, self._context(names), out, mark.position)
+            rest = "".join(out)
             if key is not None and watch.reach < 0:
-                watch.ends[key] = "".join(out[1:])
+                watch.ends[key] = rest
         except TooManyPasses:
             raise
         except Exception:  # noqa: BLE001 - read too far, or raised: rendered from the start
@@ -1670,7 +1671,7 @@ class ResumePlan:
             watch.sizes, watch.overrides = {}, {}
             _pending.start = None
             render_state.written = written
-        return "".join(out), mark.position
+        return mark.position, rest
 
     def _resume_at(
         self,
