@@ -503,7 +503,7 @@ def test_where_a_turn_starts_is_the_longest_repeated_tail(
     from chatcodec.template.render import _turn_start
 
     head, turn = shared + head_tail, shared + turn_tail
-    assert _turn_start("", (0, head), (0, turn), "".find) == _turn_start_by_every_tail(head, turn)
+    assert _turn_start("", (0, head), (0, turn)) == _turn_start_by_every_tail(head, turn)
 
 
 @seed(SEED)
@@ -521,7 +521,7 @@ def test_a_turn_starts_alike_from_any_parts(
     head_kept = data.draw(st.integers(0, len(shared)))
     turn_kept = data.draw(st.integers(0, len(shared)))
     parts = (head_kept, head[head_kept:]), (turn_kept, turn[turn_kept:])
-    assert _turn_start(text, *parts, text.find) == _turn_start_by_every_tail(head, turn)
+    assert _turn_start(text, *parts) == _turn_start_by_every_tail(head, turn)
 
 
 @pytest.mark.parametrize(
@@ -545,7 +545,7 @@ def test_a_turn_starts_alike_from_these_parts(
     head, turn = shared + head_tail, shared + turn_tail
     text = shared + after
     parts = (head_kept, head[head_kept:]), (turn_kept, turn[turn_kept:])
-    assert _turn_start(text, *parts, text.find) == _turn_start_by_every_tail(head, turn)
+    assert _turn_start(text, *parts) == _turn_start_by_every_tail(head, turn)
 
 
 @pytest.mark.parametrize(

@@ -1156,20 +1156,12 @@ def _spans_from_shared_inputs(
     ``|tojson`` of one of those inputs (a tool schema, a call's arguments) gives the same
     text in every render, so it is computed once. A prefix resumed from the full render is
     kept as the part of its text it shares and the rest (``render_parts``): no prefix
-    copies or compares the text they share, and a search of it (for a tail of a generation
-    prompt, the same in every turn) is done once.
+    copies or compares the text they share, and a search of it is done only where its
+    answer can change the span (_turn_start).
     """
     inputs, text = prefixes.inputs, prefixes.text
     spans: list[Span] = []
     cursor = 0
-    found: dict[str, int] = {}
-
-    def first(needle: str) -> int:
-        at = found.get(needle)
-        if at is None:
-            at = found[needle] = text.find(needle)
-        return at
-
     with prefixes.resuming():
         for index in turns:
             message = messages[index]
@@ -1184,20 +1176,17 @@ def _spans_from_shared_inputs(
                 continue
             content = message.get("content")
             anchor = content.strip() if isinstance(content, str) else ""
-            span = _locate_turn(text, head, turn, cursor, anchor, first)
+            span = _locate_turn(text, head, turn, cursor, anchor)
             if span is not None:
                 spans.append(span)
                 cursor = span.end
     return tuple(spans)
 
 
-def _turn_start(
-    text: str, head: tuple[int, str], turn: tuple[int, str], first: Callable[[str], int]
-) -> int:
+def _turn_start(text: str, head: tuple[int, str], turn: tuple[int, str]) -> int:
     """Where the assistant's text begins in the render of the conversation up to its turn
     (``turn``), after the render of the conversation before it with a generation prompt
-    (``head``); each as the length of the part of ``text`` it starts with and the rest
-    (``first``: where a text first occurs in ``text``)."""
+    (``head``); each as the length of the part of ``text`` it starts with and the rest."""
     (head_kept, head_rest), (turn_kept, turn_rest) = head, turn
     shared = min(head_kept, turn_kept)  # both start with text[:shared]; then:
     head_rest = text[shared:head_kept] + head_rest
@@ -1217,37 +1206,38 @@ def _turn_start(
             return head_rest[-length:]
         return text[size - length : shared] + head_rest
 
-    def edge(length: int) -> tuple[int, str]:  # where the turn's parts meet, and its text
+    def meeting(length: int) -> tuple[int, str]:  # where the turn's two parts meet
         start = max(0, shared - length + 1)
         return start, text[start:shared] + turn_rest[: length - 1]
 
-    def repeats(needle: str) -> bool:  # needle in text[:shared] + turn_rest
-        if needle in turn_rest or needle in edge(len(needle))[1]:
-            return True
-        return len(needle) <= shared and 0 <= first(needle) <= shared - len(needle)
+    def past(needle: str) -> bool:  # whether the turn repeats it past the text both share
+        return needle in turn_rest or needle in meeting(len(needle))[1]
 
-    if not repeats(tail(4)):
+    # A tail the turn repeats only in the text both share ends before `agreed`: what
+    # matters is the longest tail it repeats past that text (its tails are repeated there
+    # too: found by doubling then halving) and whether a longer one is in that text
+    if not past(tail(4)):
         return agreed
-    # a tail the turn repeats has its own tails repeated too: the longest, found by doubling
-    # then halving, each step a search of the turn
     low, probe = 4, 8
-    while probe <= size and repeats(tail(probe)):
+    while probe <= size and past(tail(probe)):
         low, probe = probe, probe * 2
     high = min(probe - 1, size)
     while low < high:
         middle = (low + high + 1) // 2
-        if repeats(tail(middle)):
+        if past(tail(middle)):
             low = middle
         else:
             high = middle - 1
     needle = tail(low)
     at = turn_rest.rfind(needle)  # its last place in the turn
     if at >= 0:
-        return max(agreed, shared + at + low)
-    start, meeting = edge(low)
-    at = meeting.rfind(needle)
-    # (else it is only in the text both share, which ends before where they part)
-    return max(agreed, start + at + low) if at >= 0 else agreed
+        found = shared + at + low
+    else:
+        start, meeting_text = meeting(low)
+        found = start + meeting_text.rfind(needle) + low
+    if found <= agreed or (low < size and text.find(tail(low + 1), 0, shared) >= 0):
+        return agreed  # (the longest is a longer one, in the shared text alone)
+    return found
 
 
 _SLACK = 32  # how much longer a turn's opening may be in history than as the last turn
@@ -1259,12 +1249,11 @@ def _locate_turn(
     turn: tuple[int, str],
     cursor: int,
     anchor: str,
-    first: Callable[[str], int] | None = None,
 ) -> Span | None:
     """The span of the turn rendered by ``turn`` after ``head`` in ``text``, each given as
     how many first characters of ``text`` it is and the rest (_turn_start)."""
     # The turn's generated text is what its render adds after the generation prompt
-    at = _turn_start(text, head, turn, first or text.find)
+    at = _turn_start(text, head, turn)
     turn_kept, turn_rest = turn
     generated = (
         text[at:turn_kept] + turn_rest if at < turn_kept else turn_rest[at - turn_kept :]
