@@ -919,9 +919,12 @@ STARTS = [
     "{% endif %}{% endfor %}",
     "{% for m in messages | reverse %}{% if ns.open and m.role == 'tool' %}"
     "{% set ns.top = loop.revindex0 %}{% endif %}{% endfor %}",
-    # and one that breaks (Reka Edge's)
+    # and one that breaks (Reka Edge's), and one over the indexes that runs every pass
+    # (Kimi K2 Thinking's)
     "{% for m in messages[::-1] %}{% set i = messages | length - 1 - loop.index0 %}"
     "{% if m.role == 'user' %}{% set ns.user = i %}{% break %}{% endif %}{% endfor %}",
+    "{% for i in range(messages | length - 1, -1, -1) %}{% if messages[i].role == 'user' %}"
+    "{% set ns.user = i %}{% endif %}{% endfor %}",
     "{% set roles = messages | map(attribute='role') | join(',') %}",
     "{% if tools %}T{{ tools | length }}{% endif %}",
     "{% set many = messages | length > 3 %}",
@@ -1401,6 +1404,31 @@ def test_a_backward_scan_is_worked_out_not_run_again(scans: dict[str, int]) -> N
         "{% if message.role != 'system' %}{% set ns.seen = index %}"
         "{% if message.role == 'tool' %}{% set ns.last = index %}{% break %}{% endif %}"
         "{% endif %}{% endfor %}",
+        # no flag and no break: every pass runs, the lowest that sets a field has the last
+        # word (Kimi K2 Thinking's, over the indexes: its first answer without calls)
+        "{% set ns = namespace(last=-1) %}"
+        "{% for idx in range(messages|length - 1, -1, -1) %}"
+        "{% if messages[idx].role == 'assistant' and not messages[idx].get('tool_calls') %}"
+        "{% set ns.last = idx %}{% endif %}{% endfor %}",
+        "{% set ns = namespace(last=-1, seen=0) %}"
+        "{% for message in messages[::-1] %}{% set index = messages|length - 1 - loop.index0 %}"
+        "{% if message.role != 'system' %}{% set ns.seen = index %}"
+        "{% if message.role == 'tool' %}{% set ns.last = index %}{% endif %}{% endif %}"
+        "{% endfor %}",
+        # over the indexes, with a flag or a break
+        "{% set ns = namespace(multi=true, last=-1) %}"
+        "{% for i in range((messages | length) - 1, -1, -1) %}"
+        "{% if ns.multi and messages[i].role == 'user' %}{% set ns.multi = false %}"
+        "{% set ns.last = i %}{% endif %}{% endfor %}",
+        "{% set ns = namespace(last=-1) %}"
+        "{% for i in range(messages|length - 1, -1, -1) %}"
+        "{% if messages[i].role == 'user' %}{% set ns.last = i %}{% break %}{% endif %}"
+        "{% endfor %}",
+        # a break, where the test starts with a field of the message (not a flag)
+        "{% set ns = namespace(last=-1) %}"
+        "{% for message in messages[::-1] %}{% set index = messages|length - 1 - loop.index0 %}"
+        "{% if message.content and message.role == 'user' %}{% set ns.last = index %}"
+        "{% break %}{% endif %}{% endfor %}",
     ],
 )
 def test_backward_scans_worked_out(
@@ -1462,6 +1490,50 @@ def test_loops_that_are_not_backward_scans_run_again(scan: str, scans: dict[str,
     check(_loop(body, start), AGENT)
     check(_loop(body, start))
     assert scans["probed"] == 0  # not a scan, or one whose probes refuse (`top`)
+
+
+@pytest.mark.parametrize(
+    ("walk", "scan"),
+    [
+        # another message than the pass's, or the messages otherwise
+        *(
+            ("range(messages|length - 1, -1, -1)", scan)
+            for scan in (
+                "{% if messages[i - 1].role == 'user' %}{% set ns.last = i %}{% endif %}",
+                "{% if messages[first].role == 'user' %}{% set ns.last = i %}{% endif %}",
+                "{% if messages[i].role == 'user' %}{% set ns.last = messages | length %}"
+                "{% endif %}",
+                "{% if messages[i].role == 'user' and loop.first %}{% set ns.last = i %}"
+                "{% endif %}",
+                # ints of the index before the test
+                "{% set j = i %}{% if messages[i].role == 'user' %}{% set ns.last = j %}"
+                "{% endif %}",
+            )
+        ),
+        # not every index backwards: a range the other way, or short of the first, or of
+        # another list's length
+        *(
+            (walk, "{% if messages[i].role == 'system' %}{% set ns.last = i %}{% endif %}")
+            for walk in (
+                "range(messages|length)",
+                "range(messages|length - 1, 0, -1)",
+                "range(messages|length - 1, -1, -2)",
+                "range(rest|length - 1, -1, -1)",
+            )
+        ),
+    ],
+)
+def test_loops_over_indexes_that_are_not_backward_scans_run_again(
+    walk: str, scan: str, scans: dict[str, int]
+) -> None:
+    start = (
+        "{% set rest = messages[1:] %}{% set first = 0 %}{% set ns = namespace(last=-1) %}"
+        "{% for i in " + walk + " %}" + scan + "{% endfor %}"
+    )
+    body = "{% if loop.index0 > ns.last %}*{% endif %}" + CHATML_BODY
+    check(_loop(body, start), AGENT)
+    check(_loop(body, start))
+    assert scans["probed"] == 0
 
 
 @pytest.mark.parametrize(

@@ -248,7 +248,7 @@ class Watch:
         # statement run again with it), what each pass would do while its flag holds, by
         # message, and the messages where it does anything (ResumePlan._scan_effect); None
         # where probes cannot tell
-        self.effects: dict[tuple[int, int], tuple[list[Any], list[int]] | None] = {}
+        self.effects: dict[tuple[int, int], tuple[list[Any], list[int], list[Any]] | None] = {}
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -1966,8 +1966,12 @@ class ResumePlan:
         probed = watch.effects[key]
         if probed is None:
             raise _Unknown
-        effects, doing = probed
+        effects, doing, composed = probed
         position = bisect.bisect_left(doing, k)
+        if scan.every:  # (no pass ends it: all of them, composed)
+            for name, value in composed[position - 1] if position else ():
+                space[name] = value
+            return
         while True:
             if scan.flag is not None:
                 flag = fields.get(scan.flag, missing)
@@ -2002,11 +2006,13 @@ class ResumePlan:
 
     def _probe(
         self, watch: Watch, names: dict[str, Any], make: Callable[..., Any], scan: _Scan
-    ) -> tuple[list[Any], list[int]] | None:
+    ) -> tuple[list[Any], list[int], list[Any]] | None:
         """What a pass of ``scan`` does on each message of the conversation while its flag
         holds: the namespace fields it sets, in order, then _BROKE if it broke the loop
-        (None: nothing), or _RAISED; and the
-        messages whose pass does anything. None when a pass does what a probe cannot
+        (None: nothing), or _RAISED; the messages whose pass does anything; and for a scan
+        that runs every pass, what the passes of those messages up to each one leave, run
+        from the last down (the fields and their values), so that a prefix's scan costs
+        no more than one pass. None when a pass does what a probe cannot
         stand for (it writes another namespace, or reads a value that differs between
         prefixes)."""
         for name in scan.reads:
@@ -2054,7 +2060,13 @@ class ResumePlan:
             if saved is not None:
                 saved.update(render_state.written or ())  # (a write that refused the probe)
             render_state.written, watch.replaced = saved, replaced
-        return effects, doing
+        composed: list[Any] = []  # a scan that runs every pass: passes 0 to p, in turn
+        if scan.every:  # (none raised: the watched render ran them all)
+            left: dict[str, Any] = {}  # what the passes so far leave
+            for index in doing:  # (a lower pass runs later: its fields win)
+                left = {**dict(effects[index]), **left}
+                composed.append(tuple(left.items()))
+        return effects, doing, composed
 
     def _part(self, first: int, stop: int) -> _Part | None:
         """Statements ``first`` to ``stop - 1`` of the start compiled alone; None when a
@@ -2111,13 +2123,17 @@ class _Scan:
 
     A scan may instead have no flag and ``break`` (Reka Edge's scan for the last user
     query): then its test does not read the namespace, and a probe notes whether its pass
-    broke; a prefix's scan ends at the first pass from its last message down that does."""
+    broke; a prefix's scan ends at the first pass from its last message down that does.
+    Or neither (Kimi K2 Thinking's, over ``range(messages | length - 1, -1, -1)``, each
+    pass reading ``messages[i]``): every pass runs, and a prefix's scan leaves what the
+    passes of its messages leave, run from the last down."""
 
     tree: nodes.Template  # one pass alone, over ``_ITEMS``, its ints from ``_J``
     space: str  # the namespace's name
     flag: str | None  # the field its test starts with (None: the scan breaks instead)
     walked: str  # the name of the messages it walks backwards
     reads: frozenset[str]  # the names a pass reads (its own, macros' included)
+    every: bool = False  # no flag and no break: every pass runs
     probe: Any = None  # ``tree`` compiled
 
 
@@ -2161,6 +2177,8 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
     """The loop as a _Scan, when it has a scan's shape (see there; ``macros``: the
     template's, which a pass may call); else None."""
     walk = loop_source(loop)
+    walked: nodes.Node | None = None
+    indexes = False  # `for i in range(messages | length - 1, -1, -1)`: the indexes, backwards
     if isinstance(walk, nodes.Getitem) and isinstance(walk.arg, nodes.Slice):
         cut = walk.arg
         backwards = (
@@ -2169,11 +2187,31 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
             and cut.step is not None
             and _linear(cut.step, "") == (0, 0, -1)  # `[::-1]` parses as a negated 1
         )
+        walked = walk.node
     elif isinstance(walk, nodes.Filter):
         backwards = walk.name == "reverse" and not walk.args and not walk.kwargs
+        walked = walk.node
+    elif (
+        isinstance(walk, nodes.Call)
+        and isinstance(walk.node, nodes.Name)
+        and walk.node.name == "range"
+        and len(walk.args) == 3
+        and not walk.kwargs
+        and walk.dyn_args is None
+        and walk.dyn_kwargs is None
+    ):
+        counted = {  # (`_linear` holds it to `messages | length - 1`)
+            length.node.name
+            for length in walk.args[0].find_all(nodes.Filter)
+            if isinstance(length.node, nodes.Name)
+        }
+        walked = nodes.Name(counted.pop(), "load") if len(counted) == 1 else None
+        indexes = backwards = walked is not None and [
+            _linear(arg, walked.name)
+            for arg in walk.args  # type: ignore[attr-defined]
+        ] == [(1, 0, -1), (0, 0, -1), (0, 0, -1)]
     else:
         return None
-    walked = walk.node
     if not (
         backwards
         and isinstance(walked, nodes.Name)
@@ -2187,24 +2225,39 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
     *locals_, test = loop.body
     if not (isinstance(test, nodes.If) and not test.elif_ and not test.else_):
         return None
+    target = loop.target.name
+    if indexes:  # a pass reads its message as `messages[i]` only: a probe's message
+        if locals_:
+            return None
+        test = copy.deepcopy(test)
+        for read in list(test.find_all(nodes.Getitem)):
+            if (
+                isinstance(read.node, nodes.Name)
+                and read.node.name == walked.name
+                and isinstance(read.arg, nodes.Name)
+                and read.arg.name == target
+            ):
+                read.node, read.arg = nodes.Name(_ITEMS, "load"), nodes.Const(0)
+        locals_ = [nodes.Assign(nodes.Name(target, "store"), nodes.Name(_J, "load"))]
     flag: str | None = None
-    if any(test.find_all(nodes.Break)):  # the scan ends at the first pass that breaks
+    guard = test.test
+    while isinstance(guard, nodes.And):
+        guard = guard.left
+    breaks = any(test.find_all(nodes.Break))
+    if not breaks and isinstance(guard, nodes.Getattr) and isinstance(guard.node, nodes.Name):
+        space, flag = guard.node.name, guard.attr  # the scan goes on while its flag holds
+    else:  # the scan ends at the first pass that breaks, or runs every pass
         spaces = sorted({ref.name for ref in test.find_all(nodes.NSRef)})
         if not spaces:
             return None
         space = spaces[0]  # (a probe that writes another refuses)
-    else:  # the scan goes on while the namespace's flag holds
-        guard = test.test
-        while isinstance(guard, nodes.And):
-            guard = guard.left
-        if not (isinstance(guard, nodes.Getattr) and isinstance(guard.node, nodes.Name)):
-            return None
-        space, flag = guard.node.name, guard.attr
-    target = loop.target.name
     body: list[nodes.Node] = []
     for node in locals_:  # the pass's ints, from the message's index
         if not (isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name)):
             return None
+        if indexes:
+            body.append(node)
+            continue
         terms = _linear(node.node, walked.name)
         if terms is None or terms[0]:
             return None  # not an int of the message's index alone
@@ -2234,7 +2287,7 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
     tree = nodes.Template(
         [nodes.For(nodes.Name(target, "store"), nodes.Name(_ITEMS, "load"), body, [], None, False)]
     )
-    return _Scan(tree, space, flag, walked.name, frozenset(reads))
+    return _Scan(tree, space, flag, walked.name, frozenset(reads), flag is None and not breaks)
 
 
 def _linear(node: nodes.Node, walked: str) -> tuple[int, int, int] | None:
