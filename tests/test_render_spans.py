@@ -583,13 +583,10 @@ def test_a_turn_is_located_alike_from_any_parts(
 @seed(SEED)
 @settings(max_examples=EXAMPLES * 20, deadline=None)
 @given(st.text("ab", max_size=30), st.text("ab", max_size=30), st.text("ab", max_size=30))
-def test_a_shared_length_known_in_advance_gives_the_same_answer(
+def test_the_common_prefix_by_slices_is_the_characters_one(
     shared: str, left: str, right: str
 ) -> None:
-    """Spans pass how much of a prefix render is the full render's as ``known``."""
     from chatcodec.strings import common_prefix_length
 
     a, b = shared + left, shared + right
-    whole = len(os.path.commonprefix([a, b]))
-    for known in range(len(shared) + 1):
-        assert common_prefix_length(a, b, known) == whole
+    assert common_prefix_length(a, b) == len(os.path.commonprefix([a, b]))

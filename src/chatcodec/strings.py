@@ -8,15 +8,14 @@ from typing import Any
 __all__ = ["common_prefix_length", "longest_match"]
 
 
-def common_prefix_length(a: str, b: str, known: int = 0) -> int:
+def common_prefix_length(a: str, b: str) -> int:
     """How many leading characters ``a`` and ``b`` share (``len(os.path.commonprefix([a,
     b]))``), comparing slices in C rather than characters in Python: a long prompt costs a
-    few slice comparisons, not a Python step per character. ``known``: a length they are
-    known to share (what comes before it is not compared)."""
+    few slice comparisons, not a Python step per character."""
     high = min(len(a), len(b))
-    low = min(known, high)
-    if a[low:high] == b[low:high]:
+    if a[:high] == b[:high]:
         return high
+    low = 0
     while high - low > 1:  # a[:low] == b[:low] and a[:high] != b[:high]
         middle = (low + high) // 2
         if a[low:middle] == b[low:middle]:

@@ -1261,10 +1261,9 @@ def _locate_turn(
     if not generated:
         return None
     head_kept, head_rest = head
-    shared = head_kept + common_prefix_length(
-        head_rest, text[head_kept : head_kept + len(head_rest)]
-    )
-    start = max(cursor, shared)
+    end = head_kept + len(head_rest)
+    parted = head_kept + common_prefix_length(head_rest, text[head_kept:end])  # (from text)
+    start = max(cursor, parted)
     if text.startswith(generated, start):
         return Span(start, start + len(generated))
     # Templates render a past turn differently from the last one (Qwen3 drops the empty
