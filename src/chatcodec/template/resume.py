@@ -246,8 +246,9 @@ class Watch:
         self.traced_in: dict[int, frozenset[int]] = {}  # _scanned's, by a mark's copies
         # per backward scan of the start (by its statement's index, and that of the first
         # statement run again with it), what each pass would do while its flag holds, by
-        # message, and the messages where it does anything (ResumePlan._scan_effect); None
-        # where probes cannot tell
+        # message, the messages where it does anything, and for a scan that runs every pass
+        # what those passes leave up to each (ResumePlan._probe); None where probes cannot
+        # tell
         self.effects: dict[tuple[int, int], tuple[list[Any], list[int], list[Any]] | None] = {}
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
