@@ -1586,11 +1586,9 @@ class ResumePlan:
         at: int | None = None
         key = None
         if found is not None and found[1].furthest < bound:  # nothing of the start runs again
-            at, key = self._resume_at(watch, values, n, found, prompt)
-            ended = found[2]
-            if key is not None and key in watch.ends:  # the end as another prefix's
-                assert ended is not None
-                return ended.position, watch.ends[key]
+            at, key, kept = self._resume_at(watch, values, n, found, prompt)
+            if kept is not None:
+                return kept
         # (the namespaces set while it resumes, where _restore puts back only those)
         written = render_state.written
         render_state.written = watch.dirty if len(watch.spaces) > _FEW else None
@@ -1620,10 +1618,9 @@ class ResumePlan:
                     if changed is None:
                         return None
                     values = changed
-                at, key = self._resume_at(watch, values, n, found, prompt, rerun)
-                if key is not None and key in watch.ends:
-                    assert ended is not None
-                    return ended.position, watch.ends[key]
+                at, key, kept = self._resume_at(watch, values, n, found, prompt, rerun)
+                if kept is not None:
+                    return kept
             if passes is not None and n - at > passes:
                 raise TooManyPasses
             if at == n and ended is not None:
@@ -1682,18 +1679,21 @@ class ResumePlan:
         found: tuple[int, Mark, Mark | None],
         prompt: bool,
         rerun: frozenset[int] = frozenset(),
-    ) -> tuple[int, tuple[Any, ...] | None]:
+    ) -> tuple[int, tuple[Any, ...] | None, tuple[int, str] | None]:
         """Where the first ``n`` messages resume (``found``: _marks_before's; ``values``: the
         traced values the prefix has otherwise): the pass they resume at (``n``: the end
-        alone), and when it is the end alone, the key of its text (_ending; None when the
-        end's text is the prefix's own)."""
+        alone); when it is the end alone, the key of its text (_ending; None when the
+        end's text is the prefix's own); and the prefix as ``resume`` gives it where another
+        prefix's end left that text."""
         last, _, ended = found
         at = n if ended is not None else last
         if values:  # resumed at the first pass the prefix's values change
             at = watch.first_changed(values, at, rerun)
         if at != n or ended is None:
-            return at, None
-        return at, self._ending(watch, ended, prompt, values)
+            return at, None, None
+        key = self._ending(watch, ended, prompt, values)
+        kept = watch.ends.get(key) if key is not None else None
+        return at, key, None if kept is None else (ended.position, kept)
 
     def _ending(
         self, watch: Watch, mark: Mark, prompt: bool, values: dict[int, Any]
