@@ -743,8 +743,11 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         self._stock_checks = (
             cls.is_safe_attribute is ImmutableSandboxedEnvironment.is_safe_attribute
             and cls.is_safe_callable is ImmutableSandboxedEnvironment.is_safe_callable
-            and _TemplateNamespace.__getattribute__ is jinja2.utils.Namespace.__getattribute__
-            and not hasattr(_TemplateNamespace, "__getitem__")
+            and all(
+                kind.__getattribute__ is jinja2.utils.Namespace.__getattribute__
+                and not hasattr(kind, "__getitem__")
+                for kind in (_TemplateNamespace, UnseenNamespace)
+            )
         )
 
     def _remember_plain_attribute(self, obj: Any, attribute: str) -> None:
@@ -788,7 +791,11 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             # found this attribute, not str.format, and safe; all three hold for every value
             # of this exact builtin type (see _PLAIN_TYPES)
             return getattr(obj, attribute)
-        if kind is _TemplateNamespace and self._stock_checks and not attribute.startswith("_"):
+        if (
+            (kind is _TemplateNamespace or kind is UnseenNamespace)  # (its reads are the same)
+            and self._stock_checks
+            and not attribute.startswith("_")
+        ):
             # `ns.flag`: the full path reads the namespace's dict through getattr (a missing
             # name is an AttributeError, then `ns[name]` a TypeError: undefined). jinja's
             # is_safe_attribute on a namespace reduces to the underscore test above: it is no
