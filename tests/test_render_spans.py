@@ -582,6 +582,24 @@ def test_a_turn_is_located_alike_from_any_parts(
 
 @seed(SEED)
 @settings(max_examples=EXAMPLES * 20, deadline=None)
+@given(_FEW, _FEW, st.sampled_from(["", "a", "ab", "b\n", "aba", "c"]), st.data())
+def test_the_tail_found_is_the_longest_of_every_tail(
+    text: str, generated: str, anchor: str, data: st.DataObject
+) -> None:
+    """The tail search (a look for the message's own text, then halving) finds the tail a
+    scan of every tail finds, where that tail holds the message's text."""
+    from chatcodec.template.render import _found_tail
+
+    start = data.draw(st.integers(0, len(text)))
+    limit = data.draw(st.integers(start, len(text) + 4))
+    window = text[start:limit]
+    longest = max((n for n in range(1, len(generated) + 1) if generated[-n:] in window), default=0)
+    expected = longest if longest and anchor in generated[-longest:] else 0
+    assert _found_tail(text, generated, start, limit, anchor) == expected
+
+
+@seed(SEED)
+@settings(max_examples=EXAMPLES * 20, deadline=None)
 @given(st.text("ab", max_size=30), st.text("ab", max_size=30), st.text("ab", max_size=30))
 def test_the_common_prefix_by_slices_is_the_characters_one(
     shared: str, left: str, right: str

@@ -1243,6 +1243,27 @@ def _turn_start(text: str, head: tuple[int, str], turn: tuple[int, str]) -> int:
 _SLACK = 32  # how much longer a turn's opening may be in history than as the last turn
 
 
+def _found_tail(text: str, generated: str, start: int, limit: int, anchor: str) -> int:
+    """The length of the longest tail of ``generated`` found in ``text[start:limit]``
+    when it holds ``anchor``, else 0."""
+    # The tails found are the shortest up to the longest (a tail's own tails are found
+    # where it is), and those that hold the anchor the longest down to the one from its
+    # last place on: none found holds it unless that one is found
+    low, high = 0, len(generated)
+    if anchor:
+        last = generated.rfind(anchor)
+        if last < 0 or text.find(generated[last:], start, limit) < 0:
+            return 0
+        low = len(generated) - last
+    while low < high:
+        middle = (low + high + 1) // 2
+        if text.find(generated[-middle:], start, limit) >= 0:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def _locate_turn(
     text: str,
     head: tuple[int, str],
@@ -1267,24 +1288,18 @@ def _locate_turn(
     if text.startswith(generated, start):
         return Span(start, start + len(generated))
     # Templates render a past turn differently from the last one (Qwen3 drops the empty
-    # thought): keep the longest tail of the turn found near where the turn starts
-    low, high = 0, len(generated)
-    while low < high:
-        middle = (low + high + 1) // 2
-        limit = start + len(generated) + _SLACK
-        if text.find(generated[-middle:], start, limit) >= 0:
-            low = middle
-        else:
-            high = middle - 1
-    tail = generated[-low:] if low else ""
-    if low and anchor in tail:
-        found = text.find(tail, start, start + len(generated) + _SLACK)
+    # thought): keep the longest tail of the turn found near where the turn starts, when it
+    # holds the message's own text
+    limit = start + len(generated) + _SLACK
+    low = _found_tail(text, generated, start, limit, anchor)
+    if low:
+        found = text.find(generated[-low:], start, limit)
         return Span(max(start, found - (len(generated) - low)), found + low)
     # The turn ends differently in history (gpt-oss: <|end|>, not <|return|>): keep what
     # both agree on, and at least the message's own text
     agreed = common_prefix_length(generated, text[start : start + len(generated)])
     if anchor:
-        at = text.find(anchor, start, start + len(generated) + _SLACK)
+        at = text.find(anchor, start, limit)
         if at < 0:
             return None
         agreed = (
