@@ -459,6 +459,29 @@ def test_tojson_of_the_inputs_is_the_same_in_every_prefix() -> None:
         ChatTemplate(source.replace("indent=True", "indent=1.0")).render_with_spans(messages)
 
 
+def test_tojson_is_remembered_for_the_inputs_alone() -> None:
+    # the memo render_with_spans sets around its prefixes: an input's text is computed once
+    # per set of arguments; a value the template built, equal or not, is never remembered
+    import time
+
+    from chatcodec.template.environment import FilterMemo, render_state
+    from chatcodec.template.render import _shared_environment
+
+    tojson = _shared_environment().filters["tojson"]
+    made: list[Any] = [{"x": [1, 2]}]
+    saved = render_state.begin(time.monotonic() + 5, 10**6, None, None, made)
+    render_state.memo = memo = FilterMemo(made)
+    try:
+        texts = [tojson(made[0]), tojson({"x": [1, 2]}), tojson(made[0], indent=1)]
+        assert tojson(made[0]) == texts[0]
+    finally:
+        render_state.memo = None
+        render_state.end(saved)
+    assert texts == ['{"x": [1, 2]}', '{"x": [1, 2]}', '{\n "x": [\n  1,\n  2\n ]\n}']
+    assert sorted(memo.results.values()) == sorted({texts[0], texts[2]})
+    assert memo.holds(made[0]) and not memo.holds({"x": [1, 2]})
+
+
 def test_templates_whose_inputs_can_change_render_each_prefix_from_its_own_copy() -> None:
     # the llama.cpp-compatible environment lets a template append to a list it reads: shared
     # by the prefix renders, the list would grow from one render to the next

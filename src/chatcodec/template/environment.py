@@ -127,8 +127,15 @@ class FilterMemo:
     raises is not."""
 
     def __init__(self, made: Iterable[Any]) -> None:
-        self.ids = frozenset(map(id, made))
+        self._made = made
+        self._ids: frozenset[int] | None = None  # (found when first asked: most ask none)
         self.results: dict[tuple[Any, ...], str] = {}
+
+    def holds(self, value: Any) -> bool:
+        """Whether ``value`` is one of the inputs."""
+        if self._ids is None:
+            self._ids = frozenset(map(id, self._made))
+        return id(value) in self._ids
 
 
 _MEMO_SCALARS = frozenset({str, int, bool, type(None)})
@@ -150,7 +157,7 @@ def _memo_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] 
 def _memoized(guarded: Callable[..., str]) -> Callable[..., str]:
     def memoized(*args: Any, **kwargs: Any) -> str:
         memo = render_state.memo
-        if memo is None or not args or id(args[0]) not in memo.ids:
+        if memo is None or not args or not memo.holds(args[0]):
             return guarded(*args, **kwargs)
         key = _memo_key(args, kwargs)
         if key is None:
