@@ -925,6 +925,12 @@ STARTS = [
     "{% if m.role == 'user' %}{% set ns.user = i %}{% break %}{% endif %}{% endfor %}",
     "{% for i in range(messages | length - 1, -1, -1) %}{% if messages[i].role == 'user' %}"
     "{% set ns.user = i %}{% endif %}{% endfor %}",
+    # Qwen3's whole: a namespace of the messages' length, which its scan sets anew once it
+    # finds a question (run again with stand-ins, and kept for the prefixes alike)
+    "{% set q = namespace(open=true, last=messages | length - 1) %}"
+    "{% for m in messages[::-1] %}{% set i = messages | length - 1 - loop.index0 %}"
+    "{% if q.open and m.role == 'user' %}{% set q.open = false %}{% set q.last = i %}"
+    "{% endif %}{% endfor %}",
     "{% set roles = messages | map(attribute='role') | join(',') %}",
     "{% if tools %}T{{ tools | length }}{% endif %}",
     "{% set many = messages | length > 3 %}",
@@ -996,6 +1002,7 @@ BODIES = [
     "{% if ns.user is odd %}o{% endif %}",
     "{{ [ns.user, loop.index0] | max }}",
     "{% if ns.user is sameas 1 %}={% endif %}",
+    "{% if q is defined and loop.index0 > q.last %}>{{ q.last }}{% endif %}",
     "{% if add_generation_prompt and loop.last %}P{% endif %}",
     "{% if flag is defined and flag is false %}F{% endif %}",
     "{{ ns.user is integer }}{{ ns.user is number }}"
@@ -1036,6 +1043,7 @@ ENDS = [
     "{% if messages[-1].role == 'tool' and add_generation_prompt %}"
     "{{ raise_exception('no') }}{% endif %}",
     "{{ ns.final | default('-') }}{{ ns.tail | default('-') }}",
+    "{% if q is defined %}{{ q.last }}{{ q.open }}{% endif %}",
 ]
 FIXED = (
     "{% set ns = namespace(n=0, user=-1, kept=none, seen=none, top=0, box=none, open=true, "
@@ -1332,10 +1340,17 @@ AGENT = [
 def scans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How many times the scans were probed (at most once per watched render, and
     statement run again before it), their probes refused to stand for their passes, and
-    they were worked out."""
-    counts = {"probed": 0, "refused": 0, "worked out": 0}
+    they were worked out; and how many prefixes took the run of the statements before and
+    with a scan that another prefix's scan, stopping at the same message, left ("kept")."""
+    counts = {"probed": 0, "refused": 0, "worked out": 0, "kept": 0}
     probe, effect = resume.ResumePlan._probe, resume.ResumePlan._scan_effect
+    rerun = resume.ResumePlan._rerun
     watches: dict[int, Any] = {}  # (the watches kept: an id is not another's later)
+
+    def run_again(plan: Any, watch: Any, base: Any, k: int, prompt: bool, read: Any) -> Any:
+        key = plan._rerun_key(watch, watch.steps[read[0]], read, k)
+        counts["kept"] += key is not None and watch.reruns.get(key) is not None
+        return rerun(plan, watch, base, k, prompt, read)
 
     def probed(plan: Any, watch: Any, *args: Any) -> Any:
         assert id(watch) not in watches  # (one scan statement in these templates)
@@ -1350,6 +1365,7 @@ def scans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     monkeypatch.setattr(resume.ResumePlan, "_probe", probed)
     monkeypatch.setattr(resume.ResumePlan, "_scan_effect", worked_out)
+    monkeypatch.setattr(resume.ResumePlan, "_rerun", run_again)
     return counts
 
 
@@ -1359,13 +1375,132 @@ def test_a_backward_scan_is_worked_out_not_run_again(scans: dict[str, int]) -> N
     # question's turn for the prefixes whose own last question resumes them far back)
     resumed = check(_loop(QWEN3_BODY, QWEN3_SCAN), AGENT)
     assert scans["probed"] >= 2
-    assert scans["worked out"] > len(AGENT)
+    # (a prefix whose scan stops at the same question as another's takes that run whole)
+    assert scans["worked out"] + scans["kept"] > len(AGENT)
+    assert scans["kept"] > len(AGENT)
     assert resumed == 2 * 2 * len(AGENT) - 2 * 2  # the system message's own: rendered
     template = ChatTemplate(_loop(QWEN3_BODY, QWEN3_SCAN))
     rendered = template.render_with_spans(AGENT)
     assert rendered.spans == derive_spans_by_prefixes(
         template, rendered.text, AGENT, None, None, None, {}
     )
+
+
+_QWEN3_FIELDS = st.sampled_from(
+    [
+        "",
+        ", x=1",
+        ", x=messages | length",
+        ", x=messages | length > 2",
+        ", x=(messages | length) + 1 - 1",
+        ", x=[messages | length]",
+        ", x=add_generation_prompt",
+        ", x=messages | length is sameas 2",
+    ]
+)
+_AGENT_MESSAGES = st.lists(
+    st.sampled_from([*AGENT[:3], AGENT[3], AGENT[-4], AGENT[-3], AGENT[-1]]),
+    min_size=1,
+    max_size=12,
+)
+
+
+@seed(7)
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+@given(
+    _QWEN3_FIELDS,
+    st.sampled_from(["", "{{ q.x | default('') }}", "{{ q.last }}"]),
+    st.sampled_from(["", "{{ q.x | default('') }}{{ q.last }}", "{{ q.open }}{{ q.at }}"]),
+    _AGENT_MESSAGES,
+)
+def test_random_qwen3_starts_run_again_with_stand_ins(
+    field: str, body: str, end: str, messages: list[dict[str, Any]]
+) -> None:
+    # Qwen3's start, run again on each prefix with stand-ins for its own length and flag
+    # and kept for the prefixes whose scan stops at the same question, with another field
+    # of them or none; read in the passes, the end or neither (`q.at`, which only the end
+    # reads, is the prefix's from the run as it is)
+    start = (
+        "{% set q = namespace(open=true, last=messages | length - 1, at=-1" + field + ") %}"
+        "{% for m in messages[::-1] %}{% set i = messages | length - 1 - loop.index0 %}"
+        "{% if q.open and m.role == 'user' and not m.content.startswith('<r>') %}"
+        "{% set q.open = false %}{% set q.last = i %}{% set q.at = i %}{% endif %}"
+        "{% endfor %}"
+    )
+    body = "{% if loop.index0 > q.last %}*{% endif %}" + body + CHATML_BODY
+    source = _loop(body, start, end + GENERATION_PROMPT)
+    check(source, messages)
+    template = ChatTemplate(source)  # (its spans resume from the renders of turns too)
+    rendered = template.render_with_spans(messages)
+    assert rendered.spans == derive_spans_by_prefixes(
+        template, rendered.text, messages, None, None, None, {}
+    )
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        # each a value of the prefix's own length a stand-in cannot give: the start runs
+        # again as written (or is not kept), on every prefix
+        "(messages|length) is sameas 3",  # an identity: small ints are one object
+        "messages|length is even",
+        "messages is sequence",  # (jinja's test turns any exception into false)
+        "messages|length + 1 > 2",
+        "(messages|length) in [1, 2, 3]",
+        "(messages|length)|string",
+        "range(messages|length)|list|length",
+        "messages|tojson|length",
+        "messages[-1].role",
+        "messages|first",
+        "[messages|length]",  # left in a list
+        "messages|length - 1",  # left as it is
+        "{'n': messages|length}|length",  # (the same in every prefix: may be kept)
+    ],
+)
+def test_a_start_run_again_with_stand_ins_keeps_only_what_its_length_does_not_change(
+    field: str, scans: dict[str, int]
+) -> None:
+    start = QWEN3_SCAN.replace("last=messages|length - 1", f"last=messages|length - 1, x={field}")
+    assert start != QWEN3_SCAN
+    # (a field only the end reads is the prefix's from the run: its value is printed as is)
+    check(_loop(QWEN3_BODY, start, "{{ ns.x }}" + GENERATION_PROMPT), AGENT)
+
+
+def test_stand_ins_answer_no_test_and_are_no_int_to_c_code() -> None:
+    unread = resume._Unread(3)
+    assert isinstance(unread, int) and not isinstance(resume._UnreadMessages(3), list)
+    assert (unread + 1).__cc_value__ == 4 and (unread - 1).__cc_value__ == 2
+    assert (1 + unread).__cc_value__ == 4
+    for use in (
+        lambda: unread == 3,
+        lambda: bool(unread),
+        lambda: hash(unread),
+        lambda: str(unread),
+        lambda: [0, 1, 2, 3][unread],
+        lambda: range(unread),
+        lambda: unread * 2,
+        lambda: 5 - unread,
+        lambda: unread + 1.0,
+        lambda: unread.real,
+        lambda: len(resume._UnreadMessages(3)),
+        lambda: list(resume._UnreadMessages(3)),
+        lambda: resume._UnreadMessages(3)[0],
+    ):
+        with pytest.raises(resume._Used):
+            use()
+    assert resume._UnreadMessages(3).__cc_length__().__cc_value__ == 3
+    # in the sandbox: the tests that read a value's identity ask the stand-in, which
+    # answers none; `is number` holds, as for its value
+    from chatcodec.template.render import _shared_environment
+
+    environment = _shared_environment()
+    unread_list = resume._UnreadMessages(3)
+    for source in ("x is sameas 3", "x is integer", "x is true", "y is sequence", "y|length > 1"):
+        with pytest.raises(resume._Used):
+            environment.from_string("{{ " + source + " }}").render(x=unread, y=unread_list)
+    assert environment.from_string("{{ x is number }}").render(x=unread) == "True"
 
 
 @pytest.mark.parametrize(

@@ -1267,9 +1267,9 @@ def _measured_by_stand_in(length: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _answered_by_stand_in(test: Callable[..., Any]) -> Callable[..., bool]:
-    # jinja's `is true`, `is false`, `is boolean` and `is integer` test a value's identity: a
-    # stand-in for a value (a class with __cc_test__, such as the traced values of
-    # template/resume.py) answers them for the value it stands for
+    # jinja's `is true`, `is false`, `is boolean`, `is integer` and `is sameas` test a
+    # value's identity: a stand-in for a value (a class with __cc_test__, such as the traced
+    # values of template/resume.py) answers them for the value it stands for
     def run(value: Any, *args: Any) -> bool:
         answer = getattr(type(value), "__cc_test__", None)
         if answer is not None:
@@ -1302,7 +1302,7 @@ def new_environment(
     env.filters[_LOOP_GUARD] = _loop_guard
     env.filters[INNER_LOOP_GUARD] = _inner_loop_guard
     env.filters[SELECTION] = _selection
-    for name in ("true", "false", "boolean", "integer"):
+    for name in ("true", "false", "boolean", "integer", "sameas"):
         env.tests[name] = _answered_by_stand_in(env.tests[name])  # type: ignore[arg-type]
     for name in ("length", "count"):
         env.filters[name] = _measured_by_stand_in(env.filters[name])

@@ -250,6 +250,10 @@ class Watch:
         # what those passes leave up to each (ResumePlan._probe); None where probes cannot
         # tell
         self.effects: dict[tuple[int, int], tuple[list[Any], list[int], list[Any]] | None] = {}
+        # ResumePlan._rerun's runs tried with stand-ins, by statements and scan positions;
+        # the statements whose run raised (not tried again on this render's prefixes)
+        self.reruns: dict[tuple[int, ...], _Rerun | None] = {}
+        self.unread_raised: set[tuple[int, int]] = set()
         # the furthest read before a walk of the messages fetched its last item (or after
         # a loop looked at its next item): at a pass's mark, what the passes before read
         self.fetched = -1
@@ -850,7 +854,7 @@ class _StandIn:
         return type(self.__cc_value__)
 
     def __cc_test__(self, test: Callable[..., bool], args: tuple[Any, ...]) -> bool:
-        # `is true`, `is false`, `is boolean`, `is integer` (environment.py asks)
+        # `is true`, `is false`, `is boolean`, `is integer`, `is sameas` (environment.py asks)
         result = test(self.__cc_value__, *args)
         self.__cc_use__(lambda value, _: test(value, *args), None, result)
         return result
@@ -967,6 +971,83 @@ class _Traced(_StandIn):
                 watch.see(_WHOLE)
         elif id(self) in watch.replaced:
             raise GivenUp  # a resumed prefix's value differs: rendered from the start
+
+
+class _Used(BaseException):
+    """A rerun of statements of the start, tried with stand-ins for the prefix's own inputs
+    (_Unread), used one: what it leaves may depend on them. (No Exception: code that turns
+    any exception into an answer, as jinja's ``is sequence`` does, must not answer it.)"""
+
+
+def _used(*_: Any) -> Any:
+    raise _Used
+
+
+class _Unread:
+    """A stand-in for an int or bool of a prefix's own (its messages' length, its flag) in a
+    rerun of statements of the start tried for every prefix that shares what else the rerun
+    reads (ResumePlan._rerun): any use raises _Used, but adding or subtracting an int, which
+    stands in for the result. It reports its value's class (``is number`` holds, as for the
+    value), answers no test (environment.py asks ``__cc_test__``) and is no int to C code (an
+    index, ``range``, ``%d`` ask ``__index__``)."""
+
+    __slots__ = ("__cc_value__",)
+
+    def __init__(self, value: int | bool) -> None:
+        self.__cc_value__ = value
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self.__cc_value__)
+
+    def __add__(self, other: Any) -> _Unread:
+        if type(other) is not int:
+            raise _Used
+        return _Unread(self.__cc_value__ + other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> _Unread:
+        if type(other) is not int:
+            raise _Used
+        return _Unread(self.__cc_value__ - other)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _Used
+
+    __cc_test__ = __bool__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _used
+    __hash__ = __str__ = __repr__ = __format__ = __int__ = __float__ = __complex__ = _used
+    __index__ = __round__ = __trunc__ = __floor__ = __ceil__ = __neg__ = __pos__ = _used
+    __abs__ = __invert__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _used
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __divmod__ = __rdivmod__ = _used
+    __pow__ = __rpow__ = __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _used
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _used
+
+
+class _UnreadMessages:
+    """The first ``size`` messages in a rerun tried with stand-ins (_Unread): ``| length``
+    stands in for their length, the start's probed scans take them as the prefix's
+    (``_scan_effect``), and any other use raises _Used. No list: C code that reads a list's
+    items without asking it cannot read these."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __cc_length__(self) -> _Unread:
+        return _Unread(self.size)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _Used
+
+    __cc_test__ = __len__ = __iter__ = __reversed__ = __getitem__ = __contains__ = _used
+    __bool__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _used
+    __str__ = __repr__ = __format__ = __add__ = __radd__ = __mul__ = __rmul__ = _used
 
 
 class _TracedRange:
@@ -1456,6 +1537,7 @@ class ResumePlan:
     _ready_scans: dict[tuple[int, int], bool] = field(default_factory=dict)
     _macros: dict[str, nodes.Macro] = field(default_factory=dict)  # the start's, by name
     _free_fields: dict[tuple[int, int], frozenset[str]] = field(default_factory=dict)
+    _unread_refused: set[tuple[int, int]] = field(default_factory=set)  # (_rerun_unread)
 
     @classmethod
     def build(
@@ -1889,6 +1971,15 @@ class ResumePlan:
         before = watch.steps[read[0]]
         if part is None or part.fresh & before.names.keys():
             return None  # it would start unset a variable the whole render had set
+        key = self._rerun_key(watch, before, read, k)
+        if key is not None:
+            kept = watch.reruns.get(key, missing)
+            if kept is missing:
+                kept = watch.reruns[key] = self._rerun_unread(watch, base, k, prompt, read)
+            if kept is not None:  # (its own inputs: the prefix's)
+                names = self._entered(watch, base, before.names, k, prompt)
+                given = {n: names[n] for n in _GIVEN if n in names}
+                return _Rerun(kept.text, kept.assigned, kept.made, kept.fields, given)
         for template in (part.template, part.plain):
             if template is None:
                 break
@@ -1916,6 +2007,83 @@ class ResumePlan:
             given = {n: names[n] for n in _GIVEN if n in names}
             return _Rerun("".join(out), dict(context.vars), made, fields, given)
         return None
+
+    def _rerun_key(
+        self, watch: Watch, before: Mark, read: tuple[int, int], k: int
+    ) -> tuple[int, ...] | None:
+        """What a run of statements ``read[0]`` to ``read[1] - 1`` on the first ``k``
+        messages reads of them, when a run with stand-ins for them could tell it alone (see
+        _rerun_unread): the position of ``k`` among the messages whose pass does something
+        in each probed scan among those statements. None where no such run is tried: none
+        was tried yet (the scans' probes and the statements' variables are made by the
+        first run), one used a stand-in or raised (_rerun_unread), or the variables hold
+        views of the messages or traced values, which are the prefix's own otherwise."""
+        if read in self._unread_refused or read in watch.unread_raised:
+            return None
+        entry = watch.entered.get(id(before.names))
+        if entry is None or entry[1] or entry[3]:
+            return None
+        key = [*read]
+        for at in range(*read):
+            if self._scan(at) is not None:
+                probed = watch.effects.get((at, read[0]))
+                if probed is None:
+                    return None
+                key.append(bisect.bisect_left(probed[1], k))
+        return tuple(key)
+
+    def _rerun_unread(
+        self, watch: Watch, base: dict[str, Any], k: int, prompt: bool, read: tuple[int, int]
+    ) -> _Rerun | None:
+        """``_rerun``'s run of statements ``read[0]`` to ``read[1] - 1`` on the first ``k``
+        messages, with stand-ins for the prefix's own inputs (_UnreadMessages, _Unread), no
+        read of a watched list and no traced value: where none is used and none is left in
+        what the run leaves but plain values, the namespaces it made and what was there
+        before, every prefix whose messages put the same positions in the scans' probes
+        (_rerun_key) leaves the same, and this run stands for theirs. None otherwise. Not
+        tried again for these statements once a stand-in was used, nor on this render's
+        prefixes once the run raised otherwise."""
+        part = self._part(*read)
+        assert part is not None
+        before = watch.steps[read[0]]
+        _restore(watch, before)
+        names = self._entered(watch, base, before.names, k, prompt)
+        given = {n: names[n] for n in _GIVEN if n in names}
+        for name in watch.entered[id(before.names)][2]:
+            names[name] = _UnreadMessages(k) if name == "messages" else _Unread(prompt)
+        made: list[Any] = []
+        make = names["namespace"]
+        names["namespace"] = functools.partial(_made, make, made)
+        names[_SCAN_EFFECT] = functools.partial(self._scan_effect, watch, names, make, read[0])
+        context = self._context(names)
+        out: list[str] = []
+        limit, replaced = watch.limit, watch.replaced
+        watch.limit, watch.replaced = 0, _EVERY_VALUE  # (any read of one gives up)
+        try:
+            _run(part.template, context, out, before.position)
+        except _Used:  # (the statements read the prefix's own inputs: they run as written)
+            self._unread_refused.add(read)
+            return None
+        except Exception:  # noqa: BLE001 - (a pass of its scan raised, say: here, they do)
+            watch.unread_raised.add(read)
+            return None
+        finally:
+            watch.limit, watch.replaced = limit, replaced
+        spaces = (*(space for space, _ in before.spaces), *made)
+        fields = [dict(_fields(space)) for space in spaces]
+        assigned = dict(context.vars)
+        ids = set(map(id, made))
+
+        def alike(value: Any, was: Any) -> bool:
+            return value is was or type(value) in _SCALARS or id(value) in ids
+
+        if not all(alike(value, before.names.get(name)) for name, value in assigned.items()):
+            return None
+        for at, copied in enumerate(fields):
+            old = before.spaces[at][1] if at < len(before.spaces) else {}
+            if not all(alike(value, old.get(name, missing)) for name, value in copied.items()):
+                return None
+        return _Rerun("".join(out), assigned, made, fields, given)
 
     def _scan(self, at: int) -> _Scan | None:
         """The backward scan that statement ``at`` of the start is, if it is one (_Scan)."""
@@ -1949,14 +2117,17 @@ class ResumePlan:
         assert scan is not None
         chat = watch.chat
         # the first k messages: the list _entered gave (the sandbox changes no list), or
-        # one with the same items
-        if type(walked) is not list:
+        # one with the same items, or the stand-in for them of _rerun_unread
+        if type(walked) is _UnreadMessages:
+            k = walked.size
+        elif type(walked) is not list:
             raise _Unknown
-        k = len(walked)
-        if walked is not watch.given and not (
-            k <= len(chat) and all(map(operator.is_, walked, chat))
-        ):
-            raise _Unknown
+        else:
+            k = len(walked)
+            if walked is not watch.given and not (
+                k <= len(chat) and all(map(operator.is_, walked, chat))
+            ):
+                raise _Unknown
         if not isinstance(space, jinja2.utils.Namespace):
             raise _Unknown
         fields = _fields(space)
