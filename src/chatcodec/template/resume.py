@@ -1985,12 +1985,7 @@ class ResumePlan:
                 break
             _restore(watch, before)
             names = self._entered(watch, base, before.names, k, prompt)
-            made: list[Any] = []
-            make = names["namespace"]
-
-            names["namespace"] = functools.partial(_made, make, made)
-            names[_SCAN_EFFECT] = functools.partial(self._scan_effect, watch, names, make, read[0])
-            context = self._context(names)
+            context, made = self._rerun_context(watch, names, read[0])
             out: list[str] = []
             limit = watch.limit
             watch.limit = k if k < len(watch.chat) else _WHOLE + 1
@@ -2002,11 +1997,22 @@ class ResumePlan:
                 return None
             finally:
                 watch.limit = limit
-            spaces = (*(space for space, _ in before.spaces), *made)
-            fields = [dict(_fields(space)) for space in spaces]
             given = {n: names[n] for n in _GIVEN if n in names}
+            fields = _fields_left(before, made)
             return _Rerun("".join(out), dict(context.vars), made, fields, given)
         return None
+
+    def _rerun_context(
+        self, watch: Watch, names: dict[str, Any], first: int
+    ) -> tuple[Any, list[Any]]:
+        """The context of a run of the start's statements from ``first`` with the variables
+        ``names``: its ``namespace`` notes the namespaces it makes (the list given with it),
+        and its scans are worked out from their probes (_scan_effect)."""
+        made: list[Any] = []
+        make = names["namespace"]
+        names["namespace"] = functools.partial(_made, make, made)
+        names[_SCAN_EFFECT] = functools.partial(self._scan_effect, watch, names, make, first)
+        return self._context(names), made
 
     def _rerun_key(
         self, watch: Watch, before: Mark, read: tuple[int, int], k: int
@@ -2051,11 +2057,7 @@ class ResumePlan:
         given = {n: names[n] for n in _GIVEN if n in names}
         for name in watch.entered[id(before.names)][2]:
             names[name] = _UnreadMessages(k) if name == "messages" else _Unread(prompt)
-        made: list[Any] = []
-        make = names["namespace"]
-        names["namespace"] = functools.partial(_made, make, made)
-        names[_SCAN_EFFECT] = functools.partial(self._scan_effect, watch, names, make, read[0])
-        context = self._context(names)
+        context, made = self._rerun_context(watch, names, read[0])
         out: list[str] = []
         limit, replaced = watch.limit, watch.replaced
         watch.limit, watch.replaced = 0, _EVERY_VALUE  # (any read of one gives up)
@@ -2069,8 +2071,7 @@ class ResumePlan:
             return None
         finally:
             watch.limit, watch.replaced = limit, replaced
-        spaces = (*(space for space, _ in before.spaces), *made)
-        fields = [dict(_fields(space)) for space in spaces]
+        fields = _fields_left(before, made)
         assigned = dict(context.vars)
         ids = set(map(id, made))
 
@@ -2606,6 +2607,13 @@ def _makes_namespace(node: nodes.Node) -> bool:
         and isinstance(node.node, nodes.Name)
         and node.node.name == "namespace"
     )
+
+
+def _fields_left(before: Mark, made: list[Any]) -> list[dict[str, Any]]:
+    """A copy of the fields of every namespace a run of the start's statements from the mark
+    ``before`` leaves: those made before it, then those it ``made``."""
+    spaces = (*(space for space, _ in before.spaces), *made)
+    return [dict(_fields(space)) for space in spaces]
 
 
 def _made(make: Callable[..., Any], made: list[Any], *args: Any, **kwargs: Any) -> Any:
