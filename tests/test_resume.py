@@ -322,8 +322,11 @@ def _assert_resumed_within(source: str, back: int) -> None:
     prefixes = PrefixRenders.of(template, long)
     with prefixes.resuming():
         for n in range(back + 1, len(long) + 1):
-            assert prefixes.render(n, False) == template.render(long[:n])
-            assert prefixes.kept >= len(template.render(long[: n - back]))
+            parts = prefixes.render_parts(n, False)
+            assert parts is not None
+            kept, rest = parts
+            assert prefixes.text[:kept] + rest == template.render(long[:n])
+            assert kept >= len(template.render(long[: n - back]))
     assert prefixes.rendered == 0
 
 

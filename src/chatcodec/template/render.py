@@ -862,7 +862,7 @@ class PrefixRenders:
     def __init__(self, template: ChatTemplate, inputs: _Inputs, plan: ResumePlan | None) -> None:
         self.template, self.inputs, self.plan = template, inputs, plan
         self.flag: bool = inputs.variables["add_generation_prompt"]
-        self.resumed = self.rendered = self.kept = 0
+        self.resumed = self.rendered = 0
         # by the number of messages watched (the conversation's, or a turn's: see render)
         # and the flag
         self._watched: dict[Any, tuple[Watch, str] | None] = {}
@@ -935,8 +935,7 @@ class PrefixRenders:
 
     def render(self, n: int, prompt: bool) -> str | None:
         """The render of the first ``n`` messages; None when the template refuses it. Runs
-        inside ``resuming``. ``kept`` is then how many of its first characters are known to
-        be the full render's."""
+        inside ``resuming``."""
         parts = self.render_parts(n, prompt)
         if parts is None:
             return None
@@ -947,7 +946,6 @@ class PrefixRenders:
         """``render``'s text as how many first characters of the full render's it shares
         (``kept``) and the text that follows them: the render is ``text[:kept] + rest``
         (the full render's text is not copied for each prefix)."""
-        self.kept = 0
         plan, inputs = self.plan, self.inputs
         if plan is not None:
             if self._names is None:
@@ -1061,7 +1059,6 @@ class PrefixRenders:
         self.resumed += 1
         position, rest = resumed
         if watched[1] is self.text:
-            self.kept = position
             return resumed
         return 0, watched[1][:position] + rest
 

@@ -1975,7 +1975,8 @@ class ResumePlan:
         if key is not None:
             kept = watch.reruns.get(key, missing)
             if kept is missing:
-                kept = watch.reruns[key] = self._rerun_unread(watch, base, k, prompt, read)
+                kept = self._rerun_unread(watch, base, part, before, k, prompt, read)
+                watch.reruns[key] = kept
             if kept is not None:  # (its own inputs: the prefix's)
                 names = self._entered(watch, base, before.names, k, prompt)
                 given = {n: names[n] for n in _GIVEN if n in names}
@@ -2039,7 +2040,14 @@ class ResumePlan:
         return tuple(key)
 
     def _rerun_unread(
-        self, watch: Watch, base: dict[str, Any], k: int, prompt: bool, read: tuple[int, int]
+        self,
+        watch: Watch,
+        base: dict[str, Any],
+        part: _Part,
+        before: Mark,
+        k: int,
+        prompt: bool,
+        read: tuple[int, int],
     ) -> _Rerun | None:
         """``_rerun``'s run of statements ``read[0]`` to ``read[1] - 1`` on the first ``k``
         messages, with stand-ins for the prefix's own inputs (_UnreadMessages, _Unread), no
@@ -2049,9 +2057,6 @@ class ResumePlan:
         (_rerun_key) leaves the same, and this run stands for theirs. None otherwise. Not
         tried again for these statements once a stand-in was used, nor on this render's
         prefixes once the run raised otherwise."""
-        part = self._part(*read)
-        assert part is not None
-        before = watch.steps[read[0]]
         _restore(watch, before)
         names = self._entered(watch, base, before.names, k, prompt)
         given = {n: names[n] for n in _GIVEN if n in names}
