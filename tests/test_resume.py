@@ -634,6 +634,67 @@ def test_a_field_of_a_namespace_made_in_a_list_is_read_by_any_name() -> None:
         assert check(_loop(body + CHATML_BODY, start)) == 4
 
 
+_HOLDERS = (
+    "{% set ns = namespace(last='-') %}{% set box = [ns] %}{% set named = {'n': ns} %}"
+    "{% set pair = ('p', [ns]) %}{% macro last() %}{{ ns.last }}{% endmacro %}"
+    "{% set plain = ['a', ('b', {'c': 1.5, 'd': none})] %}"
+)
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        "{{ ns.last }}",
+        "{{ box[0].last }}",
+        "{{ named.n.last }}",
+        "{{ pair[1][0].last }}",
+        "{{ last() }}",
+        "{{ box | map(attribute='last') | join }}",
+    ],
+)
+def test_an_end_that_reaches_a_field_the_passes_set(end: str) -> None:
+    # every pass sets the field: a prefix's end sees its own last message through any
+    # name, container or macro that holds the namespace
+    source = _loop(
+        "{% set ns.last = m.content %}" + CHATML_BODY,
+        _HOLDERS,
+        end + GENERATION_PROMPT,
+    )
+    assert check(source) == ALL
+
+
+def test_an_end_that_reaches_no_namespace_is_run_once_per_flag() -> None:
+    # the passes set a field the end cannot reach: every prefix ends with the same text
+    source = _loop(
+        "{% set ns.last = m.content %}" + CHATML_BODY,
+        _HOLDERS,
+        "{{ plain | string }}{{ plain[1][1].c }}" + GENERATION_PROMPT,
+    )
+    assert check(source) == ALL
+    template = ChatTemplate(source)
+    prefixes = PrefixRenders.of(template, CONVERSATION)
+    with prefixes.resuming():
+        for n in range(1, len(CONVERSATION)):
+            for flag in (False, True):
+                prefixes.render(n, flag)
+    watch = prefixes._watched[False][0]  # type: ignore[index]
+    assert len(watch.ends) == 2
+
+
+def test_what_holds_no_namespace() -> None:
+    import jinja2.utils
+    from markupsafe import Markup
+
+    space = jinja2.utils.Namespace()
+    shared: list[Any] = [1]
+    for _ in range(64):  # 2**64 paths, 65 lists: each looked at once
+        shared = [shared, (shared, {"k": shared})]
+    assert resume._inert(iter([shared, "s", Markup("m"), 1, 1.5, True, None]))
+    assert not resume._inert(iter([[0] * 5000]))  # more items than it looks at
+    for held in (space, [space], ("t", [space]), {"k": space}, {(1, space): 1}, len):
+        assert not resume._inert(iter([["plain", held]]))
+
+
 def test_a_field_only_the_end_reads_set_by_a_loop_of_the_start() -> None:
     # each prefix's own last question, from the scan's mark at its end
     start = (

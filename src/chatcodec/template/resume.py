@@ -149,6 +149,7 @@ _WENT_ON = "chatcodec went on"
 _BROKE = object()  # in a probed pass's effects: it broke the scan
 _STATEFUL = frozenset({"cycler", "joiner"})
 _SCALARS = (str, int, float, bool, type(None))
+_PLAIN = frozenset(_SCALARS)
 # Namespaces copied over all the marks of one watched render, at most: a template that
 # makes a namespace per message and has many messages, or makes thousands, is not watched
 # further (its marks would cost more than rendering its prefixes)
@@ -1793,18 +1794,24 @@ class ResumePlan:
                 isinstance(names.get(name), WatchedMessages) for name in self.end_names
             )
             traced = frozenset(id(value) for value in names.values() if type(value) is _Traced)
-            seen = watch.ending[id(names)] = (pure, traced)
+            # an end whose names hold no namespace (nor a macro, or anything else that could
+            # reach one) cannot see their fields: the prefixes' fields are not its own
+            blind = pure and _inert(names[name] for name in self.end_names if name in names)
+            seen = watch.ending[id(names)] = (pure, traced, blind)
         if not seen[0]:
             return None
-        spaces = mark.spaces
-        shown = watch.ending.get(id(spaces))
-        if shown is None:
-            # the namespaces' fields, and the traced values among them
-            fields = tuple(map(watch.content, map(_COPY, spaces)))
-            held = watch.traced_fields(spaces) if watch.holding else ()
-            traced = seen[1].union(id(value) for _, value in held) if held else seen[1]
-            shown = watch.ending[id(spaces)] = (fields, traced)
-        fields, traced = shown
+        if seen[2]:
+            fields, traced = (), seen[1]
+        else:
+            spaces = mark.spaces
+            shown = watch.ending.get(id(spaces))
+            if shown is None:
+                # the namespaces' fields, and the traced values among them
+                fields = tuple(map(watch.content, map(_COPY, spaces)))
+                held = watch.traced_fields(spaces) if watch.holding else ()
+                traced = seen[1].union(id(value) for _, value in held) if held else seen[1]
+                shown = watch.ending[id(spaces)] = (fields, traced)
+            fields, traced = shown
         changed = (
             frozenset(
                 (key, value)
@@ -2612,6 +2619,32 @@ def _makes_namespace(node: nodes.Node) -> bool:
         and isinstance(node.node, nodes.Name)
         and node.node.name == "namespace"
     )
+
+
+def _inert(values: Iterator[Any], budget: int = 1 << 12) -> bool:
+    """Whether ``values`` hold nothing that could reach a namespace: plain scalars, and
+    lists, tuples and dicts of them (each container looked at once, at most ``budget``
+    items in all; past that, or anything else, such as a namespace, a macro or a traced
+    value: False)."""
+    stack = list(values)
+    seen: set[int] = set()
+    while stack:
+        value = stack.pop()
+        kind = type(value)  # (a traced value's own type: it claims an int's class)
+        if kind in _PLAIN or isinstance(value, str):
+            continue
+        if kind is not list and kind is not tuple and kind is not dict:
+            return False
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        budget -= len(value)
+        if budget < 0:
+            return False
+        stack.extend(value)
+        if kind is dict:
+            stack.extend(value.values())
+    return True
 
 
 def _fields_left(before: Mark, made: list[Any]) -> list[dict[str, Any]]:
