@@ -681,6 +681,43 @@ def test_an_end_that_reaches_no_namespace_is_run_once_per_flag() -> None:
     assert len(watch.ends) == 2
 
 
+_COUNTED = (  # an int the start leaves in a field, other in each prefix (traced)
+    "{% set ns = namespace(count=0) %}{% for m in messages %}{% if m.role == 'user' %}"
+    "{% set ns.count = ns.count + 1 %}{% endif %}{% endfor %}"
+    "{% macro counted() %}{{ ns.count }}{% endmacro %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        ("", "{{ ns.count }}"),
+        ("", "{{ counted() }}"),
+        ("{% set box = [ns] %}", "{{ box[0].count }}"),
+        ("{% set count = ns.count %}", "{{ count }}"),
+        ("{% set before = ns.count - 1 %}", "{{ before }}"),
+        ("{% set ns.flag = add_generation_prompt %}", "{{ ns.flag }}"),
+    ],
+)
+def test_an_end_that_sees_a_count_of_the_start(start: str, end: str) -> None:
+    # each prefix's end shows its own count, however it reaches it
+    assert check(_loop(CHATML_BODY, _COUNTED + start, end + GENERATION_PROMPT)) > 0
+
+
+def test_an_end_that_sees_no_count_of_the_start_is_run_once_per_flag() -> None:
+    source = _loop(
+        CHATML_BODY, _COUNTED + "{% set label = 'x' %}", "{{ label }}" + GENERATION_PROMPT
+    )
+    assert check(source) == ALL
+    prefixes = PrefixRenders.of(ChatTemplate(source), CONVERSATION)
+    with prefixes.resuming():
+        for n in range(1, len(CONVERSATION)):
+            for flag in (False, True):
+                prefixes.render(n, flag)
+    watch = prefixes._watched[False][0]  # type: ignore[index]
+    assert len(watch.ends) == 2
+
+
 def test_what_holds_no_namespace() -> None:
     import jinja2.utils
     from markupsafe import Markup

@@ -1816,9 +1816,10 @@ class ResumePlan:
             frozenset(
                 (key, value)
                 for key, value in values.items()
-                # a length the end does not see (only through `messages`, or from inside a
-                # container, where it refuses any use: never kept)
-                if watch.traced[key].__cc_base__ is None or key in traced
+                # the traced values the end sees: its variables' and those of the namespaces
+                # it can reach (the flag's is `prompt`; one seen only through `messages`, or
+                # from inside a container, where it refuses any use, is never kept)
+                if key in traced
             )
             if values
             else frozenset()
