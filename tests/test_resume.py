@@ -694,6 +694,8 @@ _COUNTED = (  # an int the start leaves in a field, other in each prefix (traced
         ("", "{{ ns.count }}"),
         ("", "{{ counted() }}"),
         ("{% set box = [ns] %}", "{{ box[0].count }}"),
+        ("{% set outer = namespace(inner=ns) %}", "{{ outer.inner.count }}"),
+        ("{% set outer = namespace(inner=[ns]) %}", "{{ outer.inner[0].count }}"),
         ("{% set count = ns.count %}", "{{ count }}"),
         ("{% set before = ns.count - 1 %}", "{{ before }}"),
         ("{% set ns.flag = add_generation_prompt %}", "{{ ns.flag }}"),
@@ -718,18 +720,21 @@ def test_an_end_that_sees_no_count_of_the_start_is_run_once_per_flag() -> None:
     assert len(watch.ends) == 2
 
 
-def test_what_holds_no_namespace() -> None:
+def test_the_namespaces_values_hold() -> None:
     import jinja2.utils
     from markupsafe import Markup
 
-    space = jinja2.utils.Namespace()
+    space, other = jinja2.utils.Namespace(), jinja2.utils.Namespace()
+    made = {id(space): 3}
     shared: list[Any] = [1]
     for _ in range(64):  # 2**64 paths, 65 lists: each looked at once
         shared = [shared, (shared, {"k": shared})]
-    assert resume._inert(iter([shared, "s", Markup("m"), 1, 1.5, True, None]))
-    assert not resume._inert(iter([[0] * 5000]))  # more items than it looks at
-    for held in (space, [space], ("t", [space]), {"k": space}, {(1, space): 1}, len):
-        assert not resume._inert(iter([["plain", held]]))
+    assert resume._reached(iter([shared, "s", Markup("m"), 1, 1.5, True, None]), made) == set()
+    for held in (space, [space], ("t", [space]), {"k": space}, {(1, space): 1}):
+        assert resume._reached(iter([["plain", held]]), made) == {3}
+    traced = resume.Watch([]).traced_value(1)
+    for unknown in (other, [other], len, traced, [0] * 5000):  # (more items than it looks at)
+        assert resume._reached(iter([["plain", unknown]]), made) is None
 
 
 def test_a_field_only_the_end_reads_set_by_a_loop_of_the_start() -> None:

@@ -240,7 +240,7 @@ class Watch:
         # (as the main loop's), by the index of its statement
         self.scans: dict[int, tuple[Any, dict[int, Mark]]] = {}
         self.ends: dict[tuple[Any, ...], str] = {}  # the end's text, by what it can see
-        self.ending: dict[int, Any] = {}  # what ResumePlan._ending works out per mark's parts
+        self.ending: dict[Any, Any] = {}  # what ResumePlan._ending works out per mark's parts
         self.scanned: dict[tuple[int, int, int], dict[int, Any] | None] = {}  # _scanned's
         self.past: dict[int, tuple[list[tuple[int, int]], frozenset[int]]] = {}  # _reads_past's
         self.reaches: list[int] | None = None  # the statements' reaches, sorted (_reads_past)
@@ -595,12 +595,15 @@ class Watch:
             found = self.contents[id(copy)] = tuple(zip(copy, map(id, copy.values()), strict=False))
         return found
 
-    def traced_fields(self, spaces: list[tuple[Any, dict[str, Any]]]) -> list[tuple[str, Any]]:
-        """The traced values in the namespaces' fields at a mark (``spaces``), by name (a
-        field holding one shifted: the traced value it is shifted from)."""
+    def traced_fields(
+        self, spaces: list[tuple[Any, dict[str, Any]]], among: tuple[int, ...] | None = None
+    ) -> list[tuple[str, Any]]:
+        """The traced values in the namespaces' fields at a mark (``spaces``; ``among``:
+        those of these alone), by name (a field holding one shifted: the traced value it is
+        shifted from)."""
         return [
             (name, value.__cc_root__ if type(value) is _Shifted else value)
-            for at in self.holding
+            for at in (self.holding if among is None else self.holding.intersection(among))
             if at < len(spaces)
             for name, value in spaces[at][1].items()
             if type(value) in _TRACING
@@ -1794,24 +1797,35 @@ class ResumePlan:
                 isinstance(names.get(name), WatchedMessages) for name in self.end_names
             )
             traced = frozenset(id(value) for value in names.values() if type(value) is _Traced)
-            # an end whose names hold no namespace (nor a macro, or anything else that could
-            # reach one) cannot see their fields: the prefixes' fields are not its own
-            blind = pure and _inert(names[name] for name in self.end_names if name in names)
-            seen = watch.ending[id(names)] = (pure, traced, blind)
+            # the namespaces the end's names hold (None: they may reach any)
+            reached = (
+                _reached((names[name] for name in self.end_names if name in names), watch.made)
+                if pure
+                else None
+            )
+            reach = None if reached is None else tuple(sorted(reached))
+            seen = watch.ending[id(names)] = (pure, traced, reach)
         if not seen[0]:
             return None
-        if seen[2]:
-            fields, traced = (), seen[1]
-        else:
-            spaces = mark.spaces
-            shown = watch.ending.get(id(spaces))
-            if shown is None:
-                # the namespaces' fields, and the traced values among them
-                fields = tuple(map(watch.content, map(_COPY, spaces)))
-                held = watch.traced_fields(spaces) if watch.holding else ()
-                traced = seen[1].union(id(value) for _, value in held) if held else seen[1]
-                shown = watch.ending[id(spaces)] = (fields, traced)
-            fields, traced = shown
+        spaces = mark.spaces
+        shown = watch.ending.get((id(names), id(spaces)))
+        if shown is None:
+            # the fields of the namespaces the end can reach, and the traced values among
+            # them (all of them, where one holds anything but plain and traced values)
+            reach = seen[2]
+            if reach is not None and len(reach) < len(spaces):
+                kept = [spaces[at] for at in reach if at < len(spaces)]
+                if all(map(_plain_fields, map(_COPY, kept))):
+                    spaces = kept
+                else:
+                    reach = None
+            else:
+                reach = None
+            fields = tuple(map(watch.content, map(_COPY, spaces)))
+            held = watch.traced_fields(mark.spaces, reach) if watch.holding else ()
+            traced = seen[1].union(id(value) for _, value in held) if held else seen[1]
+            shown = watch.ending[id(names), id(mark.spaces)] = (fields, traced)
+        fields, traced = shown
         changed = (
             frozenset(
                 (key, value)
@@ -2622,30 +2636,42 @@ def _makes_namespace(node: nodes.Node) -> bool:
     )
 
 
-def _inert(values: Iterator[Any], budget: int = 1 << 12) -> bool:
-    """Whether ``values`` hold nothing that could reach a namespace: plain scalars, and
-    lists, tuples and dicts of them (each container looked at once, at most ``budget``
-    items in all; past that, or anything else, such as a namespace, a macro or a traced
-    value: False)."""
+def _reached(
+    values: Iterator[Any], made: dict[int, int], budget: int = 1 << 12
+) -> frozenset[int] | None:
+    """The namespaces ``values`` hold, as their places in ``made`` (by id), in lists, tuples
+    and dicts at any depth (each container looked at once, at most ``budget`` items in
+    all); None past that, or where they hold anything else that could reach a namespace's
+    fields, such as a macro, a namespace ``made`` has not, or a traced value."""
     stack = list(values)
     seen: set[int] = set()
+    found: set[int] = set()
     while stack:
         value = stack.pop()
         kind = type(value)  # (a traced value's own type: it claims an int's class)
         if kind in _PLAIN or isinstance(value, str):
             continue
         if kind is not list and kind is not tuple and kind is not dict:
-            return False
+            if not isinstance(value, jinja2.utils.Namespace) or id(value) not in made:
+                return None
+            found.add(made[id(value)])
+            continue
         if id(value) in seen:
             continue
         seen.add(id(value))
         budget -= len(value)
         if budget < 0:
-            return False
+            return None
         stack.extend(value)
         if kind is dict:
             stack.extend(value.values())
-    return True
+    return frozenset(found)
+
+
+def _plain_fields(fields: dict[str, Any]) -> bool:
+    """Whether a namespace's fields hold only plain scalars and traced values (nothing
+    through which another namespace could be reached)."""
+    return all(type(value) in _PLAIN or type(value) in _TRACING for value in fields.values())
 
 
 def _fields_left(before: Mark, made: list[Any]) -> list[dict[str, Any]]:
