@@ -1492,6 +1492,40 @@ def test_a_backward_scan_is_worked_out_not_run_again(scans: dict[str, int]) -> N
     )
 
 
+def test_a_scan_that_ends_its_run_is_kept_for_every_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a chat: each prefix's scan stops at its own question. The run of Qwen3's start with
+    # stand-ins is made once, and each prefix puts its own scan's effects on what it left
+    chat = [{"role": "system", "content": "S"}]
+    for turn in range(8):
+        chat += [
+            {"role": "user", "content": f"Q{turn}"},
+            {"role": "assistant", "content": f"A{turn}"},
+        ]
+    runs = []
+    unread = resume.ResumePlan._rerun_unread
+
+    def counted(*args: Any) -> Any:
+        runs.append(args)
+        return unread(*args)
+
+    monkeypatch.setattr(resume.ResumePlan, "_rerun_unread", counted)
+    resumed = check(_loop(QWEN3_BODY, QWEN3_SCAN), chat)
+    assert resumed == 2 * 2 * len(chat) - 2 * 2  # (the system message's own: rendered)
+    assert 0 < len(runs) <= 4  # (once per watched render: both flags, both ways)
+
+
+def test_a_scan_followed_in_its_run_by_a_statement_that_reads_its_namespace() -> None:
+    # the statement after the scan reads the messages (the length it drops), so it runs
+    # again with it, and reads the field the scan sets: a prefix's own scan comes first
+    scan = QWEN3_SCAN.replace("last=messages|length - 1", "last=-1")
+    start = scan + "{% set ns2 = namespace(x=[messages|length - 1, ns.last][1]) %}"
+    source = _loop("{{ ns2.x }}" + CHATML_BODY, start)
+    assert check(source, AGENT) == 2 * 2 * len(AGENT) - 2 * 2
+    assert check(source) == ALL - 2 * 2
+
+
 _QWEN3_FIELDS = st.sampled_from(
     [
         "",

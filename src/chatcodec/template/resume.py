@@ -1367,6 +1367,9 @@ class _Rerun:
     # the prefix's own inputs they saw (`messages`, the flag), where no statement before
     # assigned those names
     given: dict[str, Any] = field(default_factory=dict)
+    # a run with stand-ins whose last statement is a scan (_rerun_unread): the namespace
+    # it sets (its place in ``fields``), the scan and its probes, put on each prefix's own
+    scanned: tuple[int, _Scan, Any, dict[str, Any], frozenset[int]] | None = None
 
     def changes(
         self,
@@ -1999,10 +2002,11 @@ class ResumePlan:
             if kept is missing:
                 kept = self._rerun_unread(watch, base, part, before, k, prompt, read)
                 watch.reruns[key] = kept
-            if kept is not None:  # (its own inputs: the prefix's)
+            fields = None if kept is None else _scanned_onto(kept, k)
+            if kept is not None and fields is not None:  # (its own inputs: the prefix's)
                 names = self._entered(watch, base, before.names, k, prompt)
                 given = {n: names[n] for n in _GIVEN if n in names}
-                return _Rerun(kept.text, kept.assigned, kept.made, kept.fields, given)
+                return _Rerun(kept.text, kept.assigned, kept.made, fields, given)
         for template in (part.template, part.plain):
             if template is None:
                 break
@@ -2026,15 +2030,18 @@ class ResumePlan:
         return None
 
     def _rerun_context(
-        self, watch: Watch, names: dict[str, Any], first: int
+        self, watch: Watch, names: dict[str, Any], first: int, deferred: list[Any] | None = None
     ) -> tuple[Any, list[Any]]:
         """The context of a run of the start's statements from ``first`` with the variables
         ``names``: its ``namespace`` notes the namespaces it makes (the list given with it),
-        and its scans are worked out from their probes (_scan_effect)."""
+        and its scans are worked out from their probes (_scan_effect; the one of statement
+        ``deferred[0]``, when given, only noted in ``deferred``)."""
         made: list[Any] = []
         make = names["namespace"]
         names["namespace"] = functools.partial(_made, make, made)
-        names[_SCAN_EFFECT] = functools.partial(self._scan_effect, watch, names, make, first)
+        names[_SCAN_EFFECT] = functools.partial(
+            self._scan_effect, watch, names, make, first, deferred
+        )
         return self._context(names), made
 
     def _rerun_key(
@@ -2058,7 +2065,8 @@ class ResumePlan:
                 probed = watch.effects.get((at, read[0]))
                 if probed is None:
                     return None
-                key.append(bisect.bisect_left(probed[1], k))
+                if at < read[1] - 1:  # (the last one's is put on each prefix: _scanned_onto)
+                    key.append(bisect.bisect_left(probed[1], k))
         return tuple(key)
 
     def _rerun_unread(
@@ -2084,7 +2092,8 @@ class ResumePlan:
         given = {n: names[n] for n in _GIVEN if n in names}
         for name in watch.entered[id(before.names)][2]:
             names[name] = _UnreadMessages(k) if name == "messages" else _Unread(prompt)
-        context, made = self._rerun_context(watch, names, read[0])
+        deferred: list[Any] = [read[1] - 1]  # (its last statement's scan, if a scan)
+        context, made = self._rerun_context(watch, names, read[0], deferred)
         out: list[str] = []
         limit, replaced = watch.limit, watch.replaced
         watch.limit, watch.replaced = 0, _EVERY_VALUE  # (any read of one gives up)
@@ -2100,18 +2109,27 @@ class ResumePlan:
             watch.limit, watch.replaced = limit, replaced
         fields = _fields_left(before, made)
         assigned = dict(context.vars)
-        ids = set(map(id, made))
-
-        def alike(value: Any, was: Any) -> bool:
-            return value is was or type(value) in _SCALARS or id(value) in ids
-
-        if not all(alike(value, before.names.get(name)) for name, value in assigned.items()):
+        ids = frozenset(map(id, made))
+        scanned = None
+        if len(deferred) > 1:  # the scan's namespace, among those whose fields are left
+            _, target, scan, probed = deferred
+            spaces = [*(space for space, _ in before.spaces), *made]
+            places = [at for at, space in enumerate(spaces) if space is target]
+            if not places:
+                return None
+            old = before.spaces[places[0]][1] if places[0] < len(before.spaces) else {}
+            scanned = (places[0], scan, probed, old, ids)
+        if not all(_alike(value, before.names.get(name), ids) for name, value in assigned.items()):
             return None
         for at, copied in enumerate(fields):
+            if scanned is not None and at == scanned[0]:
+                continue  # (as each prefix's scan leaves it: _scanned_onto)
             old = before.spaces[at][1] if at < len(before.spaces) else {}
-            if not all(alike(value, old.get(name, missing)) for name, value in copied.items()):
+            if not all(
+                _alike(value, old.get(name, missing), ids) for name, value in copied.items()
+            ):
                 return None
-        return _Rerun("".join(out), assigned, made, fields, given)
+        return _Rerun("".join(out), assigned, made, fields, given, scanned)
 
     def _scan(self, at: int) -> _Scan | None:
         """The backward scan that statement ``at`` of the start is, if it is one (_Scan)."""
@@ -2129,17 +2147,18 @@ class ResumePlan:
         names: dict[str, Any],
         make: Callable[..., Any],
         first: int,
+        deferred: list[Any] | None,
         context: Any,
         item: tuple[int, Any, Any],
     ) -> None:
         """A backward scan of the start (_Scan) in a rerun from statement ``first``
         (``item``, as the rerun's marker gives it: the scan's statement ``at``, the namespace
         ``space`` it sets and the messages ``walked`` it walks): the effects of its passes,
-        probed once per message, put on ``space`` in the order the passes would make them,
-        from the last message down, until the scan's flag is false or a pass breaks. Raises
-        _Unknown when it
+        probed once per message, put on ``space`` (_scan_onto). Raises _Unknown when it
         cannot tell (a message whose pass raised, messages that are not a prefix of the
-        conversation, a flag that is not a plain value): the scan then runs as written."""
+        conversation, a flag that is not a plain value): the scan then runs as written.
+        The scan of statement ``deferred[0]`` is not put on: its namespace, scan and probes
+        are appended to ``deferred``."""
         at, space, walked = item
         scan = self._scans[at]
         assert scan is not None
@@ -2158,7 +2177,6 @@ class ResumePlan:
                 raise _Unknown
         if not isinstance(space, jinja2.utils.Namespace):
             raise _Unknown
-        fields = _fields(space)
         key = (at, first)
         if key not in watch.effects:
             ready = self._ready(at, first, scan)
@@ -2166,29 +2184,10 @@ class ResumePlan:
         probed = watch.effects[key]
         if probed is None:
             raise _Unknown
-        effects, doing, composed = probed
-        position = bisect.bisect_left(doing, k)
-        if scan.every:  # (no pass ends it: all of them, composed)
-            for name, value in composed[position - 1] if position else ():
-                space[name] = value
+        if deferred is not None and deferred[0] == at:
+            deferred.extend((space, scan, probed))
             return
-        while True:
-            if scan.flag is not None:
-                flag = fields.get(scan.flag, missing)
-                if type(flag) not in _SCALARS:
-                    raise _Unknown
-                if not flag:
-                    return  # every pass left tests a false flag: nothing more
-            if not position:
-                return  # no pass left does anything
-            position -= 1
-            effect = effects[doing[position]]
-            if effect is _RAISED:
-                raise _Unknown
-            for name, value in effect:
-                if name is _BROKE:
-                    return  # the pass broke the loop
-                space[name] = value
+        _scan_onto(scan, probed, k, _fields(space), functools.partial(operator.setitem, space))
 
     def _ready(self, at: int, first: int, scan: _Scan) -> bool:
         """Whether the statements run again before scan ``at`` (from ``first``) leave what
@@ -2672,6 +2671,64 @@ def _plain_fields(fields: dict[str, Any]) -> bool:
     """Whether a namespace's fields hold only plain scalars and traced values (nothing
     through which another namespace could be reached)."""
     return all(type(value) in _PLAIN or type(value) in _TRACING for value in fields.values())
+
+
+def _scan_onto(
+    scan: _Scan, probed: Any, k: int, fields: dict[str, Any], put: Callable[[str, Any], Any]
+) -> None:
+    """A backward scan's passes on the first ``k`` messages, from their probes (``probed``:
+    _probe's), put on a namespace (``fields``: its fields; ``put`` sets one) in the order
+    the passes would set them, from the last message down, until the scan's flag is false
+    or a pass breaks (_Unknown where that cannot be told: a pass that raised, a flag that
+    is not a plain value)."""
+    effects, doing, composed = probed
+    position = bisect.bisect_left(doing, k)
+    if scan.every:  # (no pass ends it: all of them, composed)
+        for name, value in composed[position - 1] if position else ():
+            put(name, value)
+        return
+    while True:
+        if scan.flag is not None:
+            flag = fields.get(scan.flag, missing)
+            if type(flag) not in _SCALARS:
+                raise _Unknown
+            if not flag:
+                return  # every pass left tests a false flag: nothing more
+        if not position:
+            return  # no pass left does anything
+        position -= 1
+        effect = effects[doing[position]]
+        if effect is _RAISED:
+            raise _Unknown
+        for name, value in effect:
+            if name is _BROKE:
+                return  # the pass broke the loop
+            put(name, value)
+
+
+def _scanned_onto(kept: _Rerun, k: int) -> list[dict[str, Any]] | None:
+    """The fields a run with stand-ins (``kept``) leaves on the first ``k`` messages: its
+    own, with its last statement's scan put on, when it deferred one (None where the scan
+    cannot be told, or leaves the namespace holding what _rerun_unread keeps no run with:
+    the statements then run)."""
+    if kept.scanned is None:
+        return kept.fields
+    place, scan, probed, old, made = kept.scanned
+    fields = list(kept.fields)
+    own = fields[place] = dict(fields[place])
+    try:
+        _scan_onto(scan, probed, k, own, own.__setitem__)
+    except _Unknown:
+        return None
+    if not all(_alike(value, old.get(name, missing), made) for name, value in own.items()):
+        return None
+    return fields
+
+
+def _alike(value: Any, was: Any, made: frozenset[int]) -> bool:
+    """Whether ``value``, left by a run of the start with stand-ins, is the same in every
+    prefix's run: what was there before, a plain value, or a namespace it made (by id)."""
+    return value is was or type(value) in _SCALARS or id(value) in made
 
 
 def _fields_left(before: Mark, made: list[Any]) -> list[dict[str, Any]]:
