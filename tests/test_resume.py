@@ -1526,6 +1526,21 @@ def test_a_scan_followed_in_its_run_by_a_statement_that_reads_its_namespace() ->
     assert check(source) == ALL - 2 * 2
 
 
+def test_a_scan_whose_last_pass_writes_another_namespace_runs_as_written() -> None:
+    # the pass that breaks the scan calls a macro that counts in another namespace: no
+    # probe stands for it, and each prefix's end shows its own count
+    start = (
+        "{% set other = namespace(x=0) %}"
+        "{% macro f() %}{% set other.x = other.x + 1 %}{% endmacro %}"
+        "{% set ns = namespace(last=-1) %}{% for m in messages[::-1] %}"
+        "{% set i = messages|length - 1 - loop.index0 %}{% if m.role == 'user' %}"
+        "{% set ns.last = i %}{% set y = f() %}{% break %}{% endif %}{% endfor %}"
+    )
+    source = _loop("{{ ns.last }}" + CHATML_BODY, start, "{{ other.x }}")
+    assert check(source, AGENT) == 2 * 2 * len(AGENT)
+    assert check(source) == ALL
+
+
 _QWEN3_FIELDS = st.sampled_from(
     [
         "",

@@ -141,6 +141,8 @@ _PRINTED = MARK_PREFIX + "_printed"  # a statement of a followed loop's prints (
 _UNSEEN = MARK_PREFIX + "_namespace"  # namespace(), for one only a followed loop reads
 _ITEMS = "__chatcodec_items"
 _SCAN_EFFECT = MARK_PREFIX + "_scan_effect"  # a rerun's backward scan, worked out (_Scan)
+_PROBED = MARK_PREFIX + "_probed"  # the end of a probed pass (_Scan.probe)
+_ONE = "__chatcodec_one"  # a probed pass's message, as a list of it alone (_Scan)
 _J = "__chatcodec_j"  # a probed pass's message index (_Scan)
 _GIVEN = ("messages", "add_generation_prompt")  # the inputs each prefix has its own of
 # the field a probed pass of a scan that breaks sets when it does not (_Scan; no template
@@ -2218,47 +2220,56 @@ class ResumePlan:
             value = names.get(name)
             if isinstance(value, (WatchedMessages, _Traced)):
                 return None
+        chat = watch.chat
+        spaces = [make() for _ in chat]
+        if scan.flag is not None:
+            for space in spaces:
+                _fields(space)[scan.flag] = _HOLDS
+        out: list[str] = []
+        ended: list[int] = []  # the passes of a run that reached their end
+
+        def alone(index: int) -> bool:  # a pass that printed nothing, wrote its own alone
+            written = render_state.written
+            return not out and written is not None and written <= {id(spaces[index])}
+
+        def passed(context: Any, index: int) -> None:
+            if not alone(index):
+                raise _Refused
+            ended.append(index)
+            render_state.written = set()
+
+        probe = dict(names, namespace=make)
+        probe[_PROBED] = passed
+        messages = [[message] for message in chat] if scan.indexes else chat
+        items = list(zip(range(len(chat)), spaces, messages, strict=True))
         effects: list[Any] = []
-        doing: list[int] = []
         saved, replaced = render_state.written, watch.replaced
         watch.replaced = _EVERY_VALUE  # a probe stands for every prefix: none may differ
         try:
-            for index, message in enumerate(watch.chat):
-                space = make()
-                fields = _fields(space)
-                if scan.flag is not None:
-                    fields[scan.flag] = _HOLDS
-                probe = dict(names, namespace=make)
-                probe.update({scan.space: space, _ITEMS: [message], _J: index})
-                written: set[int] = set()
-                render_state.written = written
-                out: list[str] = []
+            while len(effects) < len(chat):  # (a run ends at a pass that raises or breaks)
+                probe[_ITEMS] = items[len(effects) :]
+                render_state.written = set()
+                ended.clear()
                 try:
                     _run(scan.probe, self._context(probe), out, 0)
-                except GivenUp:  # it used a traced value, or read a watched list
-                    return None
-                except Exception:  # noqa: BLE001 - the pass raises on this message
-                    effect: Any = _RAISED
+                except (_Refused, GivenUp):  # (GivenUp: it used a traced value, or read a
+                    return None  # watched list)
+                except Exception:  # noqa: BLE001 - the pass after the last ended raises
+                    stopped: Any = _RAISED
                 else:
-                    if out or not written <= {id(space)}:
-                        return None  # printed, or wrote another namespace
-                    broke = scan.flag is None and fields.pop(_WENT_ON, None) is not True
-                    effect = (
-                        tuple(
-                            (name, value)
-                            for name, value in fields.items()
-                            if not (name == scan.flag and value is _HOLDS)
-                        )
-                        + ((_BROKE, None),) * broke
-                        or None
-                    )
-                effects.append(effect)
-                if effect is not None:
-                    doing.append(index)
+                    stopped = None  # (the pass after the last ended broke the loop)
+                effects.extend(_effect(scan, spaces[index]) for index in ended)
+                if len(effects) < len(chat):
+                    if stopped is None:
+                        if not alone(len(effects)):
+                            return None
+                        stopped = _effect(scan, spaces[len(effects)])
+                    effects.append(stopped)
         finally:
             if saved is not None:
                 saved.update(render_state.written or ())  # (a write that refused the probe)
             render_state.written, watch.replaced = saved, replaced
+        doing = [index for index, effect in enumerate(effects) if effect is not None]
         composed: list[Any] = []  # a scan that runs every pass: passes 0 to p, in turn
         if scan.every:  # (none raised: the watched render ran them all)
             left: dict[str, Any] = {}  # what the passes so far leave
@@ -2327,12 +2338,15 @@ class _Scan:
     pass reading ``messages[i]``): every pass runs, and a prefix's scan leaves what the
     passes of its messages leave, run from the last down."""
 
-    tree: nodes.Template  # one pass alone, over ``_ITEMS``, its ints from ``_J``
+    # the passes, over ``_ITEMS`` (each message, its index ``_J`` and a namespace of its
+    # own), each ended by a call of ``_PROBED`` with its index
+    tree: nodes.Template
     space: str  # the namespace's name
     flag: str | None  # the field its test starts with (None: the scan breaks instead)
     walked: str  # the name of the messages it walks backwards
     reads: frozenset[str]  # the names a pass reads (its own, macros' included)
     every: bool = False  # no flag and no break: every pass runs
+    indexes: bool = False  # it walks the indexes: a pass reads its message as `messages[i]`
     probe: Any = None  # ``tree`` compiled
 
 
@@ -2436,7 +2450,7 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
                 and isinstance(read.arg, nodes.Name)
                 and read.arg.name == target
             ):
-                read.node, read.arg = nodes.Name(_ITEMS, "load"), nodes.Const(0)
+                read.node, read.arg = nodes.Name(_ONE, "load"), nodes.Const(0)
         locals_ = [nodes.Assign(nodes.Name(target, "store"), nodes.Name(_J, "load"))]
     flag: str | None = None
     guard = test.test
@@ -2483,10 +2497,14 @@ def _scan_of(loop: nodes.For, macros: dict[str, nodes.Macro]) -> _Scan | None:
     reads = (direct | called) - {space, target, _J}
     if {"loop", walked.name, "messages", "add_generation_prompt"} & reads:
         return None  # the loop's position, the messages or the flag, read otherwise
-    tree = nodes.Template(
-        [nodes.For(nodes.Name(target, "store"), nodes.Name(_ITEMS, "load"), body, [], None, False)]
-    )
-    return _Scan(tree, space, flag, walked.name, frozenset(reads), flag is None and not breaks)
+    each = _ONE if indexes else target  # (the message: as a list of it alone, for `[i]`)
+    names = [nodes.Name(_J, "store"), nodes.Name(space, "store"), nodes.Name(each, "store")]
+    body.append(marker_statement(_PROBED, nodes.Name(_J, "load")))
+    target_of = nodes.Tuple(names, "store")  # type: ignore[arg-type]
+    passes = nodes.For(target_of, nodes.Name(_ITEMS, "load"), body, [], None, False)
+    tree = nodes.Template([passes])
+    every = flag is None and not breaks
+    return _Scan(tree, space, flag, walked.name, frozenset(reads), every, indexes)
 
 
 def _linear(node: nodes.Node, walked: str) -> tuple[int, int, int] | None:
@@ -2671,6 +2689,23 @@ def _plain_fields(fields: dict[str, Any]) -> bool:
     """Whether a namespace's fields hold only plain scalars and traced values (nothing
     through which another namespace could be reached)."""
     return all(type(value) in _PLAIN or type(value) in _TRACING for value in fields.values())
+
+
+class _Refused(Exception):
+    """A probed pass printed, or wrote another namespace than its own."""
+
+
+def _effect(scan: _Scan, space: Any) -> Any:
+    """What a probed pass did on its namespace: the fields it set, in order, then _BROKE if
+    it broke the loop; None for nothing."""
+    fields = _fields(space)
+    broke = scan.flag is None and fields.pop(_WENT_ON, None) is not True
+    effect = tuple(
+        (name, value)
+        for name, value in fields.items()
+        if not (name == scan.flag and value is _HOLDS)
+    )
+    return effect + ((_BROKE, None),) * broke or None
 
 
 def _scan_onto(
