@@ -2052,7 +2052,8 @@ class ResumePlan:
         """What a run of statements ``read[0]`` to ``read[1] - 1`` on the first ``k``
         messages reads of them, when a run with stand-ins for them could tell it alone (see
         _rerun_unread): the position of ``k`` among the messages whose pass does something
-        in each probed scan among those statements. None where no such run is tried: none
+        in each probed scan among those statements but the last (whose effects each prefix
+        puts on its own: _scanned_onto). None where no such run is tried: none
         was tried yet (the scans' probes and the statements' variables are made by the
         first run), one used a stand-in or raised (_rerun_unread), or the variables hold
         views of the messages or traced values, which are the prefix's own otherwise."""
@@ -2086,7 +2087,9 @@ class ResumePlan:
         read of a watched list and no traced value: where none is used and none is left in
         what the run leaves but plain values, the namespaces it made and what was there
         before, every prefix whose messages put the same positions in the scans' probes
-        (_rerun_key) leaves the same, and this run stands for theirs. None otherwise. Not
+        (_rerun_key) leaves the same, and this run stands for theirs. A scan that is the
+        last statement does not run: each prefix puts its own scan's effects on what the run
+        left, and the namespace it sets is checked then (_scanned_onto). None otherwise. Not
         tried again for these statements once a stand-in was used, nor on this render's
         prefixes once the run raised otherwise."""
         _restore(watch, before)
@@ -2215,7 +2218,9 @@ class ResumePlan:
         from the last down (the fields and their values), so that a prefix's scan costs
         no more than one pass. None when a pass does what a probe cannot
         stand for (it writes another namespace, or reads a value that differs between
-        prefixes)."""
+        prefixes). The passes run in one loop, each on a namespace and index of its own,
+        checked as it ends; a pass that raises or breaks ends the loop, and the next one
+        starts after it."""
         for name in scan.reads:
             value = names.get(name)
             if isinstance(value, (WatchedMessages, _Traced)):
