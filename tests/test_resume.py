@@ -634,6 +634,18 @@ def test_a_field_of_a_namespace_made_in_a_list_is_read_by_any_name() -> None:
         assert check(_loop(body + CHATML_BODY, start)) == 4
 
 
+def _ends_worked_out(source: str) -> int:
+    """How many texts of the template's end the prefixes of CONVERSATION, both flags,
+    worked out from its watched render (the others took one of them)."""
+    prefixes = PrefixRenders.of(ChatTemplate(source), CONVERSATION)
+    with prefixes.resuming():
+        for n in range(1, len(CONVERSATION)):
+            for flag in (False, True):
+                prefixes.render(n, flag)
+    watch = prefixes._watched[False][0]  # type: ignore[index]
+    return len(watch.ends)
+
+
 _HOLDERS = (
     "{% set ns = namespace(last='-') %}{% set box = [ns] %}{% set named = {'n': ns} %}"
     "{% set pair = ('p', [ns]) %}{% macro last() %}{{ ns.last }}{% endmacro %}"
@@ -671,14 +683,7 @@ def test_an_end_that_reaches_no_namespace_is_run_once_per_flag() -> None:
         "{{ plain | string }}{{ plain[1][1].c }}" + GENERATION_PROMPT,
     )
     assert check(source) == ALL
-    template = ChatTemplate(source)
-    prefixes = PrefixRenders.of(template, CONVERSATION)
-    with prefixes.resuming():
-        for n in range(1, len(CONVERSATION)):
-            for flag in (False, True):
-                prefixes.render(n, flag)
-    watch = prefixes._watched[False][0]  # type: ignore[index]
-    assert len(watch.ends) == 2
+    assert _ends_worked_out(source) == 2
 
 
 _COUNTED = (  # an int the start leaves in a field, other in each prefix (traced)
@@ -706,18 +711,19 @@ def test_an_end_that_sees_a_count_of_the_start(start: str, end: str) -> None:
     assert check(_loop(CHATML_BODY, _COUNTED + start, end + GENERATION_PROMPT)) > 0
 
 
-def test_an_end_that_sees_no_count_of_the_start_is_run_once_per_flag() -> None:
-    source = _loop(
-        CHATML_BODY, _COUNTED + "{% set label = 'x' %}", "{{ label }}" + GENERATION_PROMPT
-    )
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        ("{% set label = 'x' %}", "{{ label }}"),
+        ("{% set other = namespace(label='x') %}", "{{ other.label }}"),
+        ("{% set other = namespace(label='x') %}{% set box = [other] %}", "{{ box[0].label }}"),
+    ],
+)
+def test_an_end_that_sees_no_count_of_the_start_is_run_once_per_flag(start: str, end: str) -> None:
+    # the end reaches no namespace, or one the count is not in: its text is the same
+    source = _loop(CHATML_BODY, _COUNTED + start, end + GENERATION_PROMPT)
     assert check(source) == ALL
-    prefixes = PrefixRenders.of(ChatTemplate(source), CONVERSATION)
-    with prefixes.resuming():
-        for n in range(1, len(CONVERSATION)):
-            for flag in (False, True):
-                prefixes.render(n, flag)
-    watch = prefixes._watched[False][0]  # type: ignore[index]
-    assert len(watch.ends) == 2
+    assert _ends_worked_out(source) == 2
 
 
 def test_the_namespaces_values_hold() -> None:
