@@ -1292,16 +1292,10 @@ def _locate_turn(
     if low:
         found = text.find(generated[-low:], start, limit)
         return Span(max(start, found - (len(generated) - low)), found + low)
-    # The turn ends differently in history (gpt-oss: <|end|>, not <|return|>): keep what
-    # both agree on, and at least the message's own text
-    agreed = common_prefix_length(generated, text[start : start + len(generated)])
+    # The turn ends differently in history (gpt-oss: <|end|>, not <|return|>): it ends with
+    # the message's own text, or, without one, where the two stop agreeing
     if anchor:
         at = text.find(anchor, start, limit)
-        if at < 0:
-            return None
-        agreed = (
-            max(agreed, at + len(anchor) - start)
-            if agreed < at - start
-            else at + len(anchor) - start
-        )
+        return None if at < 0 else Span(start, at + len(anchor))
+    agreed = common_prefix_length(generated, text[start : start + len(generated)])
     return Span(start, start + agreed) if agreed else None
