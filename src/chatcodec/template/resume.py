@@ -2246,13 +2246,14 @@ class ResumePlan:
         probe = dict(names, namespace=make)
         probe[_PROBED] = passed
         messages = [[message] for message in chat] if scan.indexes else chat
-        items = list(zip(range(len(chat)), spaces, messages, strict=True))
+        # (each run takes up where the last ended: a pass that raises or breaks took its own)
+        items = zip(range(len(chat)), spaces, messages, strict=True)
         effects: list[Any] = []
         saved, replaced = render_state.written, watch.replaced
         watch.replaced = _EVERY_VALUE  # a probe stands for every prefix: none may differ
         try:
             while len(effects) < len(chat):  # (a run ends at a pass that raises or breaks)
-                probe[_ITEMS] = items[len(effects) :]
+                probe[_ITEMS] = items
                 render_state.written = set()
                 ended.clear()
                 try:
