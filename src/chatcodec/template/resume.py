@@ -1372,6 +1372,8 @@ class _Rerun:
     # a run with stand-ins whose last statement is a scan (_rerun_unread): the namespace
     # it sets (its place in ``fields``), the scan and its probes, put on each prefix's own
     scanned: tuple[int, _Scan, Any, dict[str, Any], frozenset[int]] | None = None
+    # the fields with the scan put on, by the scan's stop among the probes (_scanned_onto)
+    placed: dict[int, list[dict[str, Any]] | None] = field(default_factory=dict)
 
     def changes(
         self,
@@ -2755,15 +2757,20 @@ def _scanned_onto(kept: _Rerun, k: int) -> list[dict[str, Any]] | None:
     if kept.scanned is None:
         return kept.fields
     place, scan, probed, old, made = kept.scanned
+    stop = bisect.bisect_left(probed[1], k)  # (all the scan reads of k: alike, the same)
+    if stop in kept.placed:
+        return kept.placed[stop]
     fields = list(kept.fields)
     own = fields[place] = dict(fields[place])
+    placed: list[dict[str, Any]] | None
     try:
         _scan_onto(scan, probed, k, own, own.__setitem__)
+        alike = all(_alike(value, old.get(name, missing), made) for name, value in own.items())
+        placed = fields if alike else None
     except _Unknown:
-        return None
-    if not all(_alike(value, old.get(name, missing), made) for name, value in own.items()):
-        return None
-    return fields
+        placed = None
+    kept.placed[stop] = placed
+    return placed
 
 
 def _alike(value: Any, was: Any, made: frozenset[int]) -> bool:
