@@ -2009,7 +2009,7 @@ class ResumePlan:
             fields = None if kept is None else _scanned_onto(kept, k)
             if kept is not None and fields is not None:  # (its own inputs: the prefix's)
                 names = self._entered(watch, base, before.names, k, prompt)
-                given = {n: names[n] for n in _GIVEN if n in names}
+                given = _given_in(names)
                 return _Rerun(kept.text, kept.assigned, kept.made, fields, given)
         for template in (part.template, part.plain):
             if template is None:
@@ -2028,7 +2028,7 @@ class ResumePlan:
                 return None
             finally:
                 watch.limit = limit
-            given = {n: names[n] for n in _GIVEN if n in names}
+            given = _given_in(names)
             fields = _fields_left(before, made)
             return _Rerun("".join(out), dict(context.vars), made, fields, given)
         return None
@@ -2096,7 +2096,7 @@ class ResumePlan:
         prefixes once the run raised otherwise."""
         _restore(watch, before)
         names = self._entered(watch, base, before.names, k, prompt)
-        given = {n: names[n] for n in _GIVEN if n in names}
+        given = _given_in(names)
         for name in watch.entered[id(before.names)][2]:
             names[name] = _UnreadMessages(k) if name == "messages" else _Unread(prompt)
         deferred: list[Any] = [read[1] - 1]  # (its last statement's scan, if a scan)
@@ -2771,6 +2771,12 @@ def _scanned_onto(kept: _Rerun, k: int) -> list[dict[str, Any]] | None:
         placed = None
     kept.placed[stop] = placed
     return placed
+
+
+def _given_in(names: dict[str, Any]) -> dict[str, Any]:
+    """The prefix's own inputs among a run's variables (`messages`, the flag), as a rerun
+    of the start saw them (_Rerun.given)."""
+    return {name: names[name] for name in _GIVEN if name in names}
 
 
 def _alike(value: Any, was: Any, made: frozenset[int]) -> bool:
