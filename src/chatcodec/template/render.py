@@ -1197,44 +1197,54 @@ def _turn_start(text: str, head: tuple[int, str], turn: tuple[int, str]) -> int:
     agreed = shared + common_prefix_length(head_rest, turn_rest)
     if size < 4:
         return agreed
-
-    def tail(length: int) -> str:  # the head's last characters
-        if length <= len(head_rest):
-            return head_rest[-length:]
-        return text[size - length : shared] + head_rest
-
-    def meeting(length: int) -> tuple[int, str]:  # where the turn's two parts meet
-        start = max(0, shared - length + 1)
-        return start, text[start:shared] + turn_rest[: length - 1]
-
-    def past(needle: str) -> bool:  # whether the turn repeats it past the text both share
-        return needle in turn_rest or needle in meeting(len(needle))[1]
-
     # A tail the turn repeats only in the text both share ends before `agreed`: what
     # matters is the longest tail it repeats past that text (its tails are repeated there
-    # too: found by doubling then halving) and whether a longer one is in that text
-    if not past(tail(4)):
+    # too: found by doubling then halving) and whether a longer one is in that text. The
+    # search looks in the turn's rest after the `lead` last characters of the shared text
+    # (as many as the longest tail tried may start in: grown with it)
+    lead = min(shared, 7)
+    window = text[shared - lead : shared] + turn_rest
+    if not _repeated(window, lead, _tail(text, shared, head_rest, 4)):
         return agreed
     low, probe = 4, 8
-    while probe <= size and past(tail(probe)):
+    while probe <= size:
+        if lead < min(shared, probe - 1):
+            lead = min(shared, 2 * probe)
+            window = text[shared - lead : shared] + turn_rest
+        if not _repeated(window, lead, _tail(text, shared, head_rest, probe)):
+            break
         low, probe = probe, probe * 2
     high = min(probe - 1, size)
+    if lead < min(shared, high - 1):
+        lead = min(shared, high)
+        window = text[shared - lead : shared] + turn_rest
     while low < high:
         middle = (low + high + 1) // 2
-        if past(tail(middle)):
+        if _repeated(window, lead, _tail(text, shared, head_rest, middle)):
             low = middle
         else:
             high = middle - 1
-    needle = tail(low)
-    at = turn_rest.rfind(needle)  # its last place in the turn
-    if at >= 0:
-        found = shared + at + low
-    else:
-        start, meeting_text = meeting(low)
-        found = start + meeting_text.rfind(needle) + low
-    if found <= agreed or (low < size and text.find(tail(low + 1), 0, shared) >= 0):
+    needle = _tail(text, shared, head_rest, low)
+    found = shared - lead + window.rfind(needle) + low  # its last place in the turn
+    if found <= agreed or (
+        low < size and text.find(_tail(text, shared, head_rest, low + 1), 0, shared) >= 0
+    ):
         return agreed  # (the longest is a longer one, in the shared text alone)
     return found
+
+
+def _tail(text: str, shared: int, head_rest: str, length: int) -> str:
+    """The last ``length`` characters of ``text[:shared] + head_rest``."""
+    if length <= len(head_rest):
+        return head_rest[-length:]
+    return text[shared + len(head_rest) - length : shared] + head_rest
+
+
+def _repeated(window: str, lead: int, needle: str) -> bool:
+    """Whether ``needle`` is in ``window`` (the ``lead`` last characters of the text two
+    renders share, then one's rest) past the shared text: ending in the rest (``lead`` is
+    as long as the needle less one, or all of that text)."""
+    return window.find(needle, max(0, lead - len(needle) + 1)) >= 0
 
 
 _SLACK = 32  # how much longer a turn's opening may be in history than as the last turn

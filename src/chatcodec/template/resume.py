@@ -1842,8 +1842,8 @@ class ResumePlan:
                 # from inside a container, where it refuses any use, is never kept)
                 if key in traced
             )
-            if values
-            else frozenset()
+            if values and traced
+            else _NOTHING
         )
         return prompt, id(names), fields, changed
 
