@@ -1685,7 +1685,6 @@ class ResumePlan:
         # (the namespaces set while it resumes, where _restore puts back only those)
         written = render_state.written
         render_state.written = watch.dirty if len(watch.spaces) > _FEW else None
-        watch.sizes, watch.overrides = {}, {}
         try:
             rerun: frozenset[int] = frozenset()
             if cut:
@@ -1757,9 +1756,14 @@ class ResumePlan:
         except Exception:  # noqa: BLE001 - read too far, or raised: rendered from the start
             return None
         finally:
+            # (between resumes they are empty: a prefix's own)
             watch.limit = _WHOLE + 1
-            watch.replaced = {}
-            watch.sizes, watch.overrides = {}, {}
+            if watch.replaced:
+                watch.replaced = {}
+            if watch.sizes:
+                watch.sizes = {}
+            if watch.overrides:
+                watch.overrides = {}
             _pending.start = None
             render_state.written = written
         return mark.position, rest
