@@ -726,6 +726,68 @@ def test_an_end_that_sees_no_count_of_the_start_is_run_once_per_flag(start: str,
     assert _ends_worked_out(source) == 2
 
 
+@pytest.mark.parametrize(
+    ("body", "end"),
+    [
+        # the passes set another field of the namespace the end reads one field of
+        ("{% set ns.last = m.content %}", "{{ ns.label }}"),
+        ("{% set ns.last = m.content %}", "{{ ns.label }}{{ ns.label | length }}"),
+        # or a field holding a list, a namespace or nothing yet, which the end does not read
+        ("{% set ns.seen = [m.content] %}", "{{ ns.label }}"),
+        ("{% set ns.inner = namespace(x=m.content) %}", "{{ ns.label }}"),
+        ("{% set ns.last = m.content %}", "{{ ns.unset is defined }}"),
+    ],
+)
+def test_an_end_that_reads_a_field_is_run_once_per_flag_and_value(body: str, end: str) -> None:
+    # the end's text is kept by the fields it reads (`ns.label`), not by the namespace's
+    source = _loop(
+        body + CHATML_BODY, "{% set ns = namespace(label='x') %}", end + GENERATION_PROMPT
+    )
+    assert check(source) == ALL
+    assert _ends_worked_out(source) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "end"),
+    [
+        # what the end reads changes from pass to pass: a plain value, in a list, in a
+        # namespace the field holds (the same namespace, its field set again), the
+        # namespace taken whole or by key
+        ("{% set ns.last = m.content %}", "{{ ns.last }}"),
+        ("{% set ns.seen = [m.content] %}", "{{ ns.seen[0] }}"),
+        ("{% set inner.x = m.content %}", "{{ ns.inner.x }}"),
+        ("{% set ns.last = m.content %}", "{{ ns.label }}{{ ns['last'] }}"),
+        ("{% set ns.last = m.content %}", "{{ ns.label }}{{ ns | attr('last') }}"),
+        ("{% set ns.last = m.content %}", "{{ named.n.last }}"),
+        ("{% set ns.last = m.content %}", "{{ ns.label }}{% set alias = ns %}{{ alias.last }}"),
+    ],
+)
+def test_an_end_that_reads_a_field_the_passes_set(body: str, end: str) -> None:
+    start = (
+        "{% set inner = namespace(x='-') %}{% set ns = namespace(label='x', inner=inner) %}"
+        "{% set named = {'n': ns} %}"
+    )
+    source = _loop(body + CHATML_BODY, start, end + GENERATION_PROMPT)
+    assert check(source) == ALL
+    assert _ends_worked_out(source) > 2
+
+
+def test_the_fields_an_end_reads() -> None:
+    import jinja2
+
+    end = (
+        "{{ ns.a }}{% if ns.b %}{{ other.c }}{% endif %}{{ whole.d }}{{ whole }}"
+        "{{ keyed['e'] }}{% set ns.f = 1 %}{{ f(ns2.g) }}{% for x in xs %}{{ x.h }}{% endfor %}"
+    )
+    tree = jinja2.Environment().parse(end)
+    assert resume._attributes_read(tree.body) == {
+        "ns": frozenset({"a", "b"}),
+        "other": frozenset({"c"}),
+        "ns2": frozenset({"g"}),
+        "x": frozenset({"h"}),
+    }
+
+
 def test_the_namespaces_values_hold() -> None:
     import jinja2.utils
     from markupsafe import Markup

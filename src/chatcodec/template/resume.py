@@ -1152,6 +1152,9 @@ class _Counted:
 
 
 _TRACING = frozenset({_Traced, _Shifted})  # the values a mark's copies hold traced
+# what else a field the end reads may hold for its text to be kept by the field's id:
+# a traced value, or unset
+_KEYED = frozenset({_Traced, _Shifted, type(missing)})
 # types _iterator answers at once (a traced value would ask its class, an ABC check)
 _NOT_ITERATORS = frozenset({str, int, float, bool, type(None), dict, _Traced, _Shifted})
 
@@ -1539,6 +1542,8 @@ class ResumePlan:
     watched_globals: dict[str, Any] = field(default_factory=dict)  # as renders take them
     # the namespace fields only the end reads, with the statements that set them
     end_fields: dict[str, frozenset[int]] = field(default_factory=dict)
+    # the names the end reads only an attribute of (`ns.is_tool`), with those attributes
+    end_attrs: dict[str, frozenset[str]] = field(default_factory=dict)
     cuts: bool = False  # whether the start slices a list short of its end (`x[:-1]`)
     # what resume raises past its ``passes`` (for callers that do not import this module)
     TooManyPasses: ClassVar[type[TooManyPasses]] = TooManyPasses
@@ -1629,6 +1634,7 @@ class ResumePlan:
         plan._macros = {node.name: node for node in plan.start if isinstance(node, nodes.Macro)}
         plan.watched_globals = dict(plan.watched.globals)
         plan.end_fields = _end_fields(start, loop)
+        plan.end_attrs = _attributes_read(rest)
         plan.cuts = any(_negative(cut.stop) for part in start for cut in part.find_all(nodes.Slice))
         return plan
 
@@ -1803,27 +1809,24 @@ class ResumePlan:
         names = mark.names
         seen = watch.ending.get(id(names))
         if seen is None:
-            # the messages and views of them are a prefix's own (its reads are not watched)
-            pure = "messages" not in self.end_names and not any(
-                isinstance(names.get(name), WatchedMessages) for name in self.end_names
-            )
-            traced = frozenset(id(value) for value in names.values() if type(value) is _Traced)
-            # the namespaces the end's names hold (None: they may reach any)
-            reached = (
-                _reached((names[name] for name in self.end_names if name in names), watch.made)
-                if pure
-                else None
-            )
-            reach = None if reached is None else tuple(sorted(reached))
-            seen = watch.ending[id(names)] = (pure, traced, reach)
-        if not seen[0]:
+            seen = watch.ending[id(names)] = self._end_sees(watch, names)
+        pure, traced, reach, attributes = seen
+        if not pure:
             return None
         spaces = mark.spaces
-        shown = watch.ending.get((id(names), id(spaces)))
+        shown: tuple[tuple[Any, ...], frozenset[int]] | None = None
+        if attributes is not None and (not attributes or attributes[-1][0] < len(spaces)):
+            # the fields the end reads, where each holds a plain or traced value
+            read = [spaces[at][1].get(name, missing) for at, name in attributes]
+            if all(type(value) in _PLAIN or type(value) in _KEYED for value in read):
+                if not _TRACING.isdisjoint(map(type, read)):
+                    traced = traced.union(_root_ids(read))
+                shown = (tuple(map(id, read)), traced)
+        if shown is None:
+            shown = watch.ending.get((id(names), id(spaces)))
         if shown is None:
             # the fields of the namespaces the end can reach, and the traced values among
             # them (all of them, where one holds anything but plain and traced values)
-            reach = seen[2]
             if reach is not None and len(reach) < len(spaces):
                 kept = [spaces[at] for at in reach if at < len(spaces)]
                 if all(map(_plain_fields, map(_COPY, kept))):
@@ -1834,7 +1837,7 @@ class ResumePlan:
                 reach = None
             fields = tuple(map(watch.content, map(_COPY, spaces)))
             held = watch.traced_fields(mark.spaces, reach) if watch.holding else ()
-            traced = seen[1].union(id(value) for _, value in held) if held else seen[1]
+            traced = traced.union(id(value) for _, value in held) if held else traced
             shown = watch.ending[id(names), id(mark.spaces)] = (fields, traced)
         fields, traced = shown
         changed = (
@@ -1850,6 +1853,41 @@ class ResumePlan:
             else _NOTHING
         )
         return prompt, id(names), fields, changed
+
+    def _end_sees(
+        self, watch: Watch, names: dict[str, Any]
+    ) -> tuple[bool, frozenset[int], tuple[int, ...] | None, tuple[tuple[int, str], ...] | None]:
+        """What the end can see at the marks with these variables: whether it sees no
+        messages; the traced values among the variables; the namespaces its variables hold
+        (None: they may reach any); and, where it reads those namespaces only by an
+        attribute of a variable holding one (``ns.is_tool``) and its other variables reach
+        none, the fields it reads (each namespace's place and the field's name), else None.
+        """
+        # the messages and views of them are a prefix's own (its reads are not watched)
+        pure = "messages" not in self.end_names and not any(
+            isinstance(names.get(name), WatchedMessages) for name in self.end_names
+        )
+        traced = frozenset(id(value) for value in names.values() if type(value) is _Traced)
+        if not pure:
+            return False, traced, None, None
+        held = [names[name] for name in self.end_names if name in names]
+        reached = _reached(iter(held), watch.made)
+        reach = None if reached is None else tuple(sorted(reached))
+        attributes: list[tuple[int, str]] = []
+        whole = []  # the values the end may read otherwise than by an attribute
+        for name in self.end_names:
+            value = names.get(name, missing)
+            read = self.end_attrs.get(name)
+            if read is not None and isinstance(value, jinja2.utils.Namespace):
+                at = watch.made.get(id(value))
+                if at is None:
+                    return True, traced, reach, None
+                attributes += ((at, field) for field in read)
+            elif value is not missing:
+                whole.append(value)
+        if _reached(iter(whole), watch.made) != frozenset():
+            return True, traced, reach, None  # (they may reach a namespace otherwise)
+        return True, traced, reach, tuple(sorted(attributes))
 
     def _context(self, names: dict[str, Any]) -> Any:
         environment = self.tail.environment
@@ -2695,6 +2733,37 @@ def _reached(
         if kind is dict:
             stack.extend(value.values())
     return frozenset(found)
+
+
+def _attributes_read(end: list[nodes.Node]) -> dict[str, frozenset[str]]:
+    """The names the statements ``end`` load only to read an attribute of (``ns.flag``),
+    with those attributes: such a name's value is seen only through them."""
+    held: dict[int, str] = {}  # the names read as the object of an attribute, by id
+    for part in end:
+        for node in part.find_all(nodes.Getattr):
+            if isinstance(node.node, nodes.Name):
+                held[id(node.node)] = node.attr
+    read: dict[str, set[str]] = {}
+    whole: set[str] = set()
+    for part in end:
+        for name in part.find_all(nodes.Name):
+            if name.ctx != "load":
+                continue
+            attribute = held.get(id(name))
+            if attribute is None:
+                whole.add(name.name)
+            else:
+                read.setdefault(name.name, set()).add(attribute)
+    return {name: frozenset(found) for name, found in read.items() if name not in whole}
+
+
+def _root_ids(values: list[Any]) -> Iterator[int]:
+    """The ids of the traced values among ``values`` (a shifted one's: its root's)."""
+    for value in values:
+        if type(value) is _Shifted:
+            yield id(value.__cc_root__)
+        elif type(value) is _Traced:
+            yield id(value)
 
 
 def _plain_fields(fields: dict[str, Any]) -> bool:
