@@ -772,6 +772,16 @@ def test_an_end_that_reads_a_field_the_passes_set(body: str, end: str) -> None:
     assert _ends_worked_out(source) > 2
 
 
+def test_an_end_that_reads_a_field_and_a_traced_variable() -> None:
+    # the flag, taken into a variable of the start (traced), keys the end's text with the
+    # field it reads: once per flag
+    start = "{% set flag = add_generation_prompt %}{% set ns = namespace(label='x') %}"
+    end = "{{ ns.label }}{% if flag %}<|im_start|>assistant\n{% endif %}"
+    source = _loop("{% set ns.last = m.content %}" + CHATML_BODY, start, end)
+    assert check(source) == ALL
+    assert _ends_worked_out(source) == 2
+
+
 def test_the_fields_an_end_reads() -> None:
     import jinja2
 

@@ -1883,7 +1883,7 @@ class ResumePlan:
                 if at is None:
                     return True, traced, reach, None
                 attributes += ((at, field) for field in read)
-            elif value is not missing:
+            elif value is not missing and type(value) is not _Traced:  # (those are in traced)
                 whole.append(value)
         if _reached(iter(whole), watch.made) != frozenset():
             return True, traced, reach, None  # (they may reach a namespace otherwise)
