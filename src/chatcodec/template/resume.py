@@ -1814,31 +1814,11 @@ class ResumePlan:
         if not pure:
             return None
         spaces = mark.spaces
-        shown: tuple[tuple[Any, ...], frozenset[int]] | None = None
-        if attributes is not None and (not attributes or attributes[-1][0] < len(spaces)):
-            # the fields the end reads, where each holds a plain or traced value
-            read = [spaces[at][1].get(name, missing) for at, name in attributes]
-            if all(type(value) in _PLAIN or type(value) in _KEYED for value in read):
-                if not _TRACING.isdisjoint(map(type, read)):
-                    traced = traced.union(_root_ids(read))
-                shown = (tuple(map(id, read)), traced)
+        shown = watch.ending.get((id(names), id(spaces)))  # (marks share copies)
         if shown is None:
-            shown = watch.ending.get((id(names), id(spaces)))
-        if shown is None:
-            # the fields of the namespaces the end can reach, and the traced values among
-            # them (all of them, where one holds anything but plain and traced values)
-            if reach is not None and len(reach) < len(spaces):
-                kept = [spaces[at] for at in reach if at < len(spaces)]
-                if all(map(_plain_fields, map(_COPY, kept))):
-                    spaces = kept
-                else:
-                    reach = None
-            else:
-                reach = None
-            fields = tuple(map(watch.content, map(_COPY, spaces)))
-            held = watch.traced_fields(mark.spaces, reach) if watch.holding else ()
-            traced = traced.union(id(value) for _, value in held) if held else traced
-            shown = watch.ending[id(names), id(mark.spaces)] = (fields, traced)
+            shown = watch.ending[id(names), id(spaces)] = self._end_shown(
+                watch, spaces, traced, reach, attributes
+            )
         fields, traced = shown
         changed = (
             frozenset(
@@ -1853,6 +1833,37 @@ class ResumePlan:
             else _NOTHING
         )
         return prompt, id(names), fields, changed
+
+    @staticmethod
+    def _end_shown(
+        watch: Watch,
+        spaces: list[tuple[Any, dict[str, Any]]],
+        traced: frozenset[int],
+        reach: tuple[int, ...] | None,
+        attributes: tuple[tuple[int, str], ...] | None,
+    ) -> tuple[tuple[Any, ...], frozenset[int]]:
+        """What of a mark's namespaces (``spaces``) the end sees, given what ``_end_sees``
+        found (``traced``, ``reach``, ``attributes``): the fields it reads by attribute
+        (their values' ids), where each holds a plain or traced value; else the fields of
+        the namespaces it can reach (all of them, where one holds anything but plain and
+        traced values). With the traced values among the variables and those fields."""
+        if attributes is not None and (not attributes or attributes[-1][0] < len(spaces)):
+            read = [spaces[at][1].get(name, missing) for at, name in attributes]
+            if all(type(value) in _PLAIN or type(value) in _KEYED for value in read):
+                if not _TRACING.isdisjoint(map(type, read)):
+                    traced = traced.union(_root_ids(read))
+                return tuple(map(id, read)), traced
+        kept = spaces
+        if reach is not None and len(reach) < len(spaces):
+            kept = [spaces[at] for at in reach if at < len(spaces)]
+            if not all(map(_plain_fields, map(_COPY, kept))):
+                kept, reach = spaces, None
+        else:
+            reach = None
+        held = watch.traced_fields(spaces, reach) if watch.holding else ()
+        if held:
+            traced = traced.union(id(value) for _, value in held)
+        return tuple(map(watch.content, map(_COPY, kept))), traced
 
     def _end_sees(
         self, watch: Watch, names: dict[str, Any]
