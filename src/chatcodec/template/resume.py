@@ -1814,11 +1814,15 @@ class ResumePlan:
         if not pure:
             return None
         spaces = mark.spaces
-        shown = watch.ending.get((id(names), id(spaces)))  # (marks share copies)
-        if shown is None:
-            shown = watch.ending[id(names), id(spaces)] = self._end_shown(
-                watch, spaces, traced, reach, attributes
-            )
+        shown: tuple[tuple[Any, ...], frozenset[int]] | None
+        if attributes == ():  # (it reads no namespace: nothing of the mark's counts)
+            shown = attributes, traced
+        else:  # (worked out once for the marks that share their copies)
+            shown = watch.ending.get((id(names), id(spaces)))
+            if shown is None:
+                shown = watch.ending[id(names), id(spaces)] = self._end_shown(
+                    watch, spaces, traced, reach, attributes
+                )
         fields, traced = shown
         changed = (
             frozenset(
