@@ -1202,22 +1202,17 @@ def _turn_start(text: str, head: tuple[int, str], turn: tuple[int, str]) -> int:
     # too: found by doubling then halving) and whether a longer one is in that text. The
     # search looks in the turn's rest after the `lead` last characters of the shared text
     # (as many as the longest tail tried may start in: grown with it)
-    lead = min(shared, 7)
-    window = text[shared - lead : shared] + turn_rest
+    lead, window = _grown(text, shared, turn_rest, -1, "", 4)
     if not _repeated(window, lead, _tail(text, shared, head_rest, 4)):
         return agreed
     low, probe = 4, 8
     while probe <= size:
-        if lead < min(shared, probe - 1):
-            lead = min(shared, 2 * probe)
-            window = text[shared - lead : shared] + turn_rest
+        lead, window = _grown(text, shared, turn_rest, lead, window, probe)
         if not _repeated(window, lead, _tail(text, shared, head_rest, probe)):
             break
         low, probe = probe, probe * 2
     high = min(probe - 1, size)
-    if lead < min(shared, high - 1):
-        lead = min(shared, high)
-        window = text[shared - lead : shared] + turn_rest
+    lead, window = _grown(text, shared, turn_rest, lead, window, high)
     while low < high:
         middle = (low + high + 1) // 2
         if _repeated(window, lead, _tail(text, shared, head_rest, middle)):
@@ -1238,6 +1233,17 @@ def _tail(text: str, shared: int, head_rest: str, length: int) -> str:
     if length <= len(head_rest):
         return head_rest[-length:]
     return text[shared + len(head_rest) - length : shared] + head_rest
+
+
+def _grown(
+    text: str, shared: int, turn_rest: str, lead: int, window: str, length: int
+) -> tuple[int, str]:
+    """``lead`` and ``window`` (_repeated's), with as much of the shared text as a tail of
+    ``length`` may start in (twice that, up to all of it, when it needs more)."""
+    if lead >= min(shared, length - 1):
+        return lead, window
+    lead = min(shared, 2 * length)
+    return lead, text[shared - lead : shared] + turn_rest
 
 
 def _repeated(window: str, lead: int, needle: str) -> bool:
