@@ -1851,7 +1851,7 @@ class ResumePlan:
         (their values' ids), where each holds a plain or traced value; else the fields of
         the namespaces it can reach (all of them, where one holds anything but plain and
         traced values). With the traced values among the variables and those fields."""
-        if attributes is not None and (not attributes or attributes[-1][0] < len(spaces)):
+        if attributes and attributes[-1][0] < len(spaces):  # (sorted by the namespaces')
             read = [spaces[at][1].get(name, missing) for at, name in attributes]
             if all(type(value) in _PLAIN or type(value) in _KEYED for value in read):
                 if not _TRACING.isdisjoint(map(type, read)):
