@@ -1296,7 +1296,10 @@ def _locate_turn(
         return None
     head_kept, head_rest = head
     end = head_kept + len(head_rest)
-    parted = head_kept + common_prefix_length(head_rest, text[head_kept:end])  # (from text)
+    if text.startswith(head_rest, head_kept):  # (the most: the prompt is the turn's opening)
+        parted = end
+    else:  # where the head parts from the text
+        parted = head_kept + common_prefix_length(head_rest, text[head_kept:end])
     start = max(cursor, parted)
     if text.startswith(generated, start):
         return Span(start, start + len(generated))
