@@ -1154,7 +1154,7 @@ class _Counted:
 _TRACING = frozenset({_Traced, _Shifted})  # the values a mark's copies hold traced
 # what else a field the end reads may hold for its text to be kept by the field's id:
 # a traced value, or unset
-_KEYED = frozenset({_Traced, _Shifted, type(missing)})
+_KEYED = _TRACING | {type(missing)}
 # types _iterator answers at once (a traced value would ask its class, an ABC check)
 _NOT_ITERATORS = frozenset({str, int, float, bool, type(None), dict, _Traced, _Shifted})
 
