@@ -619,13 +619,13 @@ def sse_events(response: Any) -> list[dict[str, Any]]:
     return [json.loads(e) for e in lines if e != "[DONE]"]
 
 
-def test_parse_failure_content_degrades_an_unparseable_reply(
+def test_guaranteed_reads_an_unparseable_reply_as_content(
     standin: tuple[StandIn, str],
 ) -> None:
     engine, url = standin
     broken = "Let me see. " + QWEN_CALL.replace('"Paris"', "")
     reset(engine, broken)
-    body = {"model": MODEL, "messages": USER, "tools": [WEATHER], "parse_failure": "content"}
+    body = {"model": MODEL, "messages": USER, "tools": [WEATHER], "policy": "guaranteed"}
     with served(qwen(), RemoteEngine(url)) as root:
         whole = post(root, body).json()["choices"][0]
         assert whole["message"] == {"role": "assistant", "content": broken}
@@ -645,18 +645,18 @@ def test_parse_failure_content_degrades_an_unparseable_reply(
         assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
     # the server's default, overridden by the request
     reset(engine, broken)
-    with served(qwen(), RemoteEngine(url), parse_failure="content") as root:
-        assert post(root, {**body, "parse_failure": None}).status_code == 200
-        error_of(post(root, {**body, "parse_failure": "error"}), 502)
+    with served(qwen(), RemoteEngine(url), policy="guaranteed") as root:
+        assert post(root, {**body, "policy": None}).status_code == 200
+        error_of(post(root, {**body, "policy": "reference"}), 502)
 
 
-def test_parse_failure_content_cannot_take_back_streamed_reasoning(
+def test_guaranteed_cannot_take_back_streamed_reasoning(
     standin: tuple[StandIn, str],
 ) -> None:
     engine, url = standin
     codec = Codec(template_source("Qwen-Qwen3-0.6B.jinja"), eos_token="<|im_end|>")
     reset(engine, '<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{"name": }')
-    body = {"model": MODEL, "messages": USER, "tools": [WEATHER], "parse_failure": "content"}
+    body = {"model": MODEL, "messages": USER, "tools": [WEATHER], "policy": "guaranteed"}
     with served(codec, RemoteEngine(url)) as root:
         whole = post(root, body).json()["choices"][0]["message"]
         assert whole["content"] == engine.reply and "reasoning_content" not in whole

@@ -75,7 +75,7 @@ BODY = st.fixed_dictionaries(
             st.dictionaries(st.sampled_from(["enable_thinking", "tools", "x"]), JSON, max_size=2)
         ),
         "reasoning_effort": maybe(st.sampled_from(["low", "high"])),
-        "parse_failure": maybe(st.sampled_from(["error", "content"])),
+        "policy": maybe(st.sampled_from(["reference", "guaranteed"])),
         "n": maybe(st.integers(0, 2)),
     },
 )

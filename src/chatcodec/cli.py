@@ -892,11 +892,12 @@ def _add_serve(
         "request's wait included), seconds; past it a request fails with 504",
     )
     serve.add_argument(
-        "--parse-failure",
-        choices=("error", "content"),
-        default="error",
-        help="what a reply that does not parse becomes when the request does not say (its "
-        "parse_failure field): an error (llama.cpp's behaviour), or plain content",
+        "--policy",
+        choices=("guaranteed", "reference"),
+        default="guaranteed",
+        help="how replies are read and constrained when the request does not say (its policy "
+        "field): guaranteed (prose is content, a required call is a call; docs/decoding.md) or "
+        "reference (llama.cpp exactly)",
     )
     serve.add_argument(
         "--reasoning-field",

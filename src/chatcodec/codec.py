@@ -258,6 +258,7 @@ class Codec:
         response_format: Mapping[str, Any] | None = None,
         now: float | int | datetime | None = None,
         tool_call_id: int | Callable[[int], str] | None = None,
+        policy: str = "reference",
         **template_kwargs: Any,
     ) -> Turn:
         """Render the prompt for a request and set up the reading of its reply.
@@ -267,16 +268,20 @@ class Codec:
         form; ``parallel_tool_calls=None`` takes the template's capability; a final assistant
         message is continued as llama-server does unless ``continue_final_message`` says
         otherwise; ``tool_call_id`` is None (random per turn), an ``int`` seed or
-        ``(index) -> str``; ``now`` pins ``strftime_now``. An option out of range raises
-        RequestError before anything is rendered.
+        ``(index) -> str``; ``now`` pins ``strftime_now``; ``policy`` is ``"reference"``
+        (llama.cpp exactly) or ``"guaranteed"`` (llama.cpp's result plus what a user relies on
+        where llama.cpp falls short: docs/decoding.md, "Policies"). An option out of range
+        raises RequestError before anything is rendered.
         """
-        from .reply.request import ReplyRequest
+        from .reply.request import POLICIES, ReplyRequest
         from .reply.select import describe, template_context
         from .reply.turn import Turn
         from .template.capabilities import tool_call_support
 
         messages, tools = _request_lists(messages, tools)
         _check_reasoning_format(reasoning_format)
+        if policy not in POLICIES:
+            raise RequestError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
             raise RequestError(
                 "parallel_tool_calls must be true, false or None (the template's capability), "
@@ -313,6 +318,7 @@ class Codec:
                 special_tokens=template.special_tokens,
                 json_schema=json_schema,
                 continue_final_message=mode if continuing else "none",
+                policy=policy,  # type: ignore[arg-type]  # checked above
             )
         )
         if final is not None and continuing:

@@ -15,6 +15,7 @@ from .constraint import Constraint
 from .mapper import CallMapper
 from .peg import Parser
 from .prefill import Continuation
+from .request import Policy
 
 __all__ = [
     "ReasoningBlock",
@@ -232,13 +233,15 @@ class ReplyFormat:
     ``generation_prompt + reply``; ``stop`` ends generation, ``continuation`` writes the
     generation prompt that continues a final assistant message (read by Codec.prepare),
     ``constraint`` is llama.cpp's sampler setup for the request (grammar or not, lazy,
-    triggers, preserved tokens, additional stops; the grammar's text is not built yet)."""
+    triggers, preserved tokens, additional stops; the grammar's text is not built yet).
+    ``policy`` is the request's (``reply.request.Policy``): how a reply is read."""
 
     handler: str
     steps: tuple[Step, ...]
     stop: tuple[str, ...] = ()
     continuation: Continuation = Continuation()
     constraint: Constraint = Constraint()
+    policy: Policy = "reference"
 
     def find(self, kind: type[S]) -> S | None:
         """The first step of this kind, also among the steps of the calls."""

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["ReplyRequest"]
+__all__ = ["ReplyRequest", "Policy", "POLICIES"]
+
+# How a reply is read and constrained (docs/decoding.md, "Policies"): ``reference`` is
+# llama.cpp exactly; ``guaranteed`` is llama.cpp's result wherever llama.cpp reads the reply,
+# plus what a user relies on where it does not (docs/differences.md, "Guarantees").
+Policy = Literal["reference", "guaranteed"]
+POLICIES: tuple[Policy, ...] = ("reference", "guaranteed")
 
 
 @dataclass(frozen=True)
@@ -19,7 +25,8 @@ class ReplyRequest:
     reads it as llama.cpp does). ``continue_final_message``:
     ``"content"`` or ``"reasoning_content"`` when a final assistant message is continued
     (``generation_prompt`` is then the template's for the conversation before it; the format's
-    ``continuation`` writes the one to parse with), else ``"none"``.
+    ``continuation`` writes the one to parse with), else ``"none"``. ``policy``: ``reference``
+    (llama.cpp exactly) or ``guaranteed`` (see ``Policy``).
     """
 
     source: str
@@ -32,3 +39,4 @@ class ReplyRequest:
     special_tokens: Mapping[str, str] | None = None
     json_schema: Mapping[str, Any] | None = None
     continue_final_message: str = "none"
+    policy: Policy = "reference"

@@ -102,6 +102,8 @@ def describe(request: ReplyRequest) -> ReplyFormat:
     sets a grammar, its constraint builds the GBNF text on demand."""
     family = family_for(request.source)
     fmt = family.describe(request)
+    if request.policy != fmt.policy:
+        fmt = replace(fmt, policy=request.policy)
     if not fmt.constraint.grammar:
         return fmt
     return replace(

@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
+from ..reply.request import Policy
 from .chat import Reply, prepare
 from .engine import Engine, EngineError, EngineTimeout, Piece
 from .errors import APIError, error_body
@@ -53,14 +54,14 @@ class ServeConfig:
     """``model_name``: the id ``/v1/models`` reports and requests name. ``api_key``: the
     bearer token every ``/v1`` request must carry (none: open). ``max_body``: the largest
     request body, in bytes. ``reasoning_field``: the name the reasoning goes out under.
-    ``parse_failure``: what a reply that does not parse becomes when the request does not
-    say (its ``parse_failure`` field): an error, or plain content (see `Reply`)."""
+    ``policy``: how replies are read and constrained when the request does not say (its
+    ``policy`` field): ``guaranteed`` or llama.cpp's ``reference`` (docs/decoding.md)."""
 
     model_name: str
     api_key: str | None = None
     max_body: int = 8 * 1024 * 1024
     reasoning_field: ReasoningField = "reasoning_content"
-    parse_failure: Literal["error", "content"] = "error"
+    policy: Policy = "guaranteed"
 
 
 def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
@@ -185,11 +186,14 @@ class _Server:
                 "model",
                 "model_not_found",
             )
+        policy = body.policy or self.config.policy
         if size <= _SET_UP_INLINE:
-            turn, generation = prepare(self.codec, body, self.engine)
+            turn, generation = prepare(self.codec, body, self.engine, policy)
         else:  # a long conversation's render: off the event loop
-            turn, generation = await asyncio.to_thread(prepare, self.codec, body, self.engine)
-        degrade = (body.parse_failure or self.config.parse_failure) == "content"
+            turn, generation = await asyncio.to_thread(
+                prepare, self.codec, body, self.engine, policy
+            )
+        degrade = turn.format.policy == "guaranteed"
         reply = Reply(turn, generation.stop, degrade=degrade, streamed=body.stream)
         pieces = self.engine.generate(generation)
         # an engine that fails at once is a status, not a stream

@@ -18,6 +18,7 @@ from ..errors import (
 )
 from ..grammar.constraint import constrained_field
 from ..reply.message import AssistantMessage, Delta
+from ..reply.request import Policy
 from .engine import Engine, Generation, Piece, Usage
 from .errors import APIError
 from .schema import ChatRequest
@@ -34,9 +35,11 @@ _OWN = frozenset(inspect.signature(Codec.prepare).parameters)
 _KWARGS_OK = frozenset({"enable_thinking"})
 
 
-def prepare(codec: Codec, request: ChatRequest, engine: Engine) -> tuple[Turn, Generation]:
-    """The codec's turn for ``request`` and what to ask the engine; APIError (400) for
-    anything the template, the codec or the engine cannot do."""
+def prepare(
+    codec: Codec, request: ChatRequest, engine: Engine, policy: Policy = "guaranteed"
+) -> tuple[Turn, Generation]:
+    """The codec's turn for ``request`` read under ``policy``, and what to ask the engine;
+    APIError (400) for anything the template, the codec or the engine cannot do."""
     field_name = request.unsupported()
     if field_name is not None:
         raise APIError(400, f"{field_name} is not supported by this server", field_name)
@@ -51,7 +54,7 @@ def prepare(codec: Codec, request: ChatRequest, engine: Engine) -> tuple[Turn, G
             )
     if request.reasoning_effort is not None:
         kwargs["reasoning_effort"] = request.reasoning_effort
-    turn = _turn(codec, request, tools, kwargs)
+    turn = _turn(codec, request, tools, kwargs, policy)
     for text, where in ((turn.prompt, "messages"), ("".join(request.stops()), "stop")):
         try:
             text.encode("utf-8")
@@ -74,7 +77,11 @@ def prepare(codec: Codec, request: ChatRequest, engine: Engine) -> tuple[Turn, G
 
 
 def _turn(
-    codec: Codec, request: ChatRequest, tools: list[dict[str, Any]] | None, kwargs: dict[str, Any]
+    codec: Codec,
+    request: ChatRequest,
+    tools: list[dict[str, Any]] | None,
+    kwargs: dict[str, Any],
+    policy: Policy,
 ) -> Turn:
     template = codec.template_for(tools)
     if "reasoning_effort" in kwargs and "reasoning_effort" not in template.variables:
@@ -100,6 +107,7 @@ def _turn(
                 continue_final_message=request.continue_final_message,
                 response_format=response_format,
                 tool_call_id=None,
+                policy=policy,
                 **kwargs,
             )
     except TemplateError as exc:

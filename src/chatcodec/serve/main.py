@@ -45,7 +45,7 @@ def serve(args: argparse.Namespace, codec_loader: object) -> int:
         api_key=args.api_key,
         max_body=args.max_body,
         reasoning_field=args.reasoning_field,
-        parse_failure=args.parse_failure,
+        policy=args.policy,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     app = create_app(codec, engine, config)

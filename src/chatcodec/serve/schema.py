@@ -82,8 +82,8 @@ class ChatRequest(_Strict):
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     continue_final_message: bool | None = None
-    # chatcodec's own: a reply that does not parse is an error, or plain content
-    parse_failure: Literal["error", "content"] | None = None
+    # chatcodec's own: how the reply is read and constrained (docs/decoding.md, "Policies")
+    policy: Literal["reference", "guaranteed"] | None = None
     # accepted because they change nothing a server of one model could honour differently
     user: str | None = None
     # refused unless they ask for nothing (checked by `unsupported`)
