@@ -287,7 +287,7 @@ class Codec:
                 "parallel_tool_calls must be true, false or None (the template's capability), "
                 f"not {parallel_tool_calls!r}"
             )
-        choice, reply_tools = _tool_choice(tool_choice, tools)
+        choice, reply_tools = _tool_choice(tool_choice, tools, policy)
         call_id = _call_ids(tool_call_id)
         json_schema = _json_schema(response_format)
         mode = _continuation(messages, continue_final_message)
@@ -398,10 +398,13 @@ def _prompts(
 
 
 def _tool_choice(
-    tool_choice: str | Mapping[str, Any], tools: Sequence[Mapping[str, Any]] | None
+    tool_choice: str | Mapping[str, Any],
+    tools: Sequence[Mapping[str, Any]] | None,
+    policy: str = "reference",
 ) -> tuple[str, Sequence[Mapping[str, Any]] | None]:
     """(llama.cpp's tool choice, the tools a reply may call) of a request's ``tool_choice``:
-    the named form requires a call to that one tool."""
+    the named form requires a call to that one tool. Under ``guaranteed`` a required call
+    needs a tool to call (llama.cpp reads such a reply as text)."""
     from .reply.arguments import tool_functions
 
     if isinstance(tool_choice, str):
@@ -409,6 +412,11 @@ def _tool_choice(
             raise RequestError(
                 f"tool_choice must be 'auto', 'required', 'none' or "
                 f'{{"type": "function", "function": {{"name": ...}}}}, not {tool_choice!r}'
+            )
+        if tool_choice == "required" and not tools and policy == "guaranteed":
+            raise RequestError(
+                "tool_choice 'required' needs tools, and the request gives none "
+                "(under the guaranteed policy a required call is a call)"
             )
         return tool_choice, tools
     named = isinstance(tool_choice, Mapping) and tool_choice.get("type") == "function"
