@@ -169,12 +169,7 @@ def special_markers(
     sorted; ``stops`` (the turn's stop strings) are left out: a token that ends the reply
     never reaches its text. vLLM must keep these in the text it detokenizes
     (``skip_special_tokens: false``), or the format cannot see them."""
-    markers = reply_markers(fmt)
+    # one text to search: a token found across two markers' seam would need a NUL in it
+    markers = "\0".join(reply_markers(fmt))
     ending = set(stops)
-    return tuple(
-        sorted(
-            token
-            for token in set(special_tokens) - ending
-            if any(token in marker for marker in markers)
-        )
-    )
+    return tuple(sorted(t for t in set(special_tokens) - ending if t in markers))

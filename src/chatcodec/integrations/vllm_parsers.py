@@ -217,6 +217,11 @@ def _special_tokens(tokenizer: Any) -> frozenset[str]:
     return known[1]
 
 
+# whether a request's reply format reads a special token of its tokenizer, by the tokenizer's
+# id and the request's shape (ChatcodecToolParser._shape); the tokenizer is kept beside it
+_KEEPS: dict[tuple[int, tuple[Any, ...]], tuple[Any, bool]] = {}
+
+
 # the reasoning parser just made on this thread, for the tool parser vLLM makes right after it
 # in the same Parser (vLLM builds a request's pair together, reasoning parser first)
 _pending = threading.local()
@@ -329,14 +334,51 @@ class ChatcodecToolParser(ParserEngineToolAdapter):
         token of the model's tokenizer (a call opener such as Mistral's ``[TOOL_CALLS]``, a
         thought marker): vLLM would otherwise leave it out of the text before the parser
         sees it, as vLLM's own parsers turn it off for their markers. A request chatcodec
-        cannot set up is left as it is: reading its reply says why."""
-        try:
-            turn = self.turn(request)
-        except ChatCodecError:
+        cannot set up is left as it is: reading its reply says why.
+
+        The answer is kept per tokenizer and per request options that shape the format (not
+        per conversation), so that vLLM's adjusting parser, which reads no reply, prepares
+        one request of each kind rather than every request."""
+        tokenizer = self.model_tokenizer
+        special = _special_tokens(tokenizer)
+        if not special:
             return
-        special = _special_tokens(self.model_tokenizer)
-        if special and special_markers(turn.format, special, turn.stop):
+        key = (id(tokenizer), self._shape(request))
+        known = _KEEPS.get(key)
+        if known is None or known[0] is not tokenizer:
+            try:
+                turn = self.turn(request)
+            except ChatCodecError:
+                return
+            if len(_KEEPS) >= 4096:
+                _KEEPS.clear()
+            keeps = bool(special_markers(turn.format, special, turn.stop))
+            known = _KEEPS[key] = (tokenizer, keeps)
+        if known[1]:
             request.skip_special_tokens = False
+
+    def _shape(self, request: Any) -> tuple[Any, ...]:
+        """What decides the markers a request's reply format reads: the template, whether
+        tools are offered and how they may be called, the response format, the template's
+        keywords, the reasoning and the policy. The messages and the tools' names and
+        schemas only fill the format in."""
+        choice = request.tool_choice
+        parallel = (
+            request.parallel_tool_calls
+            if "parallel_tool_calls" in request.model_fields_set
+            else None
+        )
+        kwargs = self.chat_template_kwargs or request.chat_template_kwargs or {}
+        return (
+            getattr(request, "chat_template", None),
+            bool(request.tools),
+            choice if isinstance(choice, str) or choice is None else "named",
+            parallel,
+            getattr(getattr(request, "response_format", None), "type", None),
+            json.dumps(kwargs, sort_keys=True, default=str),
+            self._skip_reasoning,
+            policy_of(request),
+        )
 
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
         message = self.read(model_output, request)
