@@ -849,6 +849,33 @@ def test_a_required_call_without_tools_is_refused_by_the_codec_under_guaranteed(
     assert reference.parse("Sunny.").content == "Sunny."
 
 
+def test_a_response_formats_schema_constrains_the_reply_under_guaranteed(
+    standin: tuple[StandIn, str],
+) -> None:
+    """A null schema is any object (llama-server's reading); a schema that is not an object
+    is a RequestError, a 400 naming response_format through the server. Under reference the
+    codec keeps its reading: no grammar for either."""
+    from chatcodec import RequestError
+
+    any_object = OBSERVING.prepare(USER, response_format={"type": "json_object"}).grammar
+    for response_format in (
+        {"type": "json_object", "schema": None},
+        {"type": "json_schema", "json_schema": {"name": "a", "schema": None}},
+    ):
+        turn = OBSERVING.prepare(USER, response_format=response_format, policy="guaranteed")
+        assert turn.grammar == any_object
+        assert OBSERVING.prepare(USER, response_format=response_format).grammar is None
+    listed = {"type": "json_object", "schema": [{"type": "object"}]}
+    with pytest.raises(RequestError, match="must be a JSON Schema object"):
+        OBSERVING.prepare(USER, response_format=listed, policy="guaranteed")
+    assert OBSERVING.prepare(USER, response_format=listed).grammar is None
+    _, url = standin
+    with served(OBSERVING, RemoteEngine(url, kind="llama")) as root:
+        body = {"model": MODEL, "messages": USER, "response_format": listed}
+        error = error_of(post(root, body), 400)
+        assert error["param"] == "response_format" and "JSON Schema object" in error["message"]
+
+
 # the shared templates whose llama.cpp format sets no grammar for a response_format
 # (docs/serve.md names them)
 NO_RESPONSE_FORMAT_GRAMMAR = {

@@ -289,7 +289,7 @@ class Codec:
             )
         choice, reply_tools = _tool_choice(tool_choice, tools, policy)
         call_id = _call_ids(tool_call_id)
-        json_schema = _json_schema(response_format)
+        json_schema = _json_schema(response_format, policy)
         mode = _continuation(messages, continue_final_message)
         # the continued message is left out of the render
         final = messages[-1] if mode != "none" and messages else None
@@ -530,9 +530,13 @@ def _has_fields(message: Mapping[str, Any]) -> bool:
     return any(message.get(k) for k in keys)
 
 
-def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _json_schema(
+    response_format: Mapping[str, Any] | None, policy: str = "reference"
+) -> dict[str, Any] | None:
     """The JSON schema of an OpenAI ``response_format``, as llama-server reads it (an absent
-    or empty schema is any object)."""
+    or empty schema is any object). A schema that is not an object, or null, constrains
+    nothing; under ``guaranteed`` a null schema is any object, as llama-server reads it, and
+    another is a RequestError rather than a reply with no JSON promised."""
     if response_format is None:
         return None
     if not isinstance(response_format, Mapping):
@@ -552,7 +556,14 @@ def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | 
         raise RequestError(
             'response_format type must be "text", "json_object" or "json_schema", not ' + repr(kind)
         )
+    if schema is None and policy == "guaranteed":
+        schema = {}  # llama-server's reading of a null schema: any object
     if not isinstance(schema, Mapping):
+        if policy == "guaranteed":
+            raise RequestError(
+                f"response_format's schema must be a JSON Schema object, not "
+                f"{type(schema).__name__}"
+            )
         return None
     return dict(schema) if schema else {"type": "object"}
 
