@@ -942,3 +942,24 @@ def test_a_response_format_on_phi_3_5_is_served(standin: tuple[StandIn, str]) ->
         )
     assert reply.choices[0].message.content == '{"answer": 42}'
     assert engine.requests[-1]["grammar"]
+
+
+def test_llama_3_1_takes_its_own_ipython_role(standin: tuple[StandIn, str]) -> None:
+    """Llama 3.1's template names "ipython" (a tool result's role): the server passes it on
+    and the template renders it as its own turn; a role it does not name is refused."""
+    if not TEMPLATES.is_dir():
+        pytest.skip("needs ../shared/chat_templates")
+    engine, url = standin
+    reset(engine, "Sunny.")
+    codec = Codec(
+        template_source("meta-llama-Llama-3.1-8B-Instruct.jinja"),
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot_id|>",
+    )
+    result = {"role": "ipython", "content": '{"temperature": 21}'}
+    with served(codec, RemoteEngine(url, kind="llama")) as root:
+        body = {"model": MODEL, "messages": [*USER, result]}
+        assert post(root, body).status_code == 200
+        assert "<|start_header_id|>ipython<|end_header_id|>" in engine.requests[-1]["prompt"]
+        body = {"model": MODEL, "messages": [*USER, {**result, "role": "observation"}]}
+        assert error_of(post(root, body), 400)["param"] == "messages[1].role"
