@@ -21,7 +21,7 @@ from chatcodec.serve import RemoteEngine, ServeConfig, create_app  # noqa: E402
 
 from ._reply_oracle import PARSE_CASES, corpus_cases, load_compare, per_case  # noqa: E402
 from ._standin import ServerThread, StandIn  # noqa: E402
-from .conftest import template_source  # noqa: E402
+from .conftest import TEMPLATES, template_source  # noqa: E402
 
 MODEL = "tiny"
 WEATHER = {
@@ -772,3 +772,196 @@ def test_a_client_that_goes_away_cancels_a_whole_completion(standin: tuple[Stand
         # the server closed its request to the engine: the stand-in's stream was ended
         assert engine.closed.wait(30)
     engine.stall = False
+
+
+# ------------------------------------------------------------------ requests that mean nothing
+
+# a template of the tests' own that names a role OpenAI does not define
+OBSERVING = Codec(
+    "{% for m in messages %}{% if m.role == 'observation' %}seen: {% else %}{{ m.role }}: "
+    "{% endif %}{{ m.content }}\n{% endfor %}"
+)
+
+
+@pytest.mark.parametrize("policy", ["guaranteed", "reference"])
+def test_requests_that_cannot_mean_anything_are_400s_naming_the_field(
+    policy: str, standin: tuple[StandIn, str]
+) -> None:
+    """OpenAI's answers (docs/serve.md, "Errors"): whatever the policy, a role neither OpenAI
+    nor the template names, a required or named tool choice without tools, a json_schema
+    response format without its json_schema or its name, each a 400 naming the field."""
+    engine, url = standin
+    reset(engine, "Sunny.")
+    good = {"model": MODEL, "messages": USER, "policy": policy}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    with served(OBSERVING, RemoteEngine(url, kind="llama")) as root:
+        client = openai.OpenAI(base_url=root, api_key="unused", max_retries=0)
+        stranger = [USER[0], {"role": "narrator", "content": "It rains."}]
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(
+                model=MODEL, messages=stranger, extra_body={"policy": policy}
+            )
+        assert caught.value.param == "messages[1].role"
+        assert "'narrator'" in caught.value.message
+        seen = [*USER, {"role": "observation", "content": "It rains."}]
+        assert post(root, {**good, "messages": seen}).status_code == 200
+        assert engine.requests[-1]["prompt"].endswith("seen: It rains.\n")
+        for role in ("", "Observation", "observation "):
+            body = {**good, "messages": [{"role": role, "content": "x"}]}
+            assert error_of(post(root, body), 400)["param"] == "messages[0].role"
+        for choice in ("required", named):
+            for tools in ({}, {"tools": []}):
+                body = {**good, **tools, "tool_choice": choice}
+                error = error_of(post(root, body), 400)
+                assert error["param"] == "tool_choice" and "needs tools" in error["message"]
+        for choice in ("auto", "none"):  # nothing asked of tools that are not there
+            assert post(root, {**good, "tool_choice": choice}).status_code == 200
+        bare = {"type": "json_schema"}
+        error = error_of(post(root, {**good, "response_format": bare}), 400)
+        assert error["param"] == "response_format.json_schema"
+        nameless = {"type": "json_schema", "json_schema": {"schema": schema}}
+        error = error_of(post(root, {**good, "response_format": nameless}), 400)
+        assert error["param"] == "response_format.json_schema.name"
+        listed = {"type": "json_schema", "json_schema": {"name": "a", "schema": [schema]}}
+        error = error_of(post(root, {**good, "response_format": listed}), 400)
+        assert error["param"] == "response_format.json_schema.schema"
+        # OpenAI's schema is optional: without one the reply is any JSON object, as llama.cpp
+        reset(engine, '{"a": 1}')
+        schemaless = {"type": "json_schema", "json_schema": {"name": "a"}}
+        whole = post(root, {**good, "response_format": schemaless})
+        assert whole.status_code == 200 and engine.requests[-1]["grammar"]
+        assert whole.json()["choices"][0]["message"]["content"] == '{"a": 1}'
+        expected = OBSERVING.prepare(
+            USER, response_format={"type": "json_object"}, policy=policy
+        ).grammar
+        assert expected is not None
+        assert engine.requests[-1]["grammar"] == expected.llama_server_fields()["grammar"]
+
+
+def test_a_required_call_without_tools_is_refused_by_the_codec_under_guaranteed() -> None:
+    """The library agrees with the server under ``guaranteed``; under ``reference`` it stays
+    llama.cpp, which sets up such a request as one without tools."""
+    from chatcodec import RequestError
+
+    with pytest.raises(RequestError, match="needs tools"):
+        OBSERVING.prepare(USER, tool_choice="required", policy="guaranteed")
+    reference = OBSERVING.prepare(USER, tool_choice="required")
+    assert reference.format == OBSERVING.prepare(USER, tool_choice="none").format
+    assert reference.parse("Sunny.").content == "Sunny."
+
+
+def test_a_response_formats_schema_constrains_the_reply_under_guaranteed(
+    standin: tuple[StandIn, str],
+) -> None:
+    """A null schema is any object (llama-server's reading); a schema that is not an object
+    is a RequestError, a 400 naming response_format through the server. Under reference the
+    codec keeps its reading: no grammar for either."""
+    from chatcodec import RequestError
+
+    any_object = OBSERVING.prepare(USER, response_format={"type": "json_object"}).grammar
+    for response_format in (
+        {"type": "json_object", "schema": None},
+        {"type": "json_schema", "json_schema": {"name": "a", "schema": None}},
+    ):
+        turn = OBSERVING.prepare(USER, response_format=response_format, policy="guaranteed")
+        assert turn.grammar == any_object
+        assert OBSERVING.prepare(USER, response_format=response_format).grammar is None
+    listed = {"type": "json_object", "schema": [{"type": "object"}]}
+    with pytest.raises(RequestError, match="must be a JSON Schema object"):
+        OBSERVING.prepare(USER, response_format=listed, policy="guaranteed")
+    assert OBSERVING.prepare(USER, response_format=listed).grammar is None
+    _, url = standin
+    with served(OBSERVING, RemoteEngine(url, kind="llama")) as root:
+        body = {"model": MODEL, "messages": USER, "response_format": listed}
+        error = error_of(post(root, body), 400)
+        assert error["param"] == "response_format" and "JSON Schema object" in error["message"]
+
+
+# the shared templates whose llama.cpp format sets no grammar for a response_format
+# (docs/serve.md names them)
+NO_RESPONSE_FORMAT_GRAMMAR = {
+    "GigaChat3-10B-A1.8B",
+    "Kimi-K2-Instruct",
+    "Kimi-K2-Thinking",
+    "Kimi-K3",
+    "inclusionai-ling-3.0-flash",
+    "meetkai-functionary-medium-v3.2",
+    "moonshotai-Kimi-K2",
+}
+
+
+def shared_templates() -> list[str]:
+    from .conftest import TEMPLATES
+
+    return sorted(p.name for p in TEMPLATES.glob("*.jinja"))
+
+
+@pytest.mark.parametrize(
+    "name", per_case(TEMPLATES.is_dir(), shared_templates, lambda n: n.removesuffix(".jinja"))
+)
+def test_a_response_format_is_enforced_or_a_400_naming_it(
+    name: str, standin: tuple[StandIn, str]
+) -> None:
+    """For every shared template (Phi-3.5 and the other formats without a tool-call syntax
+    included), under each policy, the server's request setup sends the codec's grammar for a
+    response_format, or is a 400 naming response_format where the codec has none. Under
+    reference, exactly the templates docs/serve.md lists have none."""
+    from chatcodec.serve.chat import prepare
+    from chatcodec.serve.errors import APIError
+    from chatcodec.serve.schema import ChatRequest
+
+    _, url = standin
+    engine = RemoteEngine(url, kind="llama")
+    response_format = {"type": "json_object"}
+    body = {"model": MODEL, "messages": USER, "response_format": response_format}
+    request = ChatRequest.model_validate(body)
+    codec = Codec(template_source(name), bos_token="<s>", eos_token="</s>")
+    for policy in ("reference", "guaranteed"):
+        try:
+            turn, generation = prepare(codec, request, engine, policy)
+        except APIError as exc:
+            assert (exc.status, exc.param) == (400, "response_format")
+            turn = codec.prepare(USER, response_format=response_format, policy=policy)
+            assert turn.grammar is None
+        else:
+            assert turn.grammar is not None and generation.grammar == turn.grammar
+        if policy == "reference":
+            listed = name.removesuffix(".jinja") in NO_RESPONSE_FORMAT_GRAMMAR
+            assert (turn.grammar is None) == listed
+
+
+def test_a_response_format_on_phi_3_5_is_served(standin: tuple[StandIn, str]) -> None:
+    if not TEMPLATES.is_dir():
+        pytest.skip("needs ../shared/chat_templates")
+    engine, url = standin
+    reset(engine, '{"answer": 42}')
+    phi = Codec(template_source("microsoft-Phi-3.5-mini-instruct.jinja"), eos_token="<|end|>")
+    with served(phi, RemoteEngine(url, kind="llama")) as root:
+        client = openai.OpenAI(base_url=root, api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model=MODEL, messages=USER, response_format={"type": "json_object"}
+        )
+    assert reply.choices[0].message.content == '{"answer": 42}'
+    assert engine.requests[-1]["grammar"]
+
+
+def test_llama_3_1_takes_its_own_ipython_role(standin: tuple[StandIn, str]) -> None:
+    """Llama 3.1's template names "ipython" (a tool result's role): the server passes it on
+    and the template renders it as its own turn; a role it does not name is refused."""
+    if not TEMPLATES.is_dir():
+        pytest.skip("needs ../shared/chat_templates")
+    engine, url = standin
+    reset(engine, "Sunny.")
+    codec = Codec(
+        template_source("meta-llama-Llama-3.1-8B-Instruct.jinja"),
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot_id|>",
+    )
+    result = {"role": "ipython", "content": '{"temperature": 21}'}
+    with served(codec, RemoteEngine(url, kind="llama")) as root:
+        body = {"model": MODEL, "messages": [*USER, result]}
+        assert post(root, body).status_code == 200
+        assert "<|start_header_id|>ipython<|end_header_id|>" in engine.requests[-1]["prompt"]
+        body = {"model": MODEL, "messages": [*USER, {**result, "role": "observation"}]}
+        assert error_of(post(root, body), 400)["param"] == "messages[1].role"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from vllm.tool_parsers import ToolParserManager  # noqa: E402
 from chatcodec import ChatCodecError, Codec  # noqa: E402
 from chatcodec.integrations import vllm_parsers  # noqa: E402
 from chatcodec.integrations.vllm import (  # noqa: E402
+    POLICY_ENV,
     SUPPORTED_VLLM,
     UnsupportedVLLMError,
     check_vllm_version,
@@ -37,6 +39,7 @@ from ._reply_oracle import (  # noqa: E402
     prepare_request,
 )
 from ._requests import ANSWER, CHATML, QWEN3_CODER, QWEN35, WEATHER_TIME  # noqa: E402
+from ._tokenizer import write_checkpoint  # noqa: E402
 from ._vllm import (  # noqa: E402
     Tokenizer,
     every_final_output,
@@ -46,7 +49,7 @@ from ._vllm import (  # noqa: E402
     streamed,
     vllm_request,
 )
-from .conftest import template_source  # noqa: E402
+from .conftest import TEMPLATES, template_source  # noqa: E402
 
 NAME = "chatcodec"
 
@@ -109,7 +112,11 @@ def _through_vllm(case: dict[str, Any], text: str, pieces: list[str] | None) -> 
 
 
 @pytest.mark.parametrize("template", per_case(PARSE_CASES.exists(), _templates, str))
-def test_corpus_replies_read_through_vllm_as_chatcodec_reads_them(template: str) -> None:
+def test_corpus_replies_read_through_vllm_as_chatcodec_reads_them(
+    template: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the reference policy (llama.cpp's reading, which the corpus records)."""
+    monkeypatch.setenv(POLICY_ENV, "reference")
     failures = []
     checked = 0
     for case, i, output in every_final_output(cases_by_template()[template]):
@@ -145,7 +152,11 @@ def _request(**body: Any) -> Any:
 
 def _adjusted(template: str, request: Any) -> Any:
     """The request after vLLM's renderer lets the request's parser adjust it."""
-    tokenizer = Tokenizer(template)
+    return _adjusted_with(Tokenizer(template), request)
+
+
+def _adjusted_with(tokenizer: Any, request: Any) -> Any:
+    """The request after vLLM's renderer lets the parser made for it adjust it."""
     cls = parser_class(NAME, NAME, tokenizer)
     kwargs = request.build_chat_params(None, "auto").chat_template_kwargs
     parser = cls(tokenizer, request.tools, model_config=None, chat_template_kwargs=kwargs)
@@ -168,6 +179,7 @@ def test_a_request_only_a_grammar_enforces_gets_chatcodecs_grammar(options: dict
         WEATHER_TIME,
         tool_choice=options["tool_choice"],
         parallel_tool_calls=options.get("parallel_tool_calls"),
+        policy="guaranteed",  # the plugin's default
     )
     assert turn.grammar is not None
     fields = turn.grammar.vllm_fields()["structured_outputs"]
@@ -181,7 +193,7 @@ def test_a_response_format_gets_chatcodecs_grammar_thought_included() -> None:
     response_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}}
     request = _adjusted(QWEN35, _request(response_format=response_format))
     turn = Codec(QWEN35).prepare(
-        [{"role": "user", "content": "Hi"}], response_format=response_format
+        [{"role": "user", "content": "Hi"}], response_format=response_format, policy="guaranteed"
     )
     assert turn.grammar is not None
     fields = turn.grammar.vllm_fields()["structured_outputs"]
@@ -190,8 +202,12 @@ def test_a_response_format_gets_chatcodecs_grammar_thought_included() -> None:
     assert request.response_format is None
 
 
-def test_a_grammar_vllm_cannot_take_is_a_validation_error_naming_the_field() -> None:
+def test_a_grammar_vllm_cannot_take_is_a_validation_error_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from vllm.exceptions import VLLMValidationError
+
+    monkeypatch.setenv(POLICY_ENV, "reference")  # llama.cpp's lazy grammar
 
     # Functionary v3.2's lazy grammar wakes on a regex, which xgrammar has no form for
     template = template_source("meetkai-functionary-medium-v3.2.jinja")
@@ -223,6 +239,115 @@ def test_a_named_call_streams_in_the_models_own_format() -> None:
     assert got.calls == [("get_weather", '{"city":"Paris"}')]
     assert (got.content, got.reasoning) == ("", "")
     assert sent >= 2  # the name, then the arguments as they come
+
+
+# ------------------------------------------------------------------ special tokens, the policy
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+PARIS = ("get_weather", '{"city": "Paris"}')
+# (template, the checkpoint's named special tokens, a reply calling get_weather): Mistral's
+# [TOOL_CALLS] is a control token of its tokenizer (tests/_tokenizer.py makes every [WORD] of
+# a template one); Hermes 2 Pro's <tool_call> and </tool_call> are special tokens of its own
+SPECIAL_CALLS = {
+    "mistral": (
+        "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+        {"bos_token": "<s>", "eos_token": "</s>"},
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1b2c3d4e"}]',
+    ),
+    "hermes": (
+        "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+        {
+            "bos_token": "<|begin_of_text|>",
+            "eos_token": "<|im_end|>",
+            "tool_call_token": "<tool_call>",
+            "tool_call_end_token": "</tool_call>",
+        },
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    ),
+    "qwen": (
+        "Qwen-Qwen2.5-7B-Instruct.jinja",
+        {"eos_token": "<|im_end|>"},
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    ),
+}
+
+
+def _vllm_tokenizer(tmp_path: Path, name: str) -> Any:
+    """The tokenizer vLLM's server loads for a checkpoint of the template (vLLM's own loader,
+    a byte-level BPE with the template's markers as added tokens)."""
+    from vllm.tokenizers.registry import get_tokenizer
+
+    if not TEMPLATES.is_dir():
+        pytest.skip("needs ../shared/chat_templates")
+    template, special, _ = SPECIAL_CALLS[name]
+    folder = write_checkpoint(tmp_path / name, template_source(template), special)
+    (folder / "config.json").write_text('{"model_type": "llama"}', encoding="utf-8")
+    return get_tokenizer(str(folder))
+
+
+def _detokenized(tokenizer: Any, ids: list[int], request: Any) -> tuple[str, list[str]]:
+    """The text vLLM hands the parsers for the model's tokens ``ids``, whole and token by
+    token, under the request's ``skip_special_tokens`` (vLLM's default: skip them)."""
+    skip = request.skip_special_tokens is not False
+    pieces = [tokenizer.decode([i], skip_special_tokens=skip) for i in ids]
+    return tokenizer.decode(ids, skip_special_tokens=skip), pieces
+
+
+@pytest.mark.parametrize("name", ["mistral", "hermes"])
+def test_calls_whose_markers_are_special_tokens_read_through_vllm(
+    name: str, tmp_path: Path
+) -> None:
+    """The plugin's request adjustment keeps the special tokens the reply format reads in
+    vLLM's text, so the call reads, finished and streamed; with vLLM's default the marker is
+    gone before the parser sees the text and the call is content."""
+    tokenizer = _vllm_tokenizer(tmp_path, name)
+    reply = SPECIAL_CALLS[name][2]
+    ids = tokenizer.encode(reply, add_special_tokens=False)
+    cls = parser_class(NAME, NAME, tokenizer)
+    default = _request(tools=[WEATHER])
+    text, _ = _detokenized(tokenizer, ids, default)
+    assert text != reply and finished(cls, tokenizer, default, text).calls == []
+    request = _adjusted_with(tokenizer, _request(tools=[WEATHER]))
+    assert request.skip_special_tokens is False
+    text, pieces = _detokenized(tokenizer, ids, request)
+    assert text == reply
+    assert finished(cls, tokenizer, request, text).calls == [PARIS]
+    got, _ = streamed(cls, tokenizer, request, pieces)
+    assert got.calls == [PARIS] and got.content == ""
+
+
+def test_markers_that_are_not_special_tokens_leave_vllms_default(tmp_path: Path) -> None:
+    """Qwen 2.5's <tool_call> is an added token, not a special one: nothing to keep."""
+    tokenizer = _vllm_tokenizer(tmp_path, "qwen")
+    request = _adjusted_with(tokenizer, _request(tools=[WEATHER]))
+    assert request.skip_special_tokens is None
+    ids = tokenizer.encode(SPECIAL_CALLS["qwen"][2], add_special_tokens=False)
+    text, _ = _detokenized(tokenizer, ids, request)
+    assert finished(parser_class(NAME, NAME, tokenizer), tokenizer, request, text).calls == [PARIS]
+
+
+def _policy(request: Any) -> str:
+    """The policy the tool parser reads ``request``'s reply under."""
+    parser = vllm_parsers.ChatcodecToolParser(Tokenizer(CHATML), request.tools)
+    return parser.turn(request).format.policy
+
+
+def test_the_plugin_reads_under_guaranteed_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(POLICY_ENV, raising=False)
+    assert _policy(_request()) == "guaranteed"
+    assert _policy(_request(policy="reference")) == "reference"
+    monkeypatch.setenv(POLICY_ENV, "reference")
+    assert _policy(_request()) == "reference"
+    assert _policy(_request(policy="guaranteed")) == "guaranteed"
+    monkeypatch.setenv(POLICY_ENV, "lenient")
+    with pytest.raises(ChatCodecError, match=POLICY_ENV):
+        _policy(_request())
 
 
 # ------------------------------------------------------------------ registration and versions

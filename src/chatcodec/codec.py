@@ -287,9 +287,9 @@ class Codec:
                 "parallel_tool_calls must be true, false or None (the template's capability), "
                 f"not {parallel_tool_calls!r}"
             )
-        choice, reply_tools = _tool_choice(tool_choice, tools)
+        choice, reply_tools = _tool_choice(tool_choice, tools, policy)
         call_id = _call_ids(tool_call_id)
-        json_schema = _json_schema(response_format)
+        json_schema = _json_schema(response_format, policy)
         mode = _continuation(messages, continue_final_message)
         # the continued message is left out of the render
         final = messages[-1] if mode != "none" and messages else None
@@ -398,10 +398,13 @@ def _prompts(
 
 
 def _tool_choice(
-    tool_choice: str | Mapping[str, Any], tools: Sequence[Mapping[str, Any]] | None
+    tool_choice: str | Mapping[str, Any],
+    tools: Sequence[Mapping[str, Any]] | None,
+    policy: str = "reference",
 ) -> tuple[str, Sequence[Mapping[str, Any]] | None]:
     """(llama.cpp's tool choice, the tools a reply may call) of a request's ``tool_choice``:
-    the named form requires a call to that one tool."""
+    the named form requires a call to that one tool. Under ``guaranteed`` a required call
+    needs a tool to call (llama.cpp reads such a reply as text)."""
     from .reply.arguments import tool_functions
 
     if isinstance(tool_choice, str):
@@ -409,6 +412,11 @@ def _tool_choice(
             raise RequestError(
                 f"tool_choice must be 'auto', 'required', 'none' or "
                 f'{{"type": "function", "function": {{"name": ...}}}}, not {tool_choice!r}'
+            )
+        if tool_choice == "required" and not tools and policy == "guaranteed":
+            raise RequestError(
+                "tool_choice 'required' needs tools, and the request gives none "
+                "(under the guaranteed policy a required call is a call)"
             )
         return tool_choice, tools
     named = isinstance(tool_choice, Mapping) and tool_choice.get("type") == "function"
@@ -522,9 +530,13 @@ def _has_fields(message: Mapping[str, Any]) -> bool:
     return any(message.get(k) for k in keys)
 
 
-def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _json_schema(
+    response_format: Mapping[str, Any] | None, policy: str = "reference"
+) -> dict[str, Any] | None:
     """The JSON schema of an OpenAI ``response_format``, as llama-server reads it (an absent
-    or empty schema is any object)."""
+    or empty schema is any object). A schema that is not an object, or null, constrains
+    nothing; under ``guaranteed`` a null schema is any object, as llama-server reads it, and
+    another is a RequestError rather than a reply with no JSON promised."""
     if response_format is None:
         return None
     if not isinstance(response_format, Mapping):
@@ -544,7 +556,14 @@ def _json_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | 
         raise RequestError(
             'response_format type must be "text", "json_object" or "json_schema", not ' + repr(kind)
         )
+    if schema is None and policy == "guaranteed":
+        schema = {}  # llama-server's reading of a null schema: any object
     if not isinstance(schema, Mapping):
+        if policy == "guaranteed":
+            raise RequestError(
+                f"response_format's schema must be a JSON Schema object, not "
+                f"{type(schema).__name__}"
+            )
         return None
     return dict(schema) if schema else {"type": "object"}
 

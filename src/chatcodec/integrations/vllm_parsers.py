@@ -12,6 +12,10 @@ own. Both parsers are ``engine_based_streaming``: vLLM feeds the tool parser eac
 Without ``--reasoning-parser chatcodec`` the tool parser keeps a thought in the content
 (llama.cpp's ``reasoning_format="none"``), as vLLM does without a reasoning parser.
 
+Replies are read and constrained under the ``guaranteed`` policy unless the request's
+``policy`` field or ``$CHATCODEC_VLLM_POLICY`` says ``reference``
+(:func:`chatcodec.integrations.vllm.policy_of`).
+
 Loaded by vLLM through :func:`chatcodec.integrations.vllm.register`, or as a file
 (``--tool-parser-plugin``/``--reasoning-parser-plugin`` naming this module's path), which
 registers both parsers as it loads.
@@ -28,7 +32,13 @@ from typing import Any
 
 import vllm
 
-from chatcodec.integrations.vllm import PARSER_NAME, check_vllm_version
+from chatcodec.integrations.vllm import (
+    PARSER_NAME,
+    check_vllm_version,
+    policy_of,
+    special_markers,
+    special_tokens_of,
+)
 
 check_vllm_version(vllm.__version__)
 
@@ -51,6 +61,7 @@ from chatcodec import Codec  # noqa: E402
 from chatcodec.errors import ChatCodecError, UnusedVariableWarning  # noqa: E402
 from chatcodec.grammar.constraint import constrained_field  # noqa: E402
 from chatcodec.reply import AssistantMessage, Delta, ReplyStream, Turn  # noqa: E402
+from chatcodec.reply.request import Policy  # noqa: E402
 
 __all__ = ["ChatcodecToolParser", "ChatcodecReasoningParser", "codec_of", "prepare_turn"]
 
@@ -110,12 +121,14 @@ def prepare_turn(
     request: Any,
     chat_template_kwargs: Mapping[str, Any] | None,
     reasoning: bool,
+    policy: Policy = "guaranteed",
 ) -> Turn:
     """``codec.prepare`` for a vLLM ``ChatCompletionRequest``: its messages, tools,
     ``tool_choice``, ``parallel_tool_calls`` (the template's capability when the request
     leaves it out, as llama.cpp's server reads it), ``response_format``, continuation, and
     the chat-template keywords vLLM rendered the prompt with. ``reasoning``: a thought goes
-    to ``reasoning_content`` (llama.cpp's ``deepseek`` format) rather than the content."""
+    to ``reasoning_content`` (llama.cpp's ``deepseek`` format) rather than the content.
+    ``policy``: how the reply is read and constrained (docs/decoding.md, "Policies")."""
     data = request.model_dump(mode="json", exclude_none=True)
     tools = data.get("tools") or None
     choice = data.get("tool_choice")
@@ -146,6 +159,7 @@ def prepare_turn(
             reasoning_format="deepseek" if reasoning else "none",
             continue_final_message=bool(data.get("continue_final_message")),
             response_format=response_format,
+            policy=policy,
             **kwargs,
         )
 
@@ -187,6 +201,25 @@ def _delta_message(deltas: Sequence[Delta]) -> DeltaMessage | None:
     if calls:
         fields["tool_calls"] = list(calls.values())
     return DeltaMessage(**fields) if fields else None
+
+
+# a tokenizer's special tokens, by its id (the tokenizer is kept, so the id stays its own)
+_SPECIAL: dict[int, tuple[Any, frozenset[str]]] = {}
+
+
+def _special_tokens(tokenizer: Any) -> frozenset[str]:
+    """``special_tokens_of(tokenizer)``, worked out once per tokenizer."""
+    known = _SPECIAL.get(id(tokenizer))
+    if known is None or known[0] is not tokenizer:
+        if len(_SPECIAL) >= 8:
+            _SPECIAL.clear()
+        known = _SPECIAL[id(tokenizer)] = (tokenizer, special_tokens_of(tokenizer))
+    return known[1]
+
+
+# whether a request's reply format reads a special token of its tokenizer, by the tokenizer's
+# id and the request's shape (ChatcodecToolParser._shape); the tokenizer is kept beside it
+_KEEPS: dict[tuple[int, tuple[Any, ...]], tuple[Any, bool]] = {}
 
 
 # the reasoning parser just made on this thread, for the tool parser vLLM makes right after it
@@ -240,7 +273,11 @@ class ChatcodecToolParser(ParserEngineToolAdapter):
         if self._turn is None:
             codec = codec_of(self.model_tokenizer, getattr(request, "chat_template", None))
             self._turn = prepare_turn(
-                codec, request, self.chat_template_kwargs, reasoning=not self._skip_reasoning
+                codec,
+                request,
+                self.chat_template_kwargs,
+                reasoning=not self._skip_reasoning,
+                policy=policy_of(request),
             )
         return self._turn
 
@@ -252,11 +289,14 @@ class ChatcodecToolParser(ParserEngineToolAdapter):
         return self._read[1]
 
     def adjust_request(self, request: Any) -> Any:
-        """Hand vLLM chatcodec's grammar (llama.cpp's, from the first character the model
-        writes) where only a grammar enforces the request: ``tool_choice`` required or named,
-        ``parallel_tool_calls`` false, a ``response_format``. A request's own
-        ``structured_outputs`` is left as it is. A grammar that cannot be given (a lazy one
-        woken by a regex, a schema llama.cpp refuses) is vLLM's validation error (400)."""
+        """Keep the special tokens the reply format reads in vLLM's text (see
+        :meth:`keep_special_tokens`), and hand vLLM chatcodec's grammar (llama.cpp's, from the
+        first character the model writes) where only a grammar enforces the request:
+        ``tool_choice`` required or named, ``parallel_tool_calls`` false, a
+        ``response_format``. A request's own ``structured_outputs`` is left as it is. A
+        grammar that cannot be given (a lazy one woken by a regex, a schema llama.cpp refuses)
+        is vLLM's validation error (400)."""
+        self.keep_special_tokens(request)
         if getattr(request, "structured_outputs", None) is not None:
             return request
         response_format = getattr(request, "response_format", None)
@@ -288,6 +328,57 @@ class ChatcodecToolParser(ParserEngineToolAdapter):
         # the grammar covers the whole reply, a thought included: constrain from the start
         request._grammar_from_parser = True
         return request
+
+    def keep_special_tokens(self, request: Any) -> None:
+        """Set ``skip_special_tokens`` false when the request's reply format reads a special
+        token of the model's tokenizer (a call opener such as Mistral's ``[TOOL_CALLS]``, a
+        thought marker): vLLM would otherwise leave it out of the text before the parser
+        sees it, as vLLM's own parsers turn it off for their markers. A request chatcodec
+        cannot set up is left as it is: reading its reply says why.
+
+        The answer is kept per tokenizer and per request options that shape the format (not
+        per conversation), so that vLLM's adjusting parser, which reads no reply, prepares
+        one request of each kind rather than every request."""
+        tokenizer = self.model_tokenizer
+        special = _special_tokens(tokenizer)
+        if not special:
+            return
+        key = (id(tokenizer), self._shape(request))
+        known = _KEEPS.get(key)
+        if known is None or known[0] is not tokenizer:
+            try:
+                turn = self.turn(request)
+            except ChatCodecError:
+                return
+            if len(_KEEPS) >= 4096:
+                _KEEPS.clear()
+            keeps = bool(special_markers(turn.format, special, turn.stop))
+            known = _KEEPS[key] = (tokenizer, keeps)
+        if known[1]:
+            request.skip_special_tokens = False
+
+    def _shape(self, request: Any) -> tuple[Any, ...]:
+        """What decides the markers a request's reply format reads: the template, whether
+        tools are offered and how they may be called, the response format, the template's
+        keywords, the reasoning and the policy. The messages and the tools' names and
+        schemas only fill the format in."""
+        choice = request.tool_choice
+        parallel = (
+            request.parallel_tool_calls
+            if "parallel_tool_calls" in request.model_fields_set
+            else None
+        )
+        kwargs = self.chat_template_kwargs or request.chat_template_kwargs or {}
+        return (
+            getattr(request, "chat_template", None),
+            bool(request.tools),
+            choice if isinstance(choice, str) or choice is None else "named",
+            parallel,
+            getattr(getattr(request, "response_format", None), "type", None),
+            json.dumps(kwargs, sort_keys=True, default=str),
+            self._skip_reasoning,
+            policy_of(request),
+        )
 
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
         message = self.read(model_output, request)

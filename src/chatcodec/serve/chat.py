@@ -21,7 +21,7 @@ from ..reply.message import AssistantMessage, Delta
 from ..reply.request import Policy
 from .engine import Engine, Generation, Piece, Usage
 from .errors import APIError
-from .schema import ChatRequest
+from .schema import OPENAI_ROLES, ChatRequest
 from .stops import StopScanner
 
 if TYPE_CHECKING:
@@ -43,6 +43,9 @@ def prepare(
     field_name = request.unsupported()
     if field_name is not None:
         raise APIError(400, f"{field_name} is not supported by this server", field_name)
+    problem = request.meaningless()
+    if problem is not None:
+        raise APIError(400, problem[1], problem[0])
     tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
     kwargs = dict(request.chat_template_kwargs or {})
     for key in kwargs:
@@ -84,6 +87,7 @@ def _turn(
     policy: Policy,
 ) -> Turn:
     template = codec.template_for(tools)
+    _check_roles(template.source, request)
     if "reasoning_effort" in kwargs and "reasoning_effort" not in template.variables:
         raise APIError(
             400, "this model's chat template does not read reasoning_effort", "reasoning_effort"
@@ -116,6 +120,28 @@ def _turn(
         raise APIError(400, str(exc), _constrained_field(request) or "tools") from None
     except RequestError as exc:
         raise APIError(400, str(exc), _param_of(str(exc))) from None
+
+
+def _check_roles(source: str, request: ChatRequest) -> None:
+    """A 400 naming the first message whose role neither OpenAI defines nor the template
+    names as a string of its own (Llama 3.1's ``'ipython'``, Gemma's ``'model'``). A
+    template that does not name a role drops its message, fails, or renders it under a
+    header the model was never trained on: never as the client meant."""
+    for i, message in enumerate(request.messages):
+        role = message.role
+        if role in OPENAI_ROLES or (role and _names(source, role)):
+            continue
+        raise APIError(
+            400,
+            f"messages[{i}].role {role!r} is not a role OpenAI defines "
+            f"({', '.join(sorted(OPENAI_ROLES))}) nor one this model's chat template names",
+            f"messages[{i}].role",
+        )
+
+
+def _names(source: str, word: str) -> bool:
+    """Whether the template's source holds ``word`` as a quoted string."""
+    return f"'{word}'" in source or f'"{word}"' in source
 
 
 def _param_of(message: str) -> str | None:

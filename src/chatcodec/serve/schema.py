@@ -10,7 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ChatRequest", "ToolChoiceNamed"]
+__all__ = ["ChatRequest", "ToolChoiceNamed", "OPENAI_ROLES"]
+
+# the message roles OpenAI's chat API defines ("function" is its deprecated form of "tool")
+OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
 class _Strict(BaseModel):
@@ -58,6 +61,8 @@ class StreamOptions(_Strict):
 
 class ResponseFormat(_Open):
     type: Literal["text", "json_object", "json_schema"]
+    # OpenAI's {"name", "schema"?, "description"?, "strict"?}: checked by `meaningless`
+    json_schema: dict[str, Any] | None = None
 
 
 class ChatRequest(_Strict):
@@ -102,6 +107,36 @@ class ChatRequest(_Strict):
             return "top_logprobs"
         if self.logit_bias:
             return "logit_bias"
+        return None
+
+    def meaningless(self) -> tuple[str, str] | None:
+        """The first field whose value cannot mean anything, as OpenAI's API names it (its
+        ``param``), and why; else None. Roles are checked against the template (serve.chat)."""
+        choice = self.tool_choice
+        if not self.tools and (choice == "required" or isinstance(choice, ToolChoiceNamed)):
+            asked = repr(choice) if isinstance(choice, str) else "a named function"
+            return "tool_choice", f"tool_choice {asked} needs tools, and the request gives none"
+        response_format = self.response_format
+        if response_format is None or response_format.type != "json_schema":
+            return None
+        wrapper = response_format.json_schema
+        if wrapper is None:
+            return (
+                "response_format.json_schema",
+                "Missing required parameter: 'response_format.json_schema' "
+                '({"name": ..., "schema": {...}}).',
+            )
+        if not isinstance(wrapper.get("name"), str) or not wrapper["name"]:
+            return (
+                "response_format.json_schema.name",
+                "Missing required parameter: 'response_format.json_schema.name'.",
+            )
+        if wrapper.get("schema") is not None and not isinstance(wrapper["schema"], dict):
+            return (
+                "response_format.json_schema.schema",
+                "response_format.json_schema.schema must be a JSON Schema object, not "
+                f"{type(wrapper['schema']).__name__}",
+            )
         return None
 
     def stops(self) -> tuple[str, ...]:
