@@ -39,7 +39,7 @@ OWN_TEMPLATES = (
     "ggml-org-llama.cpp-mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja",
     "ggml-org-llama.cpp-nvidia-Llama-3_3-Nemotron-Super-49B-v1_5.jinja",
 )
-EXAMPLES = int(os.environ.get("CHATCODEC_FUZZ", "20"))  # replies per template
+EXAMPLES = int(os.environ.get("CHATCODEC_FUZZ", "12"))  # replies per template
 TOOLS = [
     {
         "type": "function",
@@ -124,8 +124,7 @@ def test_prose_with_brackets_and_markers_never_fails(path: Path, value: bool) ->
         pytest.skip("the template cannot render a request with tools")
     markers = _markers(turn) or ["<tool_call>"]
 
-    @SEEDED
-    @settings(max_examples=EXAMPLES)
+    @settings(SEEDED, max_examples=EXAMPLES)
     @given(
         words=PROSE,
         inserts=st.lists(
