@@ -39,7 +39,8 @@ OWN_TEMPLATES = (
     "ggml-org-llama.cpp-mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja",
     "ggml-org-llama.cpp-nvidia-Llama-3_3-Nemotron-Super-49B-v1_5.jinja",
 )
-EXAMPLES = int(os.environ.get("CHATCODEC_FUZZ", "12"))  # replies per template
+# replies per template (prose), half the mutants per family; CHATCODEC_FUZZ for a long run
+EXAMPLES = int(os.environ.get("CHATCODEC_FUZZ", "12"))
 TOOLS = [
     {
         "type": "function",
@@ -158,7 +159,7 @@ def test_mutated_corpus_replies_never_fail(template: str) -> None:
     assert replies, f"no corpus reply for {template}"
     rng = random.Random(f"38:{template}")
     markers = {id(turn): reply_markers(turn) for turn, _ in replies}
-    for _ in range(30):
+    for _ in range(2 * EXAMPLES):
         turn, text = rng.choice(replies)
         for _ in range(rng.randrange(1, 4)):
             text = _mutate(rng, text, markers[id(turn)])
