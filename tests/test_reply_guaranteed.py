@@ -360,3 +360,36 @@ def test_a_response_format_value_streams_in_pieces(name: str, policy: str) -> No
     assert "".join(contents) == value
     assert len(contents) > len(value) // 2, contents
     check_reply(turn, text, [[text], list(text), [text[:20], text[20:]]])
+
+
+@pytest.mark.parametrize(
+    "name", ["meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.3-70B-Instruct.jinja"]
+)
+def test_llama_calls_joined_by_a_semicolon_are_two_calls(name: str) -> None:
+    """Llama 3.x writes `; ` between parallel calls (vLLM's llama3_json parser splits on it);
+    llama.cpp reads only a comma there and throws."""
+    path = SHARED / name
+    if not path.is_file():
+        pytest.skip("../shared is absent")
+    rome = LLAMA_CALL.replace("Paris", "Rome")
+    text = LLAMA_CALL + "; " + rome
+    turns = {
+        policy: Codec(path.read_text()).prepare(
+            [{"role": "user", "content": "hi"}],
+            TOOLS,
+            parallel_tool_calls=True,
+            tool_call_id=7,
+            policy=policy,
+        )
+        for policy in ("reference", "guaranteed")
+    }
+    with pytest.raises(ReplyError):
+        turns["reference"].parse(text)
+    turn = turns["guaranteed"]
+    message = turn.parse(text)
+    assert [c.arguments for c in message.tool_calls] == ['{"city": "Paris"}', '{"city": "Rome"}']
+    assert not message.content and not message.dropped
+    check_reply(turn, text, [[text], list(text)])
+    # a comma reads as under reference
+    comma = LLAMA_CALL + ", " + rome
+    assert turn.parse(comma) == turns["reference"].parse(comma)
