@@ -76,10 +76,15 @@ class StandIn:
         return out
 
     def text(self, body: dict[str, Any]) -> tuple[str, str]:
+        """The reply to ``body``, cut at its first stop string, or else after ``max_tokens``
+        characters (a character a token: ``length``), and why it ended."""
         text = self.reply(body) if callable(self.reply) else self.reply
         stops = body.get("stop") or []
         found = [(text.find(s), s) for s in stops if s and s in text]
+        limit = body.get("max_tokens")
         if not found:
+            if isinstance(limit, int) and 0 <= limit < len(text):
+                return text[:limit], "length"
             return text, "stop"
         cut, stop = min(found)
         return text[: cut + (len(stop) if self.echo_stops else 0)], "stop"

@@ -624,20 +624,35 @@ def test_guaranteed_reads_an_unparseable_reply_as_content(
     standin: tuple[StandIn, str],
 ) -> None:
     engine, url = standin
-    broken = "Let me see. " + QWEN_CALL.replace('"Paris"', "")
-    reset(engine, broken)
+    prose = "Let me see. <tool_call>\nnot json</tool_call> {curly}"
+    reset(engine, prose)
     body = {"model": MODEL, "messages": USER, "tools": [WEATHER], "policy": "guaranteed"}
     with served(qwen(), RemoteEngine(url)) as root:
+        # no call had started: all of the reply is content, whole and streamed
         whole = post(root, body).json()["choices"][0]
-        assert whole["message"] == {"role": "assistant", "content": broken}
+        assert whole["message"] == {"role": "assistant", "content": prose}
         assert whole["finish_reason"] == "stop"
-        # streamed: the call is held back, so the text can still become content
         events = sse_events(post(root, {**body, "stream": True}))
         deltas = [e["choices"][0]["delta"] for e in events]
-        assert "".join(d.get("content") or "" for d in deltas) == broken
+        assert "".join(d.get("content") or "" for d in deltas) == prose
         assert not any("tool_calls" in d for d in deltas)
         assert events[-1]["choices"][0]["finish_reason"] == "stop"
-        # a reply that parses comes out as without the option, its call whole at the end
+        # a call whose name was complete but whose arguments are not JSON: the prose before
+        # it is the message; streamed, the call went out as it was written, so the stream
+        # ends with an error (the one a guaranteed reply can still give)
+        broken = "Let me see. " + QWEN_CALL.replace('"Paris"', "")
+        reset(engine, broken)
+        whole = post(root, body).json()["choices"][0]
+        assert whole["message"] == {"role": "assistant", "content": "Let me see. "}
+        assert whole["finish_reason"] == "stop"
+        engine.max_chunk, engine.pace = 1, 0.001  # (a character a piece: the call went out)
+        try:
+            events = sse_events(post(root, {**body, "stream": True}))
+        finally:
+            engine.max_chunk, engine.pace = 7, 0.0
+        assert any("tool_calls" in e["choices"][0]["delta"] for e in events[1:-1])
+        assert events[-1]["error"]["code"] == "unparseable_reply"
+        # a reply that parses streams its call as it is written, as under reference
         reset(engine, "Let me see. " + QWEN_CALL)
         events = sse_events(post(root, {**body, "stream": True}))
         calls = [d for e in events for d in e["choices"][0]["delta"].get("tool_calls") or ()]
@@ -645,25 +660,97 @@ def test_guaranteed_reads_an_unparseable_reply_as_content(
         assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {"city": "Paris"}
         assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
     # the server's default, overridden by the request
-    reset(engine, broken)
+    reset(engine, prose)
     with served(qwen(), RemoteEngine(url), policy="guaranteed") as root:
         assert post(root, {**body, "policy": None}).status_code == 200
         error_of(post(root, {**body, "policy": "reference"}), 502)
 
 
-def test_guaranteed_cannot_take_back_streamed_reasoning(
-    standin: tuple[StandIn, str],
-) -> None:
+def test_guaranteed_keeps_streamed_reasoning(standin: tuple[StandIn, str]) -> None:
+    """A thought, then a call marker and no call: the thought stays reasoning, whole and
+    streamed, and the rest is content (no call had started)."""
     engine, url = standin
     codec = Codec(template_source("Qwen-Qwen3-0.6B.jinja"), eos_token="<|im_end|>")
-    reset(engine, '<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{"name": }')
+    rest = "<tool_call>\n{name: }"
+    reset(engine, "<think>\nThe user wants weather.\n</think>\n\n" + rest)
     body = {"model": MODEL, "messages": USER, "tools": [WEATHER], "policy": "guaranteed"}
     with served(codec, RemoteEngine(url)) as root:
         whole = post(root, body).json()["choices"][0]["message"]
-        assert whole["content"] == engine.reply and "reasoning_content" not in whole
+        assert whole == {
+            "role": "assistant",
+            "content": rest,
+            "reasoning_content": "The user wants weather.\n",
+        }
         events = sse_events(post(root, {**body, "stream": True}))
-        assert events[1]["choices"][0]["delta"]["reasoning_content"]
-        assert events[-1]["error"]["code"] == "unparseable_reply"
+        deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+        assert deltas[1]["reasoning_content"]
+        reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
+        assert reasoning == whole["reasoning_content"]
+        assert "".join(d.get("content") or "" for d in deltas) == rest
+        assert events[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_call_cut_by_max_tokens_says_length(standin: tuple[StandIn, str]) -> None:
+    """llama.cpp's server keeps ``length`` for a cut reply; a call the cut left open is not
+    presented as complete: left out of the whole message, sent as far as it went streamed."""
+    engine, url = standin
+    reply = "Let me see. " + QWEN_CALL + "\n" + QWEN_CALL.replace("Paris", "Rome")
+    reset(engine, reply)
+    cut = len("Let me see. " + QWEN_CALL) + 40  # inside the second call's arguments
+    body = {"model": MODEL, "messages": USER, "tools": [WEATHER], "max_tokens": cut}
+    for policy in ("guaranteed", "reference"):
+        with served(qwen(), RemoteEngine(url), policy=policy) as root:
+            whole = post(root, body).json()["choices"][0]
+            assert whole["finish_reason"] == "length"
+            calls = whole["message"]["tool_calls"]
+            assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris"}]
+            events = sse_events(post(root, {**body, "stream": True}))
+            assert events[-1]["choices"][0]["finish_reason"] == "length"
+            deltas = [d for e in events for d in e["choices"][0]["delta"].get("tool_calls") or ()]
+            assert sorted({d["index"] for d in deltas}) == [0, 1]  # the cut call went out
+            # a reply cut before any call: length too
+            short = {**body, "max_tokens": 5}
+            assert post(root, short).json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_usage_comes_when_a_stop_string_ends_the_reply(standin: tuple[StandIn, str]) -> None:
+    """The engine's last piece carries the usage: a reply that a stop string ends (the engine
+    echoing it) still reports it, whole and streamed."""
+    engine, url = standin
+    reset(engine, "Sunny. And warm.<|im_end|>")
+    engine.echo_stops = True
+    body = {"model": MODEL, "messages": USER, "stop": ["And"]}
+    with served(qwen(), RemoteEngine(url)) as root:
+        whole = post(root, body).json()
+        assert whole["choices"][0]["message"]["content"] == "Sunny. "
+        assert whole["usage"]["completion_tokens"] > 0
+        stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        events = sse_events(post(root, stream))
+        assert events[-1]["choices"] == [] and events[-1]["usage"] == whole["usage"]
+
+
+def test_a_response_format_value_streams_as_it_is_written(
+    standin: tuple[StandIn, str],
+) -> None:
+    """A JSON schema reply is one value the codec reads whole: its text still streams as the
+    model writes it, in many deltas, and folds to the whole message."""
+    engine, url = standin
+    codec = Codec(template_source("Qwen3-Coder.jinja"), eos_token="<|im_end|>")
+    value = json.dumps({"city": "Paris", "forecast": ["sunny", "warm", "dry"] * 4})
+    reset(engine, value)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    response_format = {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}
+    body = {"model": MODEL, "messages": USER, "response_format": response_format}
+    engine.pace = 0.002  # (a piece every 2 ms: the server reads them one by one)
+    try:
+        with served(codec, RemoteEngine(url, kind="llama")) as root:
+            assert post(root, body).json()["choices"][0]["message"]["content"] == value
+            events = sse_events(post(root, {**body, "stream": True}))
+    finally:
+        engine.pace = 0.0
+    pieces = [e["choices"][0]["delta"].get("content") for e in events[1:-1]]
+    assert "".join(p or "" for p in pieces) == value
+    assert len([p for p in pieces if p]) > 10
 
 
 def no_tool_syntax_templates() -> list[str]:
@@ -734,6 +821,10 @@ def test_a_call_the_grammar_writes_for_a_template_without_corpus_calls(
         if not readable:  # llama.cpp's own grammar writes what its parser cannot read
             reference = {**body, "policy": "reference"}
             assert error_of(post(root, reference), 502)["code"] == "unparseable_reply"
+            # guaranteed: the call named an offered tool and could not be read: dropped
+            whole = post(root, body).json()["choices"][0]
+            assert whole["message"] == {"role": "assistant", "content": ""}
+            assert whole["finish_reason"] == "stop"
             return
         client = openai.OpenAI(base_url=root, api_key="unused", max_retries=0)
         whole = client.chat.completions.create(**body)

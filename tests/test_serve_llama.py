@@ -184,6 +184,39 @@ def test_max_tokens_ends_with_length(client: Any) -> None:
     assert (reply.choices[0].finish_reason == "length") == (usage.completion_tokens == 1)
 
 
+def test_usage_comes_when_the_requests_stop_string_ends_the_reply(client: Any) -> None:
+    """The engine stops at the request's stop string itself (as llama-server does), and its
+    last piece, which carries the usage, still comes: whole and streamed."""
+    schema = {"type": "object", "properties": {"unit": UNIT}, "required": ["unit"]}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": USER,
+        "seed": 3,
+        "stop": ['"'],  # the value's first key opens with one
+        "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}},
+    }
+    whole = client.chat.completions.create(**body)
+    assert whole.choices[0].finish_reason == "stop"
+    assert '"' not in whole.choices[0].message.content
+    assert whole.usage is not None and whole.usage.completion_tokens > 0
+    chunks = list(
+        client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True})
+    )
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+
+
+def test_a_call_cut_by_max_tokens_says_length(client: Any) -> None:
+    """A required call cut by max_tokens: ``length``, and no call whose arguments are cut."""
+    reply = client.chat.completions.create(
+        model=MODEL, messages=USER, tools=TOOLS, tool_choice="required", seed=1, max_tokens=16
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length"
+    for call in choice.message.tool_calls or ():
+        json.loads(call.function.arguments)
+
+
 def test_concurrent_requests_are_served_in_turn(client: Any) -> None:
     async def ask() -> list[Any]:
         aclient = openai.AsyncOpenAI(base_url=str(client.base_url), api_key="unused")
@@ -394,7 +427,9 @@ def test_in_front_of_llama_cpp_pythons_server_a_named_call_streams(fronted: Any)
             stream=True,
         )
     )
-    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    # the noise model writes on past its call until max_tokens: a cut reply says length, as
+    # llama.cpp's server does, calls or not
+    assert chunks[-1].choices[0].finish_reason == "length"
     calls: dict[int, Any] = {}
     for chunk in chunks:
         for delta in chunk.choices[0].delta.tool_calls or ():

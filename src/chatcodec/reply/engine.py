@@ -30,6 +30,7 @@ from .cursor import (
     CommitWatch,
     Cursor,
     Failure,
+    OpenArguments,
     Outcome,
     Output,
     Waiting,
@@ -55,7 +56,7 @@ from .description import (
 )
 from .flow import FlowRunner
 from .mapper import CallMapper, MappedCall, carries_call_ids
-from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until
+from .peg import FAIL, NEED_MORE, SUCCESS, Node, Parser, Result, Until
 
 __all__ = [
     "ReplyEngine",
@@ -178,6 +179,15 @@ class ReplyEngine:
         self._ids: bool | None = None
         self._limit_reached = False
         self._call_failed = False
+        # where the last call that failed to parse began, and the parser that failed there
+        self._failed_call: tuple[int, Parser] | None = None
+        # a response format's value (ContentValue): the object or array it shows open at the
+        # end of the text (None: none), where its content began (-1: not yet), how much of
+        # it is content already, and where the value failed to parse (-1: it did not)
+        self._value: OpenArguments | None = None
+        self._value_at = -1
+        self._value_taken = 0
+        self._value_failed = -1
         self._flow = FlowRunner(flow, self.cursor, self.out, self.waiting) if flow else None
         # dropped text after the format (TAIL)
         self._tail: list[str] = []
@@ -232,7 +242,7 @@ class ReplyEngine:
                 self._run()
             return FED_SOME
         if state is not _RUNNING:
-            if state is _TAIL:
+            if state is _TAIL or state is _BROKEN:  # (a failed reply's rest: see salvage)
                 self._tail.append(chunk)
             return FED_SOME
         waiting = self.waiting
@@ -247,7 +257,16 @@ class ReplyEngine:
         ready = waiting.ready
         if ready is not None and not ready():
             # the step would wait again at once, having read nothing; but the arguments of
-            # the call in progress may grow with the chunk as written
+            # the call in progress, or a response format's value, may grow with the chunk as
+            # written
+            value = self._value
+            if value is not None:
+                piece = value.take(chunk)
+                if not piece:
+                    return FED_NOTHING
+                self._value_taken += len(piece)
+                self.out.content.append(piece)
+                return FED_CONTENT
             if self.out.extend_arguments(chunk):
                 return FED_ARGUMENTS
             return FED_NOTHING
@@ -295,6 +314,73 @@ class ReplyEngine:
                 reason = self._tail_reason_for(text.lstrip(" \t\n\v\f\r"))
                 self.out.drop(text, reason, self._tail_start)
             self._state = _STOPPED
+
+    def salvage(self) -> None:
+        """Read a finished reply that failed as the ``guaranteed`` policy does (docs/decoding.md,
+        "Policies"): what was read stays, and the text from where reading stopped becomes
+        dropped ``invalid_call`` if a call had started there, dropped ``trailing_text`` after
+        calls, and content otherwise."""
+        if self._state is not _BROKEN:
+            return
+        cur = self.cursor
+        start = cur.offset
+        rest = cur.buf[cur.pos :] + "".join(cur.pending) + "".join(self._tail)
+        self._tail.clear()
+        self._state = _STOPPED
+        if start == self._value_failed:
+            self._salvage_value(start, rest)
+        elif self._call_started(start, rest):
+            self.out.drop(rest, "invalid_call", start)
+        elif self.out.committed:
+            self.out.drop(rest, "trailing_text", start)
+        else:  # (the generation prompt is not the model's)
+            self.out.content.append(rest[max(0, self.prompt_length - start) :])
+
+    def _call_started(self, start: int, text: str) -> bool:
+        """Whether a call that failed to parse began at ``start`` and got as far as a stream
+        announces a call: its name complete and one of the offered tools."""
+        if self._flow is not None:
+            names = self._flow.flow.tool_names
+            parsers = [p for p in self._flow.call_parsers() if start == self._flow.boundary]
+        elif self._failed_call is not None and self._failed_call[0] == start:
+            section = self.fmt.calls
+            assert section is not None
+            names = section.tool_names
+            parsers = [self._failed_call[1]]
+        else:
+            return False
+        return any(self._shows_call(p, text, names) for p in parsers)
+
+    def _salvage_value(self, start: int, rest: str) -> None:
+        """A response format's value that failed at ``start``: its content from where the
+        value began (as far as it read, and all that follows) is content; the space or fence
+        before it is skipped text."""
+        at = self._value_at
+        if self._value_taken == 0:
+            step = self._program[self._index][0]
+            assert isinstance(step, ContentValue)
+            _, result = _longest_read(step.parser, rest)
+            node = _content_node(result.nodes) if result.status != FAIL else None
+            at = start + node.start if node is not None else -1
+        if at < 0:
+            self.out.content.append(rest)
+            return
+        self.out.drop(rest[: at - start], "skipped_text", start)
+        tail = rest[at - start + self._value_taken :]
+        if tail:
+            self.out.content.append(tail)
+
+    def _shows_call(self, parser: Parser, text: str, names: frozenset[str]) -> bool:
+        """Whether the longest start of ``text`` that ``parser`` reads without failing shows a
+        call of one of ``names`` (what the stream's preview of the call would show)."""
+        read, result = _longest_read(parser, text)
+        if result.status == FAIL:
+            return False
+        mapper = self.out.mapper.fork()
+        mapper.visit(result.nodes, read)
+        mapper.flush()
+        shown = mapper.calls
+        return bool(shown) and (not names or shown[0].name in names)
 
     # ------------------------------------------------------------------ the program
 
@@ -559,26 +645,70 @@ class ReplyEngine:
 
     def _content_value(self, step: ContentValue) -> Outcome:
         """Content read as one value, parsed whole like a call: when its text has doubled since
-        the last try or the reply ends."""
+        the last try, when a JSON object or array it shows open has closed, or the reply ends.
+        Between parses, the open object or array grows with the text as written (its text is
+        the content)."""
         parser = step.parser
         cur = self.cursor
         if self._phase is None:
             self._phase = ContentPhase.BODY
             self._tried_len = -1
-        if not (cur.eof or self._tried_len < 0 or cur.unread() >= 2 * self._tried_len):
+        if not (cur.eof or self._tried_len < 0 or self._value_ready()):
+            self.waiting.call(self._value_ready, None)
             return WAIT
         cur.materialize()
         result = parser.parse(cur.buf, cur.pos)
         if result.status == FAIL:
+            self._value = None
+            self._value_failed = cur.offset
             return self._fail("the content is not the value the response format asks for")
         # a value that parses to the end of the text so far may still grow (its trailing space)
         if not cur.eof and (result.status == NEED_MORE or result.end >= len(cur.buf)):
             self._tried_len = len(cur.buf) - cur.pos
+            self._show_value(result.nodes, cur.buf, cur.base)
+            self.waiting.call(self._value_ready, None)
             return WAIT
-        self.out.take_content(result.nodes, cur.buf)
+        self._value = None
+        texts: list[str] = []
+        _content_texts(result.nodes, cur.buf, texts)
+        rest = "".join(texts)[self._value_taken :]
+        if rest:
+            self.out.content.append(rest)
         cur.pos = result.end
         return NEXT if result.status == SUCCESS else STOP
 
+    def _value_ready(self) -> bool:
+        """Whether the value in progress is worth parsing again (see ``_content_value``)."""
+        value = self._value
+        if value is not None and value.closed:
+            return True
+        return self.cursor.unread() >= 2 * self._tried_len
+
+    def _show_value(self, nodes: list[Node], text: str, base: int) -> None:
+        """The content a partial parse of the value shows, past what was shown before; an
+        object or array it leaves open at the end of the text streams on as written."""
+        self._value = None
+        node = _content_node(nodes)
+        if node is None:
+            return
+        if self._value_at < 0:
+            self._value_at = base + node.start
+        elif self._value_at != base + node.start:
+            return  # (another reading of the value: nothing more is shown before its end)
+        raw = text[node.start : node.end]
+        shown = raw
+        if node.partial and node.end == len(text) and raw[:1] in ("{", "["):
+            opened = OpenArguments(raw)
+            shown = opened.shown
+            if not opened.closed and len(shown) >= self._value_taken:
+                self._value = opened
+        if len(shown) > self._value_taken:
+            self.out.content.append(shown[self._value_taken :])
+            self._value_taken = len(shown)
+        elif len(shown) < self._value_taken:
+            self._value = None  # (what was shown is ahead of this parse: the chunks wait)
+
+    # ------------------------------------------------------------------ the calls
     # ------------------------------------------------------------------ the calls
 
     def _calls(self, step: Calls) -> Outcome:
@@ -646,6 +776,7 @@ class ReplyEngine:
             self._thought_until = Until(*(m for m in block.stops if m not in block.call_stops))
             self._skipped_at = cur.offset
             return self._jump(Thought, ThoughtPhase.BODY)
+        self._failed_call = (cur.offset, grammar)
         if self._calls_done == 0 and section.required:
             at = result.end if section.fail_at_parse_end else cur.pos
             return self.out.fail(
@@ -716,3 +847,38 @@ def _thought_out(block: ReasoningBlock | None, out: Output, skipped: list[str]) 
     if block is None or block.body == "reasoning":
         return out.reasoning
     return out.content if block.body in ("content", "inline") else skipped
+
+
+def _content_node(nodes: list[Node]) -> Node | None:
+    """The first ``content`` node of a parse (a response format's value)."""
+    stack = list(reversed(nodes))
+    while stack:
+        node = stack.pop()
+        if node.tag == "content":
+            return node
+        stack.extend(reversed(node.children))
+    return None
+
+
+def _content_texts(nodes: list[Node], text: str, out: list[str]) -> None:
+    """The text of the ``content`` nodes of a parse, in order."""
+    stack = list(reversed(nodes))
+    while stack:
+        node = stack.pop()
+        if node.tag == "content":
+            out.append(text[node.start : node.end])
+        else:
+            stack.extend(reversed(node.children))
+
+
+def _longest_read(parser: Parser, text: str) -> tuple[str, Result]:
+    """The longest start of ``text`` that ``parser`` reads without failing, and its parse
+    (the starts that fail are taken to be the longer ones)."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if parser.parse(text[:mid], 0).status == FAIL:
+            hi = mid - 1
+        else:
+            lo = mid
+    return text[:lo], parser.parse(text[:lo], 0)

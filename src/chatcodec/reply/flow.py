@@ -26,7 +26,7 @@ from .cursor import (
 )
 from .description import CallMessage, Flow, FlowState, TextMessage
 from .mapper import carries_call_ids
-from .peg import FAIL, NEED_MORE, Until
+from .peg import FAIL, NEED_MORE, Parser, Until
 
 __all__ = ["FlowRunner"]
 
@@ -73,6 +73,15 @@ class FlowRunner:
             flow.openers, flow.name_marker, flow.name_marker_end, flow.tool_names
         )
 
+    @property
+    def boundary(self) -> int:
+        """The absolute offset where the options of the current state are tried."""
+        return self.cursor.offset if self.phase is Phase.BOUNDARY else -1
+
+    def call_parsers(self) -> list[Parser]:
+        """The calls the current state's options parse where a message may begin."""
+        return [o.call for o in self.state.options if isinstance(o, CallMessage)]
+
     def tail_reason(self, rest: str) -> str:
         """Why the text the flow leaves unread was dropped."""
         return self.markers.reason(rest, self.after_call, self.call_failed)
@@ -105,9 +114,10 @@ class FlowRunner:
         if target == "$":
             self.phase = Phase.ANCHOR
             return None
+        # (llama.cpp fails as far as the options got; the cursor stays where they began)
         cur = self.cursor
-        cur.pos = max(cur.pos, self.reach - cur.base)
-        return self.out.fail(cur.offset, "the reply does not match the expected format here")
+        at = max(cur.offset, self.reach)
+        return self.out.fail(at, "the reply does not match the expected format here")
 
     def _done(self, then: str) -> Outcome | None:
         """An option was read to its end: a repetition that read nothing stops."""

@@ -152,7 +152,9 @@ class ReplyStream:
         engine = self._engine
         engine.finish()
         failure = engine.failure
-        if engine.failed and failure is not None:
+        if engine.failed and self.format.policy == "guaranteed":
+            engine.salvage()  # what was read stays, the rest is content or dropped
+        elif engine.failed and failure is not None:
             if partial and failure.position > 0:
                 return StreamEnd(
                     self._with_role([]), AssistantMessage(dropped=tuple(engine.dropped))
@@ -173,6 +175,13 @@ class ReplyStream:
                 f"{self._contradicted}"
             )
         return StreamEnd(self._with_role(deltas), self._build())
+
+    @property
+    def whole_calls(self) -> int:
+        """How many of the calls read so far were read whole: after ``finish``, the message's
+        calls past these were cut short by the end of the reply (their arguments may not be
+        complete JSON)."""
+        return len(self._engine.committed_calls)
 
     # ------------------------------------------------------------------ internals
 

@@ -193,8 +193,7 @@ class _Server:
             turn, generation = await asyncio.to_thread(
                 prepare, self.codec, body, self.engine, policy
             )
-        degrade = turn.format.policy == "guaranteed"
-        reply = Reply(turn, generation.stop, degrade=degrade, streamed=body.stream)
+        reply = Reply(turn, generation.stop, streamed=body.stream)
         pieces = self.engine.generate(generation)
         # an engine that fails at once is a status, not a stream
         first = await _unless_gone(request, asyncio.ensure_future(_first(pieces)))
@@ -353,8 +352,7 @@ class _Events:
         except EngineError as exc:
             yield _event(error_body(502, str(exc)))
             return
-        finish = "tool_calls" if reply.calls else reply.finish_reason
-        yield self.chunk({}, finish)
+        yield self.chunk({}, reply.finish_reason)
         if self.include_usage:
             usage = reply.usage.to_openai() if reply.usage is not None else None
             yield _event({**self.head, "choices": [], "usage": usage})

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import warnings
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..codec import Codec
 from ..errors import (
     GrammarError,
-    ReplyError,
     RequestError,
     TemplateError,
     UnusedVariableWarning,
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from ..reply.turn import Turn
 
 __all__ = ["prepare", "Reply"]
+
+log = logging.getLogger("chatcodec.serve")
 
 # what Codec.prepare takes by name itself: a chat_template_kwargs key of that name is refused
 _OWN = frozenset(inspect.signature(Codec.prepare).parameters)
@@ -207,14 +209,17 @@ def _grammar(turn: Turn, request: ChatRequest, engine: Engine) -> Grammar | None
 class Reply:
     """The engine's pieces read through the stop strings and the turn's stream.
 
-    ``degrade``: a reply that does not parse becomes plain content, the reply's text as the
-    engine wrote it, instead of a ReplyError. When ``streamed``, its tool calls are then held
-    until the reply has parsed (so that none has to be taken back), and a reply whose
-    reasoning already went out still fails: the content sent so far must start its text."""
+    The turn's policy decides what a reply that does not match its format becomes: an error
+    (``reference``), or content and dropped text (``guaranteed``; only a call already
+    streamed that then proves unreadable is an error). A streamed reply is read piece by
+    piece, a whole one at its end (so that nothing announced ever needs taking back).
+
+    A reply the engine cut short (``finish_reason`` ``length``) keeps that reason, calls or
+    not; a call it cut inside is left out of the whole message (its arguments are not
+    complete) and logged. Streamed, what was sent of it stands."""
 
     turn: Turn
     stops: tuple[str, ...]
-    degrade: bool = False
     streamed: bool = True
     finish_reason: str = "stop"
     usage: Usage | None = None
@@ -225,73 +230,44 @@ class Reply:
     def __post_init__(self) -> None:
         self._scanner = StopScanner(self.stops)
         self._stream = self.turn.stream()
-        # kept only for a degraded message: the reply as read, the content sent
-        self._text: list[str] = []
-        self._content: list[str] = []
-        self._reasoning_sent = False
-        self._held: list[Delta] | None = [] if self.degrade and self.streamed else None
 
     async def deltas(self, pieces: AsyncIterator[Piece]) -> AsyncIterator[list[Delta]]:
-        """The deltas of the reply, a list per engine piece; ``ReplyError`` when the finished
-        reply does not parse (and cannot be degraded). Stops reading the engine at a stop
-        string."""
-        stream = self._stream
+        """The deltas of the reply, a list per engine piece (one list at the end when the
+        reply is not streamed); ``ReplyError`` when the finished reply does not parse. Text
+        past a stop string is not read; the engine is read to its end for its usage."""
+        stream, scanner = self._stream, self._scanner
+        whole: list[str] = []
         async for piece in pieces:
-            text = self._scanner.feed(piece.text)
+            text = scanner.feed(piece.text)
             if text:
-                if self.degrade:
-                    self._text.append(text)
-                yield self._sent(stream.feed(text))
+                if self.streamed:
+                    yield self._counted(stream.feed(text))
+                else:
+                    whole.append(text)
             if piece.finish_reason is not None:
                 self.finish_reason = piece.finish_reason
                 self.usage = piece.usage
-            if self._scanner.stopped:
-                self.finish_reason = "stop"
-                break
-        rest = self._scanner.finish()
-        self._text.append(rest)
-        out = self._sent(stream.feed(rest)) if rest else []
-        try:
-            end = stream.finish()
-        except ReplyError as exc:
-            if not self.degrade:
-                raise
-            yield out + self._degraded(exc)
-            return
-        self.message = end.message
-        out += self._sent(end.deltas) + (self._held or [])
-        if end.message.tool_calls:
+        if scanner.stopped:
+            self.finish_reason = "stop"
+        whole.append(scanner.finish())
+        text = "".join(whole)
+        out = self._counted(stream.feed(text)) if text else []
+        end = stream.finish()
+        message = end.message
+        out += self._counted(end.deltas)
+        if self.finish_reason == "length":
+            cut = message.tool_calls[stream.whole_calls :]
+            if cut and not self.streamed:
+                log.info("a tool call cut short by the length limit was left out: %s", cut)
+                message = replace(message, tool_calls=message.tool_calls[: stream.whole_calls])
+        elif message.tool_calls:
             self.finish_reason = "tool_calls"
+        self.message = message
         yield out
 
-    def _degraded(self, error: ReplyError) -> list[Delta]:
-        """The rest of the reply as content; ``error`` again when what was sent is not the
-        start of that content."""
-        text, sent = "".join(self._text), "".join(self._content)
-        if self.streamed and (self._reasoning_sent or not text.startswith(sent)):
-            raise error
-        self.message = AssistantMessage(content=text)
-        self.calls = 0
-        rest = text[len(sent) :] if self.streamed else ""
-        return [Delta(content=rest)] if rest else []
-
-    def _sent(self, deltas: list[Delta]) -> list[Delta]:
-        """``deltas`` less the tool-call ones held back, noting what goes out (what was sent
-        matters only to a reply that may be degraded)."""
-        if not self.degrade:
-            for delta in deltas:
-                if delta.tool_call is not None:
-                    self.calls = max(self.calls, delta.tool_call.index + 1)
-            return deltas
-        out = []
+    def _counted(self, deltas: list[Delta]) -> list[Delta]:
+        """``deltas``, noting how many calls went out."""
         for delta in deltas:
             if delta.tool_call is not None:
                 self.calls = max(self.calls, delta.tool_call.index + 1)
-                if self._held is not None:
-                    self._held.append(delta)
-                    continue
-            self._reasoning_sent = self._reasoning_sent or bool(delta.reasoning_content)
-            if delta.content:
-                self._content.append(delta.content)
-            out.append(delta)
-        return out
+        return deltas

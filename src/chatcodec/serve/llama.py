@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from ..llamacpp import library
 from .engine import EngineError, EngineTimeout, Generation, Piece, Usage
+from .stops import StopScanner
 
 __all__ = ["LlamaEngine", "trigger_patterns"]
 
@@ -76,6 +77,7 @@ class _Job:
     sampler: Any
     prompt_tokens: int
     max_tokens: int
+    stops: StopScanner
     pending: int | None = None  # the last sampled token, not yet decoded
     count: int = 0
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
@@ -215,21 +217,33 @@ class LlamaEngine:
             raise
         room = self.n_ctx - len(tokens)
         limit = room if request.max_tokens is None else min(room, request.max_tokens)
-        return _Job(sampler, len(tokens), limit)
+        return _Job(sampler, len(tokens), limit, StopScanner(request.stop))
 
     def _step(self, job: _Job) -> Piece:
         lib = self.lib
         if job.pending is not None:
             self._decode([job.pending])
             job.pending = None
+        stops = job.stops
         if job.count >= job.max_tokens:
-            return Piece(job.decoder.decode(b"", True), "length", job.usage())
+            text = self._last(job)
+            return Piece(text, "stop" if stops.stopped else "length", job.usage())
         token = lib.llama_sampler_sample(job.sampler, self.context, -1)
         if lib.llama_vocab_is_eog(self.vocab, token):
-            return Piece(job.decoder.decode(b"", True), "stop", job.usage())
+            return Piece(self._last(job), "stop", job.usage())
         job.count += 1
         job.pending = token
-        return Piece(job.decoder.decode(self.piece(token)))
+        text = stops.feed(job.decoder.decode(self.piece(token)))
+        if stops.stopped:  # a stop string ends the generation here, as llama-server's do
+            return Piece(text, "stop", job.usage())
+        return Piece(text)
+
+    @staticmethod
+    def _last(job: _Job) -> str:
+        """The text the decoder and the stop strings still held when the generation ended."""
+        stops = job.stops
+        text = stops.feed(job.decoder.decode(b"", True))
+        return text if stops.stopped else text + stops.finish()
 
     def _sampler(self, request: Generation) -> Any:
         """The sampler chain: the grammar first, then penalties, top-p, temperature and the

@@ -65,6 +65,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
         request.parallel_tool_calls,
         request.reasoning_format,
         request.json_schema,
+        semicolons=request.policy == "guaranteed",
     )
     return replace(
         fmt,

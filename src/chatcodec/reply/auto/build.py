@@ -116,6 +116,12 @@ def _comma() -> peg.Parser:
     return peg.Seq(peg.Space(), peg.Literal(","), peg.Space())
 
 
+def _comma_or_semicolon() -> peg.Parser:
+    """Between bare JSON calls under the guaranteed policy: llama.cpp's comma, or the `; `
+    that Llama 3.x writes between calls (vLLM's llama3_json parser splits on it)."""
+    return peg.Seq(peg.Space(), peg.Choice(peg.Literal(","), peg.Literal(";")), peg.Space())
+
+
 def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser:
     name_p = peg.Seq(_key(name_key), _quoted_name(name))
     args_p = peg.Seq(_key(args_key), peg.Tag(t.TOOL_ARGS, peg.json_value))
@@ -233,8 +239,10 @@ def _json_section(
     start: str,
     end: str,
     parallel: bool,
+    semicolons: bool = False,
 ) -> peg.Parser:
-    """standard_json_tools without its outer optional: ``start ws calls ws end``."""
+    """standard_json_tools without its outer optional: ``start ws calls ws end``; with
+    ``semicolons``, bare calls (no markers around them) may be parted by `;` too."""
     name_key = tl.name_field or "name"
     args_key = tl.args_field or "arguments"
     if tl.function_field and tl.function_field != "function" and "." not in name_key:
@@ -252,7 +260,9 @@ def _json_section(
     choice = peg.Choice(*alternatives)
     calls: peg.Parser = choice
     if parallel:
-        calls = peg.Seq(choice, peg.Repeat(peg.Seq(_comma(), choice)))
+        bare = semicolons and not (start or end or tl.tools_array_wrapped)
+        parting = _comma_or_semicolon() if bare else _comma()
+        calls = peg.Seq(choice, peg.Repeat(peg.Seq(parting, choice)))
     if tl.tools_array_wrapped:
         calls = peg.Seq(peg.Literal("["), peg.Space(), calls, peg.Space(), peg.Literal("]"))
     return _seq(_lit(start), peg.Space(), calls, peg.Space(), _lit(end))
@@ -400,13 +410,14 @@ def _calls(
     functions: Sequence[Mapping[str, Any]],
     parallel: bool,
     required: bool,
+    semicolons: bool = False,
 ) -> tuple[CallSection, str]:
     """The call section and the marker that ends the content before it."""
     tl = a.tools
     offered = _OfferedCalls(tool_names(functions), required)
     if tl.mode == T_JSON:
         trigger = tl.section_start or tl.per_call_start or "{"
-        return _json_calls(tl, functions, parallel, offered), trigger
+        return _json_calls(tl, functions, parallel, offered, semicolons), trigger
     tagged = tl.mode != T_TAG_JSON
     choice = _tag_tagged_choice(tl, functions) if tagged else _tag_json_choice(tl, functions)
     trigger = tl.section_start or tl.per_call_start
@@ -416,7 +427,11 @@ def _calls(
 
 
 def _json_calls(
-    tl: Tools, functions: Sequence[Mapping[str, Any]], parallel: bool, offered: _OfferedCalls
+    tl: Tools,
+    functions: Sequence[Mapping[str, Any]],
+    parallel: bool,
+    offered: _OfferedCalls,
+    semicolons: bool = False,
 ) -> CallSection:
     """JSON calls: each in its own per-call markers, or all in one section."""
     if not tl.section_start and tl.per_call_start:
@@ -429,7 +444,7 @@ def _json_calls(
             space_after=True,
             fail_at_parse_end=False,
         )
-    unit = _json_section(tl, functions, tl.section_start, tl.section_end, parallel)
+    unit = _json_section(tl, functions, tl.section_start, tl.section_end, parallel, semicolons)
     return offered.section(
         unit, None, tl.section_end, (tl.section_start,) if tl.section_start else ()
     )
@@ -519,7 +534,9 @@ def build_format(
     parallel_tool_calls: bool,
     reasoning_format: str,
     json_schema: Mapping[str, Any] | None = None,
+    semicolons: bool = False,
 ) -> ReplyFormat:
+    """``semicolons``: bare JSON calls may be parted by `;` (the guaranteed policy)."""
     rs = a.reasoning
     extracting = reasoning_format != "none" and rs.mode != R_NONE
     reasoning = _reasoning_block(a) if extracting and rs.end else None
@@ -529,7 +546,9 @@ def build_format(
     functions = tool_functions(tools)
     if functions and tool_choice != "none" and a.supports_tool_calls:
         required = tool_choice == "required"
-        return _tool_call_format(a, prefix, reasoning, functions, parallel_tool_calls, required)
+        return _tool_call_format(
+            a, prefix, reasoning, functions, parallel_tool_calls, required, semicolons
+        )
     return _content_format(a, prefix, reasoning, extracting)
 
 
@@ -575,6 +594,7 @@ def _tool_call_format(
     functions: Sequence[Mapping[str, Any]],
     parallel: bool,
     required: bool,
+    semicolons: bool = False,
 ) -> ReplyFormat:
     """Content up to the calls' trigger, then the calls."""
     stops = tuple(a.additional_stops)
@@ -585,7 +605,7 @@ def _tool_call_format(
             steps(Expect(prefix), Whitespace(), Thought(reasoning) if reasoning else None),
             stop=stops,
         )
-    section, trigger = _calls(a, functions, parallel, required)
+    section, trigger = _calls(a, functions, parallel, required, semicolons)
     ct = a.content
     if a.tools.mode == T_JSON and ct.always_wrapped():
         # JSON calls after an optional wrapped content block: R (CS content CE)? calls EOF;

@@ -59,6 +59,9 @@ THOUGHT = ReasoningBlock(
     # llama.cpp ends a thought at </think> (consumed) or at <tool_call> (left for the call)
     closers=(("</think>", True), ("<tool_call>", False)),
 )
+# under the guaranteed policy, a thought before a response format's value: no call can follow
+# it, so <tool_call> is thought text (llama.cpp ends the thought there and the value then fails)
+THOUGHT_BEFORE_VALUE = replace(THOUGHT, stops=("</think>",), closers=(("</think>", True),))
 
 
 def matches(source: str) -> bool:
@@ -81,6 +84,8 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
         # a response format makes the content one JSON value (tools aside); what follows it
         # is dropped
         value = json_content() if request.json_schema else None
+        if reasoning is not None and value is not None and request.policy == "guaranteed":
+            reasoning = THOUGHT_BEFORE_VALUE
         return ReplyFormat(
             NAME,
             steps(
