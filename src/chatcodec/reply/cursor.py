@@ -316,6 +316,12 @@ class OpenArguments:
     def take(self, chunk: str) -> str:
         if self.closed:
             return ""
+        if self.in_string and not (self.held or self.escape) and not _IN_STRING.search(chunk):
+            # (inside a string that goes on: all of it, less its trailing whitespace)
+            shown = chunk.rstrip(_C_SPACES)
+            if len(shown) < len(chunk):
+                self.held = chunk[len(shown) :]
+            return shown
         part = self.held + chunk[: self._scan(chunk)]
         shown = part[: len(part) - len(self.escape)].rstrip(_C_SPACES)
         self.held = part[len(shown) :]

@@ -253,13 +253,16 @@ class ReplyEngine:
         grew = False
         if opened is not None and not opened.closed:
             # its arguments grow with the chunk as written: nothing else can change until they
-            # close or its closing marker comes (the call cannot end inside JSON arguments, so
-            # a balance watch waits: the parse when they close restarts it)
-            if watch is not None and not (opened.in_json and watch.balance):
+            # close (the call cannot end inside them, so its watch need not see the chunk; a
+            # balance watch needs every chunk, unless they are JSON arguments, whose closing
+            # always brings the parse that restarts it)
+            if watch is not None and watch.balance and not opened.in_json:
                 watch.see(chunk)
             fragment = self.out.arguments_fragment = opened.take(chunk)
-            if not opened.closed and not (watch is not None and watch.hit):
+            if not opened.closed:
                 return FED_ARGUMENTS if fragment else FED_NOTHING
+            if watch is not None and not watch.balance:
+                watch.see(chunk)  # (its closing marker may follow in the chunk)
             grew = bool(fragment)
         else:
             if opened is not None:
