@@ -1,8 +1,8 @@
 """Decode benchmark: finished-parse throughput, streaming cost, and re-parse-per-chunk cost.
 
-    python benchmarks/stream.py [--quick] [--full] [--only NAME]
+    python benchmarks/stream.py [--quick] [--full] [--only NAME] [--calls]
 
-One table, one template per reply family (and three auto-parser templates), two replies each:
+Two tables. The first, one template per reply family (and three auto-parser templates), two replies each:
   text  the corpus reply with its thought and content made long (prose full of '<', '[', '{'),
   call  the corpus reply with one string argument of a tool call made long (the same prose).
 Both are built from the parse corpus' request for that template (`reasoning_content_tool`,
@@ -21,6 +21,16 @@ Columns, per reply:
                times every prefix (slow: minutes per family).
 Every time is the best of 3 runs (--quick: 1); the machines are shared and noisy. Every
 stream is first checked: its deltas fold to the finished parse.
+
+The second table (alone with --calls) is the cost per chunk of streaming one tool call, at
+call sizes of 100 B, 1 KB, 10 KB and 1 MB, against plain text of the same size (the
+baseline). Per family (CALL_FAMILIES), the corpus reply that is one call (`tool_single`)
+has its "Paris" argument stretched so that the reply is the size (a call shorter than the
+family's own is left as written: the size column shows it), and the corpus reply that is
+plain text (`plain`) has its content stretched to the size. Both are fed in chunks of 1 to
+7 characters (4 on average, as a tokenizer's tokens), `feed` then `finish`, the stream made
+before the clock starts; the clock is the process's CPU time (the machines are shared). Columns: µs per chunk of the text and of the call, and call/text
+(goal <= 2 at every size).
 """
 
 from __future__ import annotations
@@ -83,6 +93,21 @@ ARGUMENT = "Paris"  # the string argument stretched in the call reply
 PROSE = "The answer is < 42 and <b>bold</b>; see x[1] = {y} & <tool_ca... no, naïve 🚀. "
 CHUNK = 4
 SIZE = 128 << 10
+
+# the call-size table: families, sizes, the corpus requests of a lone call and of plain text
+CALL_FAMILIES = (
+    "Qwen3-Coder",
+    "DeepSeek DSML",
+    "gpt-oss",
+    "Kimi K2",
+    "auto: Hermes 3",
+    "auto: Qwen3",
+)
+CALL_SIZES = (100, 1 << 10, 10 << 10, 1 << 20)
+CALL_REQUESTS = ("auto-par0__tool_single", "auto-par1__tool_single", "required-par0__tool_single")
+TEXT_REQUESTS = ("auto-par0__plain", "auto-par1__plain", "auto-par0-think0__plain")
+# chunk sizes, cycled: 1 to 7 characters, 4 on average (a tokenizer's tokens)
+TOKEN_SIZES = (4, 3, 5, 2, 6, 4, 1, 7, 3, 5)
 
 
 def _fill(size: int) -> str:
@@ -196,12 +221,117 @@ def _measure(
     return parse_big, finished, stream_time, half_time, reparse, step
 
 
+def _cases(template: str, names: tuple[str, ...]) -> list[dict]:  # type: ignore[type-arg]
+    """The corpus cases of ``template`` named ``names``, in that order."""
+    stem = template.removesuffix(".jinja")
+    wanted = {f"{stem}__{r}": r for r in names}
+    found: dict[str, dict] = {}  # type: ignore[type-arg]
+    with CASES.open(encoding="utf-8") as f:
+        for line in f:
+            if f'"{stem}__' in line[:300]:
+                case = json.loads(line)
+                if case["id"] in wanted:
+                    found[wanted[case["id"]]] = case
+    return [found[n] for n in names if n in found]
+
+
+def _final(case: dict) -> str:  # type: ignore[type-arg]
+    return str(next(o["text"] for o in case["outputs"] if o["kind"] == "final"))
+
+
+def _sized_replies(template: str) -> tuple[Turn, Callable[[int], str], Turn, Callable[[int], str]]:
+    """(turn, builder) of a lone call and of plain text: the builder gives a reply of a size."""
+    call_case = _cases(template, CALL_REQUESTS)[0]
+    call_turn, call_text = prepare_request(call_case), _final(call_case)
+    text_case = _cases(template, TEXT_REQUESTS)[0]
+    text_turn, text_reply = prepare_request(text_case), _final(text_case)
+    content = text_turn.parse(text_reply).content
+    assert content and text_reply.count(content) == 1, template
+
+    def call(size: int) -> str:
+        fill = max(len(ARGUMENT), size - len(call_text) + len(ARGUMENT))
+        return call_text.replace(ARGUMENT, _fill(fill), 1)
+
+    def text(size: int) -> str:
+        return text_reply.replace(content, _fill(max(1, size - len(text_reply) + len(content))))
+
+    return call_turn, call, text_turn, text
+
+
+def _token_chunks(text: str) -> list[str]:
+    out, at, k = [], 0, 0
+    while at < len(text):
+        size = TOKEN_SIZES[k % len(TOKEN_SIZES)]
+        out.append(text[at : at + size])
+        at, k = at + size, k + 1
+    return out
+
+
+def _per_chunk(turn: Turn, text: str, quick: bool) -> float:
+    """Seconds per chunk of streaming ``text`` (best of a few runs, each of enough streams
+    of ~20,000 chunks; the streams are made before the clock starts)."""
+    pieces = _token_chunks(text)
+    if not _check_chunks(turn, text, pieces):
+        raise SystemExit(f"STREAM != PARSE: {text[:80]!r}")
+    streams = max(1, (5_000 if quick else 20_000) // len(pieces))
+    best = float("inf")
+    for _ in range(1 if quick or len(pieces) > 100_000 else 3):
+        made = [turn.stream() for _ in range(streams)]
+        t = time.process_time()
+        for s in made:
+            feed = s.feed
+            for c in pieces:
+                feed(c)
+            s.finish()
+        best = min(best, time.process_time() - t)
+    return best / streams / len(pieces)
+
+
+def _check_chunks(turn: Turn, text: str, pieces: list[str]) -> bool:
+    s = turn.stream()
+    deltas = [d for c in pieces for d in s.feed(c)] + s.finish().deltas
+    whole, folded = turn.parse(text), fold(deltas)
+    return (folded.content, folded.tool_calls) == (whole.content, whole.tool_calls)
+
+
+def call_table(only: str | None, quick: bool) -> None:
+    """Per family and call size: µs per chunk of plain text and of one tool call."""
+    print(
+        "\ncalls: µs per chunk (1-7 characters, 4 on average) of plain text and of one tool call"
+        " of the size\n"
+    )
+    print(f"{'family':16s} {'size':>9s} {'text':>7s} {'call':>7s} {'call/text':>9s}")
+    ratios: list[float] = []
+    templates = dict(FAMILIES)
+    for family in CALL_FAMILIES:
+        if only and only.lower() not in family.lower():
+            continue
+        call_turn, call, text_turn, text = _sized_replies(templates[family])
+        for size in CALL_SIZES:
+            call_reply, text_reply = call(size), text(size)
+            per_text = _per_chunk(text_turn, text_reply, quick)
+            per_call = _per_chunk(call_turn, call_reply, quick)
+            ratios.append(per_call / per_text)
+            print(
+                f"{family:16s} {len(call_reply):>9,d} {per_text * 1e6:7.2f} {per_call * 1e6:7.2f} "
+                f"{per_call / per_text:8.2f}x"
+            )
+    if ratios:
+        print(
+            f"\nworst call/text {max(ratios):.2f}x, median {sorted(ratios)[len(ratios) // 2]:.2f}x"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller samples")
     ap.add_argument("--full", action="store_true", help="time every prefix of the re-parse loop")
     ap.add_argument("--only", help="only the families whose name contains this")
+    ap.add_argument("--calls", action="store_true", help="only the call-size table")
     args = ap.parse_args()
+    if args.calls:
+        call_table(args.only, args.quick)
+        return
     repeat = 1 if args.quick else 3
     big = SIZE if args.quick else 1 << 20
     samples = 16 if args.quick else 64
@@ -259,6 +389,7 @@ def main() -> None:
             f"* re-parse loop timed on {samples} evenly spread prefixes and scaled to all "
             f"{SIZE // CHUNK} (--full: every prefix)"
         )
+    call_table(args.only, args.quick)
 
 
 if __name__ == "__main__":

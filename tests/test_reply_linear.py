@@ -43,6 +43,7 @@ import pytest
 from chatcodec import Codec
 from chatcodec.errors import ChatCodecError
 from chatcodec.reply import AssistantMessage, Delta, Turn
+from chatcodec.reply.description import CallMessage
 
 from ._reply_oracle import (
     PARSE_CASES,
@@ -53,6 +54,8 @@ from ._reply_oracle import (
     prepare_request,
 )
 from .conftest import template_source
+from .test_reply_stream_arguments import CHATML, GPT_OSS, QWEN3_CODER
+from .test_reply_stream_arguments import TOOLS as WRITE_FILE
 
 # (llama.cpp handler, template): one template per handler of the parse corpus, three of the
 # auto parser's
@@ -408,3 +411,115 @@ def test_the_finished_parse_of_many_calls_is_linear(template: str, call: str) ->
     assert len(turn.parse(call * 400).tool_calls) == 400
     worst = growth(short, long)
     assert max(worst.values()) <= LIMIT, f"{template}: 200 -> 400 calls grew the work {worst}"
+
+
+# ------------------------------------------------------------------ a streamed call's parse work
+
+
+def _call_grammars(turn: Turn) -> list[Any]:
+    """The parsers that read a call of ``turn`` (a call in progress is parsed with these)."""
+    fmt = turn.format
+    found = []
+    if fmt.calls is not None:
+        found += [p for p in (fmt.calls.first, fmt.calls.next) if p is not None]
+    if fmt.flow is not None:
+        for state in fmt.flow.states.values():
+            found += [o.call for o in state.options if isinstance(o, CallMessage)]
+    return list({id(p): p for p in found}.values())
+
+
+class ParseWork:
+    """Counts the characters every call parse of ``turn`` reads (``len(text) - pos``: a
+    partial parse reads the call from its start to the end of the text so far)."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.characters = 0
+        self.parses = 0
+        self._patched = _call_grammars(turn)
+        for parser in self._patched:
+            parser.parse = self._counted(parser.parse)
+
+    def _counted(self, parse: Callable[[str, int], Any]) -> Callable[[str, int], Any]:
+        def counted(text: str, pos: int) -> Any:
+            self.characters += len(text) - pos
+            self.parses += 1
+            return parse(text, pos)
+
+        return counted
+
+    def close(self) -> None:
+        for parser in self._patched:
+            del parser.parse  # (the instance attribute: the class's method again)
+
+
+# one tool call whose "content" argument is BODY, per kind of arguments: raw JSON (the auto
+# parser's Hermes/Qwen format), XML-style parameters (Qwen3-Coder), gpt-oss's channels
+STREAMED_CALLS = {
+    "json": (
+        CHATML,
+        '<tool_call>\n{"name": "write_file", "arguments": {"path": "a.txt", "content": "BODY"}}'
+        "\n</tool_call>",
+    ),
+    "xml": (
+        QWEN3_CODER,
+        "<tool_call>\n<function=write_file>\n<parameter=path>\na.txt\n</parameter>\n"
+        "<parameter=content>\nBODY\n</parameter>\n</function>\n</tool_call>",
+    ),
+    "gpt-oss": (
+        GPT_OSS,
+        "<|channel|>commentary to=functions.write_file <|constrain|>json<|message|>"
+        '{"path": "a.txt", "content": "BODY"}',
+    ),
+}
+# the most characters the call's parses may read per character fed, at every call length;
+# a parse of the call so far on every chunk reads ~L/8 per character of an L-character call
+# (~128 at 1 KB, ~1,280 at 10 KB)
+PARSE_PER_CHARACTER = 32
+
+
+def _sized_call(kind: str, size: int) -> tuple[Turn, str]:
+    source, shape = STREAMED_CALLS[kind]
+    turn = Codec(source).prepare(
+        [{"role": "user", "content": "Save it"}], tools=WRITE_FILE, tool_choice="auto"
+    )
+    body = _prose(max(5, size - len(shape) + len("BODY")))
+    return turn, shape.replace("BODY", body)
+
+
+@pytest.mark.parametrize("kind", STREAMED_CALLS)
+@pytest.mark.parametrize("size", [100, 1 << 10, 10 << 10])
+def test_a_streamed_call_costs_bounded_parse_work_per_chunk(kind: str, size: int) -> None:
+    """A call fed in 4-character chunks: its parses read at most PARSE_PER_CHARACTER
+    characters per character fed, at 100 B, 1 KB and 10 KB alike (a constant per chunk:
+    arguments that grow as written are not parsed again until they close)."""
+    turn, text = _sized_call(kind, size)
+    work = ParseWork(turn)
+    try:
+        stream = turn.stream()
+        deltas = [d for piece in chunks(text, CHUNK) for d in stream.feed(piece)]
+        end = stream.finish()
+    finally:
+        work.close()
+    (call,) = end.message.tool_calls
+    assert json.loads(call.arguments)["content"] in text
+    # the arguments streamed: most of them before the reply ended
+    streamed = [d.tool_call.arguments for d in deltas if d.tool_call is not None]
+    assert len("".join(streamed)) >= len(call.arguments) - 8
+    assert work.characters <= PARSE_PER_CHARACTER * len(text), (
+        f"{kind}, {len(text)} characters: the call's {work.parses} parses read "
+        f"{work.characters} characters ({work.characters / len(text):.0f} per character fed)"
+    )
+
+
+def test_the_parse_work_measure_fails_a_parse_per_chunk() -> None:
+    """The negative control: a stream that also parses the whole text so far on every chunk
+    (llama.cpp's server, vLLM) reads far more than the bound at 1 KB."""
+    turn, text = _sized_call("xml", 1 << 10)
+    work = ParseWork(turn)
+    try:
+        stream = _QuadraticStream(turn, _reparse)
+        for piece in chunks(text, CHUNK):
+            stream.feed(piece)
+    finally:
+        work.close()
+    assert work.characters > PARSE_PER_CHARACTER * len(text), work.characters

@@ -165,28 +165,38 @@ class Cursor:
         return NEXT
 
 
-# a call in progress is re-tried on every chunk while its text is at most this long (so the
-# stream shows its arguments as they grow, as llama.cpp's per-token re-parse does); past it,
-# only when its text has doubled since the last try or its closing marker may have come: a
-# bounded cost per chunk, and linear in all
+# a call in progress whose arguments do not grow as written (its name, a tag, the markup
+# between two values) is re-tried on every chunk while its text is at most this long (so the
+# stream shows it as llama.cpp's per-token re-parse does); past it, only when its text has
+# doubled since the last try or its closing marker may have come: a bounded cost per chunk,
+# and linear in all. While its arguments grow as written (OpenArguments, OpenString), it is
+# not re-tried at all until they close or its closing marker may have come.
 PREVIEW_WINDOW = 1024
 
 
 def retry_due(unread: int, tried: int, out: Output) -> bool:
     """Whether a call in progress last tried on ``tried`` characters is worth parsing again
-    now that it has ``unread``, short of its closing marker: always within PREVIEW_WINDOW;
-    past it once its text has doubled, or, after a string value that grew as written closed,
-    when what came after it may have opened the next argument (OpenString.due)."""
-    if unread <= PREVIEW_WINDOW or unread >= 2 * tried:
-        return True
+    now that it has ``unread``, short of its closing marker: never while its arguments grow
+    as written (the last chunk did not close them); else always within PREVIEW_WINDOW; past
+    it once its text has doubled, or, after a string value that grew as written closed, when
+    what came after it may have opened the next argument (OpenString.due)."""
     opened = out.open_arguments
-    return isinstance(opened, OpenString) and opened.due(tried)
+    if opened is not None:
+        if not opened.closed:
+            return False
+        if opened.in_json:
+            return True  # (once per call: its arguments closed, the call may end next)
+    # (asked first: the first ask after the value closed weighs the value against ``tried``)
+    if isinstance(opened, OpenString) and opened.due(tried):
+        return True
+    return unread <= PREVIEW_WINDOW or unread >= 2 * tried
 
 
 class CommitWatch:
     """Whether a call's closing marker arrived since the call was last tried."""
 
     __slots__ = ("marker", "keep", "window", "hit")
+    balance = False  # (a BalanceWatch needs every chunk since its restart)
 
     def __init__(self, marker: str) -> None:
         self.marker = marker
@@ -213,6 +223,7 @@ class BalanceWatch:
     arguments whose last ``}`` ends the call)."""
 
     __slots__ = ("opener", "closer", "quotes", "depth", "quote", "escaped", "hit")
+    balance = True
 
     def __init__(self, balance: Balance) -> None:
         self.opener, self.closer, self.quotes = balance.open, balance.close, balance.quotes
@@ -285,14 +296,15 @@ class OpenArguments:
     """The arguments of the call in progress while they are the raw JSON object the model is
     writing, which a partial parse shows as that text less an escape it ends inside and its
     trailing whitespace: what arrives before the object closes extends them as it comes,
-    with no parse (past PREVIEW_WINDOW, where the call is parsed again only when its text has
-    doubled).
+    with no parse (the call is parsed again once they close or its closing marker may have
+    come).
 
     ``shown`` is what the partial parse of ``raw`` shows; ``take(chunk)`` the text the shown
     arguments grow by with ``chunk``; ``closed`` once the object's last brace went by.
     """
 
     __slots__ = ("depth", "in_string", "escape", "closed", "held", "shown")
+    in_json = True  # (the call cannot end while they are open)
 
     def __init__(self, raw: str) -> None:
         self.depth = 0
@@ -304,6 +316,12 @@ class OpenArguments:
     def take(self, chunk: str) -> str:
         if self.closed:
             return ""
+        if self.in_string and not (self.held or self.escape) and not _IN_STRING.search(chunk):
+            # (inside a string that goes on: all of it, less its trailing whitespace)
+            shown = chunk.rstrip(_C_SPACES)
+            if len(shown) < len(chunk):
+                self.held = chunk[len(shown) :]
+            return shown
         part = self.held + chunk[: self._scan(chunk)]
         shown = part[: len(part) - len(self.escape)].rstrip(_C_SPACES)
         self.held = part[len(shown) :]
@@ -351,11 +369,12 @@ class OpenString:
     """The last argument of the call in progress while it is a raw string value left open
     (XML-style parameters): a partial parse shows its text, JSON-escaped, up to its closing
     delimiter or up to a prefix of one the text ends with. What arrives before the
-    delimiter extends the arguments as it comes, with no parse (past PREVIEW_WINDOW).
+    delimiter extends the arguments as it comes, with no parse.
 
     ``take(chunk)`` is the text the shown arguments grow by with ``chunk``; ``closed`` once
     the delimiter went by (the quote it closes is the next parse's). After it, the call is
-    parsed again when ``after`` (what came since) reaches ``wait``, 64 characters, doubled
+    parsed again on every chunk while it is within PREVIEW_WINDOW; past it, when ``after``
+    (what came since) reaches ``wait``, 64 characters, doubled
     at each parse that shows no new value open, up to PREVIEW_WINDOW: the next argument
     opens shortly after, and a long one then grows as written too. Only if the value grew
     by at least half the call text tried before it (``due``): each value's few extra parses
@@ -363,6 +382,7 @@ class OpenString:
     """
 
     __slots__ = ("until", "held", "closed", "grown", "after", "wait", "worth")
+    in_json = False
 
     def __init__(self, until: Until, held: str) -> None:
         self.until = until
@@ -377,7 +397,12 @@ class OpenString:
         if self.closed:
             self.after += len(chunk)
             return ""
-        text = self.held + chunk
+        held = self.held
+        text = held + chunk if held else chunk
+        if self.until.firsts.isdisjoint(text):  # (no delimiter can begin in it: all value)
+            self.held = ""
+            self.grown += len(text)
+            return json_escape_inner(text)
         stop, self.closed = self.until.find(text, 0)
         self.held = text[stop:] if not self.closed else ""
         if self.closed:
@@ -543,15 +568,6 @@ class Output:
                     self.open_arguments = OpenString(until, held)
         if self.open_arguments is None and isinstance(previous, OpenString):
             self.open_arguments = previous.waits_on()
-
-    def extend_arguments(self, chunk: str) -> bool:
-        """Whether ``chunk`` extends the open arguments of the call in progress (then by
-        ``arguments_fragment``)."""
-        opened = self.open_arguments
-        if opened is None:
-            return False
-        self.arguments_fragment = opened.take(chunk)
-        return bool(self.arguments_fragment)
 
     def clear_preview(self) -> None:
         """The call in progress is not one: nothing of it is shown."""

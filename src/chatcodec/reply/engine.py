@@ -3,12 +3,13 @@
 The format is turned into a program: a list of steps (the prefix, the thought, the content, the
 calls, the frame's markers, the end), each run over the ``Cursor`` until it returns an
 ``Outcome``. Text is consumed left to right and never re-read, except the text of the one tool
-call in progress, which is parsed (by the small PEG engine) on every chunk while it is within
-PREVIEW_WINDOW characters (its partial parse is the stream's preview of the call), then only
-when it may have completed: when its closing marker arrives, when its text has doubled since
-the last try, or at the end (cursor.retry_due); between those tries, raw JSON arguments or a
-raw string value the last preview left open grow with each chunk as written
-(``Output.extend_arguments``, FED_ARGUMENTS).
+call in progress, which is parsed (by the small PEG engine; its partial parse is the stream's
+preview of the call) when its outcome or its preview may have changed (cursor.retry_due):
+while raw JSON arguments or a raw string value the last preview left open grow with each chunk
+as written (``OpenArguments.take``, FED_ARGUMENTS), only when they close or the call's
+closing marker arrives; otherwise (its name, a tag, the markup between values) on every chunk
+while it is within PREVIEW_WINDOW characters, then when its text has doubled since the last
+try; and at the end.
 Every result equals llama.cpp's parse of the same whole text (lenient: a cut-short structure is
 NEED_MORE, never a failure).
 """
@@ -249,16 +250,37 @@ class ReplyEngine:
         out = waiting.out
         if out is not None and not cur.pending:
             return self._feed_plain(chunk, out, waiting.until)
-        watch = waiting.watch
-        if watch is not None:
-            watch.see(chunk)
         cur.pending.append(chunk)
         cur.pending_len += len(chunk)
+        watch = waiting.watch
         ready = waiting.ready
-        if ready is not None and not ready():
-            # the step would wait again at once, having read nothing; but the arguments of
-            # the call in progress, or a response format's value, may grow with the chunk as
-            # written
+        if ready is None:
+            self._run()
+            return FED_SOME
+        # a call in progress: the step would wait again at once, having read nothing, unless
+        # the call may have ended or its preview changed (if it runs, its parse shows the chunk)
+        opened = self.out.open_arguments
+        grew = False
+        if opened is not None and not opened.closed:
+            # its arguments grow with the chunk as written: nothing else can change until they
+            # close (the call cannot end inside them, so its watch need not see the chunk; a
+            # balance watch needs every chunk, unless they are JSON arguments, whose closing
+            # always brings the parse that restarts it)
+            if watch is not None and watch.balance and not opened.in_json:
+                watch.see(chunk)
+            fragment = self.out.arguments_fragment = opened.take(chunk)
+            if not opened.closed:
+                return FED_ARGUMENTS if fragment else FED_NOTHING
+            if watch is not None and not watch.balance:
+                watch.see(chunk)  # (its closing marker may follow in the chunk)
+            grew = bool(fragment)
+        else:
+            if opened is not None:
+                opened.take(chunk)  # (a value that closed counts what comes after it)
+            if watch is not None:
+                watch.see(chunk)
+        if not ready():
+            # a response format's value may grow with the chunk as written, too
             value = self._value
             if value is not None:
                 piece = value.take(chunk)
@@ -267,9 +289,7 @@ class ReplyEngine:
                 self._value_taken += len(piece)
                 self.out.content.append(piece)
                 return FED_CONTENT
-            if self.out.extend_arguments(chunk):
-                return FED_ARGUMENTS
-            return FED_NOTHING
+            return FED_ARGUMENTS if grew else FED_NOTHING
         self._run()
         return FED_SOME
 
