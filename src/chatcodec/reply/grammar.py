@@ -13,9 +13,14 @@ from typing import Any
 from ..grammar import rules as g
 from ..grammar.document import ObjectNode, SchemaNode, read_schema
 from .arguments import tool_functions
+from .request import ReplyRequest
 from .schema import function_parameters, parameters, value_types
 
 __all__ = [
+    "calls_only",
+    "before_calls",
+    "reads_thought",
+    "required_arguments",
     "Parameter",
     "tool_parameters",
     "tool_schema",
@@ -27,6 +32,43 @@ __all__ = [
     "JsonLayout",
     "standard_json_tools",
 ]
+
+# ------------------------------------------------------- the guaranteed policy's required calls
+
+
+def calls_only(request: ReplyRequest) -> bool:
+    """Whether the reply may be nothing but the thought and the calls: the request requires a
+    call (``tool_choice`` required, or a named tool) under the guaranteed policy, with tools
+    to call. llama.cpp's grammar lets free text come first there (docs/differences.md, G1)."""
+    return (
+        request.policy == "guaranteed"
+        and request.tool_choice == "required"
+        and bool(tool_functions(request.tools))
+    )
+
+
+def before_calls(request: ReplyRequest, content: g.Expr) -> g.Expr:
+    """What a grammar admits between the thought and the first call: llama.cpp's ``content``,
+    or nothing when the reply is calls alone (``calls_only``)."""
+    return g.nothing() if calls_only(request) else content
+
+
+def reads_thought(request: ReplyRequest) -> bool:
+    """Whether a grammar writes the thought as a thought (its markers and its body): when it is
+    extracted, and when the reply is calls alone (a thought kept as content is still the
+    thought the template opens, and no other text may come before the calls)."""
+    return request.reasoning_format != "none" or calls_only(request)
+
+
+def required_arguments(r: g.Rules, prefix: str, arguments: Sequence[tuple[g.Expr, bool]]) -> g.Expr:
+    """A call's ``arguments`` (each with whether it is required) where the reply is calls
+    alone: every required one once, in any order, then any number of the optional ones.
+    llama.cpp's grammar takes any of them any number of times in some families (MiniCPM5,
+    Muse Glimmer, Kimi K3), so a call could leave a required argument out."""
+    args = r.permute(prefix, [arg for arg, required in arguments if required])
+    optional = [arg for arg, required in arguments if not required]
+    return args + g.zero_or_more(g.choice(*optional)) if optional else args
+
 
 # llama.cpp's schema for a function without parameters
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
