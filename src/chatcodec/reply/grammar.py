@@ -110,11 +110,16 @@ def tool_parameters(function: Mapping[str, Any]) -> list[Parameter]:
 # ------------------------------------------------------------------ Python-style calls (LFM2)
 
 
-def _python_style_call(r: g.Rules, fn: Mapping[str, Any], json_literals: bool) -> g.Expr:
+def _python_style_call(
+    r: g.Rules, fn: Mapping[str, Any], json_literals: bool, strict: bool
+) -> g.Expr:
     """``name(arg=value, ...)``: a ``string`` parameter takes a quoted string, any other a
-    Python value (with JSON's literals too when ``json_literals``)."""
+    Python value (with JSON's literals too when ``json_literals``). ``strict``: the required
+    arguments in order, then any optional ones, each value a JSON value of its schema."""
     args = g.nothing()
     params = list(parameters(fn))
+    if params and strict:
+        return _typed_python_style_call(r, fn)
     if params:
         arguments = g.choice()
         for name, schema, _required, _root in params:
@@ -130,16 +135,47 @@ def _python_style_call(r: g.Rules, fn: Mapping[str, Any], json_literals: bool) -
     return g.tag(opener + g.space() + g.tag(args) + g.space() + g.tag(g.lit(")")))
 
 
+def _typed_python_style_call(r: g.Rules, fn: Mapping[str, Any]) -> g.Expr:
+    """``name(arg=value, ...)`` whose arguments hold to the tool's schema: every required one,
+    in the schema's order, then any optional ones, each value a JSON value of its schema (a
+    JSON string is a Python string, and the parse reads JSON's literals)."""
+    name = str(fn["name"])
+    required: list[g.Expr] = []
+    optional: list[g.Expr] = []
+    for param in tool_parameters(fn):
+        value = g.tag(g.schema(r.json(), f"tool-{name}-arg-{param.name}-schema", param.schema))
+        arg = g.tag(g.tag(g.tag(g.lit(param.name)) + "=") + value + g.tag(g.nothing()))
+        (required if param.required else optional).append(arg)
+    comma = "," + g.space()
+    args = g.nothing()
+    for i, arg in enumerate(required):
+        args = args + comma + arg if i else arg
+    if optional:
+        more = g.zero_or_more(comma + g.choice(*optional))
+        if required:
+            args = args + more
+        else:
+            args = g.optional(g.choice(*optional) + more)
+    opener = g.tag(g.tag(g.lit(name)) + "(")
+    return g.tag(opener + g.space() + g.tag(args) + g.space() + g.tag(g.lit(")")))
+
+
 def python_style_calls(
-    r: g.Rules, tools: Sequence[Mapping[str, Any]] | None, parallel: bool, json_literals: bool
+    r: g.Rules,
+    tools: Sequence[Mapping[str, Any]] | None,
+    parallel: bool,
+    json_literals: bool,
+    strict: bool = False,
 ) -> g.Expr:
     """llama.cpp's Python-style call list: ``[`` one call (or, when ``parallel``, several
-    separated by ``,``) ``]``, each call a rule ``tool-NAME``."""
+    separated by ``,``) ``]``, each call a rule ``tool-NAME``. ``strict`` (the guaranteed
+    policy's required calls): each call's arguments hold to its tool's schema."""
     if not tools:
         return g.nothing()
     calls = g.choice()
     for fn in tool_functions(tools):
-        calls = calls | r.rule(f"tool-{fn['name']}", _python_style_call(r, fn, json_literals))
+        call = _python_style_call(r, fn, json_literals, strict)
+        calls = calls | r.rule(f"tool-{fn['name']}", call)
     if parallel:
         return "[" + g.space() + calls + g.zero_or_more("," + g.space() + calls) + g.space() + "]"
     return "[" + g.space() + calls + g.space() + "]"

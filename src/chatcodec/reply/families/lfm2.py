@@ -40,7 +40,7 @@ from ..description import (
     Thought,
     steps,
 )
-from ..grammar import before_calls, python_style_calls, reads_thought
+from ..grammar import before_calls, calls_only, python_style_calls, reads_thought
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import json_content
@@ -180,7 +180,9 @@ def grammar(request: ReplyRequest) -> str:
             value = g.tag(g.schema(r.json(), "response-format-schema", request.json_schema))
             return r.gbnf(g.seq(PREFIX, reasoning, value, g.nothing()), lazy=False)
         return r.gbnf(g.seq(PREFIX, reasoning, g.tag(g.until()), g.nothing()), lazy=False)
-    calls = python_style_calls(r, request.tools, request.parallel_tool_calls, json_literals=True)
+    strict = calls_only(request)
+    parallel = request.parallel_tool_calls
+    calls = python_style_calls(r, request.tools, parallel, json_literals=True, strict=strict)
     tool_calls = r.rule("tool-calls", r.trigger_rule("tool-call", CALL_START + calls + CALL_END))
     content = before_calls(request, g.tag(g.until(CALL_START)))
     lazy = not (json_reply or request.tool_choice == "required")
