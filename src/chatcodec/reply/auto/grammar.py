@@ -250,7 +250,12 @@ def _tagged_calls(
     parallel = request.parallel_tool_calls
     if tl.per_call_start:
         if tagged:
-            wrapped = tl.per_call_start + g.space() + choice + g.space() + tl.per_call_end
+            # llama.cpp's parse wants the per-call end right after a call's arguments unless
+            # the format tolerates whitespace there; its grammar allows space: a required
+            # call under the guaranteed policy writes only what the parse reads
+            strict = calls_only(request) and not tl.tolerate_intertag_whitespace
+            gap = g.nothing() if strict else g.space()
+            wrapped = tl.per_call_start + g.space() + choice + gap + tl.per_call_end
         else:
             wrapped = tl.per_call_start + choice + tl.per_call_end
         body = wrapped + g.zero_or_more(g.space() + wrapped) if parallel else wrapped
