@@ -123,9 +123,7 @@ def prepare(line: tuple[str, str, str, str], request: str, policy: str, **option
         tools=TOOLS,
         tool_call_id=0,
         policy=policy,
-        **REQUESTS[request],
-        **json.loads(kwargs),
-        **options,
+        **{**REQUESTS[request], **json.loads(kwargs), **options},
     )
 
 
@@ -139,6 +137,28 @@ def check_calls(message: AssistantMessage, request: str) -> None:
     for call in message.tool_calls:
         assert call.name in allowed
         jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+
+
+def _rules(gbnf: str) -> dict[str, str]:
+    return dict(line.split(" ::= ", 1) for line in gbnf.splitlines() if line)
+
+
+def test_the_guaranteed_grammar_drops_only_the_content_before_the_calls() -> None:
+    """Qwen3-Coder's required call, without ../shared or an engine: the guaranteed grammar is
+    llama.cpp's without the content automaton before the calls, rule for rule; auto is
+    llama.cpp's under both policies."""
+    strict_grammar = prepare(INLINE_LINE, "single", "guaranteed").grammar
+    reference_grammar = prepare(INLINE_LINE, "single", "reference").grammar
+    assert strict_grammar is not None and reference_grammar is not None
+    strict, reference = _rules(strict_grammar.gbnf), _rules(reference_grammar.gbnf)
+    assert reference.pop("root") == '"<|im_start|>assistant\\n" space until-1 space tool-call-root'
+    assert strict.pop("root") == '"<|im_start|>assistant\\n" space tool-call-root'
+    assert {k: v for k, v in reference.items() if not k.startswith("until-")} == strict
+    auto = {"tool_choice": "auto"}
+    assert (
+        prepare(INLINE_LINE, "required", "guaranteed", **auto).grammar
+        == prepare(INLINE_LINE, "required", "reference", **auto).grammar
+    )
 
 
 # ------------------------------------------------------------------ sampled replies
