@@ -31,7 +31,9 @@ def _set_up_cases() -> list[dict[str, Any]]:
     "case", per_case(PARSE_CASES.exists(), _set_up_cases, lambda case: case["id"])
 )
 def test_grammar_is_llama_cpps(case: dict[str, Any]) -> None:
-    grammar = prepare_request(case).grammar
+    turn = prepare_request(case)
+    assert turn.format.policy == "reference"  # llama.cpp's grammar, byte for byte
+    grammar = turn.grammar
     got = grammar.gbnf if grammar is not None else ""
     assert normalize(got) == normalize(case["llama_cpp"]["grammar"])
 

@@ -13,9 +13,14 @@ from typing import Any
 from ..grammar import rules as g
 from ..grammar.document import ObjectNode, SchemaNode, read_schema
 from .arguments import tool_functions
+from .request import ReplyRequest
 from .schema import function_parameters, parameters, value_types
 
 __all__ = [
+    "calls_only",
+    "before_calls",
+    "reads_thought",
+    "required_arguments",
     "Parameter",
     "tool_parameters",
     "tool_schema",
@@ -27,6 +32,43 @@ __all__ = [
     "JsonLayout",
     "standard_json_tools",
 ]
+
+# ------------------------------------------------------- the guaranteed policy's required calls
+
+
+def calls_only(request: ReplyRequest) -> bool:
+    """Whether the reply may be nothing but the thought and the calls: the request requires a
+    call (``tool_choice`` required, or a named tool) under the guaranteed policy, with tools
+    to call. llama.cpp's grammar lets free text come first there (docs/differences.md, G1)."""
+    return (
+        request.policy == "guaranteed"
+        and request.tool_choice == "required"
+        and bool(tool_functions(request.tools))
+    )
+
+
+def before_calls(request: ReplyRequest, content: g.Expr) -> g.Expr:
+    """What a grammar admits between the thought and the first call: llama.cpp's ``content``,
+    or nothing when the reply is calls alone (``calls_only``)."""
+    return g.nothing() if calls_only(request) else content
+
+
+def reads_thought(request: ReplyRequest) -> bool:
+    """Whether a grammar writes the thought as a thought (its markers and its body): when it is
+    extracted, and when the reply is calls alone (a thought kept as content is still the
+    thought the template opens, and no other text may come before the calls)."""
+    return request.reasoning_format != "none" or calls_only(request)
+
+
+def required_arguments(r: g.Rules, prefix: str, arguments: Sequence[tuple[g.Expr, bool]]) -> g.Expr:
+    """A call's ``arguments`` (each with whether it is required) where the reply is calls
+    alone: every required one once, in any order, then any number of the optional ones.
+    llama.cpp's grammar takes any of them any number of times in some families (MiniCPM5,
+    Muse Glimmer, Kimi K3), so a call could leave a required argument out."""
+    args = r.permute(prefix, [arg for arg, required in arguments if required])
+    optional = [arg for arg, required in arguments if not required]
+    return args + g.zero_or_more(g.choice(*optional)) if optional else args
+
 
 # llama.cpp's schema for a function without parameters
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
@@ -68,11 +110,16 @@ def tool_parameters(function: Mapping[str, Any]) -> list[Parameter]:
 # ------------------------------------------------------------------ Python-style calls (LFM2)
 
 
-def _python_style_call(r: g.Rules, fn: Mapping[str, Any], json_literals: bool) -> g.Expr:
+def _python_style_call(
+    r: g.Rules, fn: Mapping[str, Any], json_literals: bool, strict: bool
+) -> g.Expr:
     """``name(arg=value, ...)``: a ``string`` parameter takes a quoted string, any other a
-    Python value (with JSON's literals too when ``json_literals``)."""
+    Python value (with JSON's literals too when ``json_literals``). ``strict``: the required
+    arguments in order, then any optional ones, each value a JSON value of its schema."""
     args = g.nothing()
     params = list(parameters(fn))
+    if params and strict:
+        return _typed_python_style_call(r, fn)
     if params:
         arguments = g.choice()
         for name, schema, _required, _root in params:
@@ -88,16 +135,47 @@ def _python_style_call(r: g.Rules, fn: Mapping[str, Any], json_literals: bool) -
     return g.tag(opener + g.space() + g.tag(args) + g.space() + g.tag(g.lit(")")))
 
 
+def _typed_python_style_call(r: g.Rules, fn: Mapping[str, Any]) -> g.Expr:
+    """``name(arg=value, ...)`` whose arguments hold to the tool's schema: every required one,
+    in the schema's order, then any optional ones, each value a JSON value of its schema (a
+    JSON string is a Python string, and the parse reads JSON's literals)."""
+    name = str(fn["name"])
+    required: list[g.Expr] = []
+    optional: list[g.Expr] = []
+    for param in tool_parameters(fn):
+        value = g.tag(g.schema(r.json(), f"tool-{name}-arg-{param.name}-schema", param.schema))
+        arg = g.tag(g.tag(g.tag(g.lit(param.name)) + "=") + value + g.tag(g.nothing()))
+        (required if param.required else optional).append(arg)
+    comma = "," + g.space()
+    args = g.nothing()
+    for i, arg in enumerate(required):
+        args = args + comma + arg if i else arg
+    if optional:
+        more = g.zero_or_more(comma + g.choice(*optional))
+        if required:
+            args = args + more
+        else:
+            args = g.optional(g.choice(*optional) + more)
+    opener = g.tag(g.tag(g.lit(name)) + "(")
+    return g.tag(opener + g.space() + g.tag(args) + g.space() + g.tag(g.lit(")")))
+
+
 def python_style_calls(
-    r: g.Rules, tools: Sequence[Mapping[str, Any]] | None, parallel: bool, json_literals: bool
+    r: g.Rules,
+    tools: Sequence[Mapping[str, Any]] | None,
+    parallel: bool,
+    json_literals: bool,
+    strict: bool = False,
 ) -> g.Expr:
     """llama.cpp's Python-style call list: ``[`` one call (or, when ``parallel``, several
-    separated by ``,``) ``]``, each call a rule ``tool-NAME``."""
+    separated by ``,``) ``]``, each call a rule ``tool-NAME``. ``strict`` (the guaranteed
+    policy's required calls): each call's arguments hold to its tool's schema."""
     if not tools:
         return g.nothing()
     calls = g.choice()
     for fn in tool_functions(tools):
-        calls = calls | r.rule(f"tool-{fn['name']}", _python_style_call(r, fn, json_literals))
+        call = _python_style_call(r, fn, json_literals, strict)
+        calls = calls | r.rule(f"tool-{fn['name']}", call)
     if parallel:
         return "[" + g.space() + calls + g.zero_or_more("," + g.space() + calls) + g.space() + "]"
     return "[" + g.space() + calls + g.space() + "]"

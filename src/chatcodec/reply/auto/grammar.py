@@ -14,8 +14,11 @@ from typing import Any
 from ...grammar import rules as g
 from ..grammar import (
     JsonLayout,
+    before_calls,
+    calls_only,
     optspace,
     prefix,
+    reads_thought,
     spaced_arguments,
     standard_json_tools,
     tool_parameters,
@@ -32,7 +35,7 @@ def grammar_for(a: Analysis, request: ReplyRequest) -> str:
     """llama.cpp's grammar for this request under the analysed template (lazy, from the call
     rules, when tools are offered under ``auto`` and no response format is asked for)."""
     r = g.Rules()
-    extracting = request.reasoning_format != "none" and a.reasoning.mode != R_NONE
+    extracting = reads_thought(request) and a.reasoning.mode != R_NONE
     reasoning = _reasoning(a, extracting)
     tools = request.tools or ()
     pure = a.reasoning.mode == R_NONE
@@ -112,16 +115,19 @@ def _json_native(r: g.Rules, a: Analysis, request: ReplyRequest, reasoning: g.Ex
     if not tl.section_start and tl.per_call_start:
         section = (tl.per_call_start, tl.per_call_end)
         one = standard_json_tools(r, section, tools, parallel, force, layout)
-        calls = r.trigger_rule("tool-calls", g.one_or_more(one + g.space()))
+        # under the guaranteed policy, one call unless parallel (llama.cpp: any number)
+        least, most = (1, 1) if calls_only(request) and not parallel else (1, -1)
+        calls = r.trigger_rule("tool-calls", g.repeat(one + g.space(), least, most))
     else:
         section = (tl.section_start, tl.section_end)
         calls = standard_json_tools(r, section, tools, parallel, force, layout)
     ct = a.content
     if ct.always_wrapped():
         wrapped = g.optional(ct.start + g.tag(g.until(ct.end)) + ct.end)
-        return reasoning + wrapped + calls + g.nothing()
+        return reasoning + before_calls(request, wrapped) + calls + g.nothing()
     start = tl.section_start or tl.per_call_start or "{"
-    return reasoning + g.optional(g.tag(g.until(start))) + calls + g.nothing()
+    before = g.optional(g.tag(g.until(start)))
+    return reasoning + before_calls(request, before) + calls + g.nothing()
 
 
 # ---------------------------------------------------------------------------------- tagged
@@ -244,7 +250,12 @@ def _tagged_calls(
     parallel = request.parallel_tool_calls
     if tl.per_call_start:
         if tagged:
-            wrapped = tl.per_call_start + g.space() + choice + g.space() + tl.per_call_end
+            # llama.cpp's parse wants the per-call end right after a call's arguments unless
+            # the format tolerates whitespace there; its grammar allows space: a required
+            # call under the guaranteed policy writes only what the parse reads
+            strict = calls_only(request) and not tl.tolerate_intertag_whitespace
+            gap = g.nothing() if strict else g.space()
+            wrapped = tl.per_call_start + g.space() + choice + gap + tl.per_call_end
         else:
             wrapped = tl.per_call_start + choice + tl.per_call_end
         body = wrapped + g.zero_or_more(g.space() + wrapped) if parallel else wrapped
@@ -263,4 +274,4 @@ def _tagged_calls(
         calls = g.optional(calls)
     trigger = tl.section_start or tl.per_call_start
     before = g.until(trigger) if trigger else g.nothing()
-    return reasoning + g.optional(g.tag(before)) + calls + g.nothing()
+    return reasoning + before_calls(request, g.optional(g.tag(before))) + calls + g.nothing()

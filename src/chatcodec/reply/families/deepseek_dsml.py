@@ -44,7 +44,7 @@ from ..description import (
     Whitespace,
     steps,
 )
-from ..grammar import spaced_arguments, tool_parameters
+from ..grammar import before_calls, reads_thought, spaced_arguments, tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import fenced_json
@@ -268,7 +268,7 @@ def grammar(request: ReplyRequest) -> str:
     fc_end = f"</{DSML}{block_name}>"
     has_calls = calls_offered(request)
     required = request.tool_choice == "required"
-    extract = request.reasoning_format != "none"
+    extract = reads_thought(request)
     r = g.Rules()
     invoke = g.choice()
     if has_calls:
@@ -298,7 +298,7 @@ def grammar(request: ReplyRequest) -> str:
         return r.gbnf(g.seq(PREFIX, reasoning, fenced), lazy=lazy)
     if not has_calls:
         return r.gbnf(g.seq(PREFIX, reasoning, g.tag(g.until())), lazy=lazy)
-    content = g.tag(g.until("\n\n" + fc_start, fc_start)) + g.space()
+    content = before_calls(request, g.tag(g.until("\n\n" + fc_start, fc_start))) + g.space()
     if extract and request.enable_thinking:
         return r.gbnf(g.seq(PREFIX, calls_in_thought | (reasoning + content + calls)), lazy=lazy)
     return r.gbnf(g.seq(PREFIX, reasoning, content, calls), lazy=lazy)

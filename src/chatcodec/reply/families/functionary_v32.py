@@ -30,7 +30,7 @@ from ..description import (
     ReplyFormat,
     TextMessage,
 )
-from ..grammar import parameters_node
+from ..grammar import calls_only, parameters_node
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
@@ -138,6 +138,8 @@ def grammar(request: ReplyRequest) -> str:
         call = call | r.rule(f"tool-{name}", g.tag(g.tag(g.tag(g.lit(name)) + "\n") + g.tag(args)))
     calls = r.trigger_rule("tools", g.one_or_more(call))
     required = request.tool_choice == "required"
+    if calls_only(request):  # the guaranteed policy: the calls alone, one unless parallel
+        return r.gbnf(PREFIX + (calls if request.parallel_tool_calls else call), lazy=lazy)
     # calls alone are one call only when neither parallel nor required
     after_content = calls if request.parallel_tool_calls else call
     alone = calls if request.parallel_tool_calls or required else call

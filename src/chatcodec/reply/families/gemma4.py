@@ -11,7 +11,7 @@ value fenced as ```` ```json ... ``` ```` (tools aside); what follows it is drop
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from ...grammar import rules as g
@@ -33,6 +33,7 @@ from ..description import (
     ReplyFormat,
     TextMessage,
 )
+from ..grammar import calls_only, tool_parameters
 from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
@@ -441,7 +442,8 @@ def grammar(request: ReplyRequest) -> str:
     tools = g.choice()
     for fn in tool_functions(request.tools):
         name = fn["name"]
-        call = g.tag(g.seq(g.tag(g.tag(g.lit(name)) + g.nothing()), g.tag(arguments)))
+        args = _typed_dict(r, fn) if calls_only(request) else arguments
+        call = g.tag(g.seq(g.tag(g.tag(g.lit(name)) + g.nothing()), g.tag(args)))
         tools = tools | r.rule(f"tool-{name}", call)
     required = request.tool_choice == "required"
     calls = r.trigger_rule(
@@ -458,6 +460,33 @@ def grammar(request: ReplyRequest) -> str:
     content = r.rule("content", g.tag(g.until(CHANNEL, CHANNEL_END, CALL_OPEN)))
     message = r.rule("message", thought + content)
     return r.gbnf(start + g.zero_or_more(message) + scan + calls, lazy=True)
+
+
+def _typed_dict(r: g.Rules, fn: Mapping[str, object]) -> g.Expr:
+    """A call's argument dict that holds to the tool's schema (the guaranteed policy's required
+    calls): every required key, in the schema's order, then any optional ones; a value that
+    may be no string, object or array is a JSON value of its schema (Gemma 4 writes numbers,
+    booleans and null as JSON does), any other a value in Gemma 4's notation."""
+    name = str(fn["name"])
+    assert "gemma4-value" in r.rules, "_dict_rules first"
+    value = r.rule("gemma4-value", lambda: g.nothing())  # the rule _dict_rules wrote
+    required: list[g.Expr] = []
+    optional: list[g.Expr] = []
+    for param in tool_parameters(fn):
+        if param.types & {"string", "object", "array"} or not param.types:
+            typed = value
+        else:
+            typed = g.schema(r.json(), f"tool-{name}-arg-{param.name}-schema", param.schema)
+        member = g.lit(param.name) + ":" + g.space() + typed
+        (required if param.required else optional).append(member)
+    comma = "," + g.space()
+    members = g.nothing()
+    for i, member in enumerate(required):
+        members = members + comma + member if i else member
+    if optional:
+        more = g.zero_or_more(comma + g.choice(*optional))
+        members = members + more if required else g.optional(g.choice(*optional) + more)
+    return r.rule(f"tool-{name}-args", "{" + g.space() + members + g.space() + "}")
 
 
 def _dict_rules(r: g.Rules) -> g.Expr:

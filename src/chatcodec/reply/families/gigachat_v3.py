@@ -28,7 +28,7 @@ from ..description import (
     ReplyFormat,
     Whitespace,
 )
-from ..grammar import parameters_node
+from ..grammar import calls_only, parameters_node
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
@@ -143,4 +143,6 @@ def grammar(request: ReplyRequest) -> str:
     least = 1 if request.tool_choice == "required" else 0
     call = r.rule("tool-call", CALL_START + tools)
     calls = r.trigger_rule("tool-call-root", g.repeat(call, least, 1))
+    if calls_only(request):  # the guaranteed policy: the call right after the prefix
+        return r.gbnf(PREFIX + calls, lazy=lazy)
     return r.gbnf(PREFIX + (g.tag(g.until(SEPARATOR)) << calls), lazy=lazy)

@@ -32,6 +32,7 @@ from ..description import (
     ReplyFormat,
     TextMessage,
 )
+from ..grammar import calls_only
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import json_content
@@ -245,6 +246,8 @@ def grammar(request: ReplyRequest) -> str:
         in_channel = g.tag(g.tag(channel + recipient + header_end) + args)
         tools = tools | r.rule(f"tool-{name}", in_role | in_channel)
     call = r.trigger_rule("tool-call", tools)
+    if calls_only(request):  # the guaranteed policy: thoughts, then the call (no preamble)
+        return r.gbnf(g.zero_or_more(start + analysis) + start + call, lazy=lazy)
     if request.tool_choice == "required":
         return r.gbnf(g.zero_or_more(start + other) + start + call, lazy=lazy)
     return r.gbnf(g.zero_or_more(start + other) + start + (call | final), lazy=lazy)

@@ -32,7 +32,7 @@ from ..description import (
     Thought,
     steps,
 )
-from ..grammar import parameters_node
+from ..grammar import before_calls, parameters_node, reads_thought
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from . import has_markers
@@ -152,7 +152,7 @@ def grammar(request: ReplyRequest) -> str:
     ``<|tool_call_begin|>``."""
     r = g.Rules()
     reasoning = g.nothing()
-    if request.reasoning_format != "none":
+    if reads_thought(request):
         thought = g.tag(g.until("</think>", SECTION_BEGIN, CALL_BEGIN))
         reasoning = g.optional("<think>" + thought + g.optional(g.lit("</think>")))
     lazy = request.tool_choice == "auto"
@@ -171,5 +171,5 @@ def grammar(request: ReplyRequest) -> str:
     section = r.rule(
         "tool-calls", g.optional(g.lit(SECTION_BEGIN)) + r.trigger_rule("tool-call", calls)
     )
-    content = g.tag(g.until(SECTION_BEGIN, CALL_BEGIN))
+    content = before_calls(request, g.tag(g.until(SECTION_BEGIN, CALL_BEGIN)))
     return r.gbnf(g.seq(PREFIX, reasoning, content, section), lazy=lazy)

@@ -39,6 +39,7 @@ from ..description import (
     Thought,
     steps,
 )
+from ..grammar import before_calls, calls_only, required_arguments, tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import parameters
@@ -186,23 +187,36 @@ def describe(request: ReplyRequest) -> ReplyFormat:
 # ------------------------------------------------------------------ llama.cpp's grammar
 
 
-def _call_rule(r: g.Rules, function: Mapping[str, Any]) -> g.Expr:
+def _call_rule(r: g.Rules, function: Mapping[str, Any], strict: bool) -> g.Expr:
     """One call: its header (attributes up to ``<|sep|>`` any text), then any of its
-    arguments, each value any text up to the argument's closer."""
+    arguments, each value any text up to the argument's closer. ``strict`` (the guaranteed
+    policy's required calls): each required argument once, and a value the parse inserts raw
+    (its schema's type is not ``string``) is a JSON value of its schema."""
     name = str(function["name"])
-    arguments: list[g.Expr] = []
-    for key, _schema, _required, _root in parameters(function):
+    arguments: list[tuple[g.Expr, bool]] = []
+    nodes = {param.name: param.schema for param in tool_parameters(function)} if strict else {}
+    for key, schema, required, _root in parameters(function):
+        kind = schema.get("type") if isinstance(schema, Mapping) else None
+        if key in nodes and isinstance(kind, str) and kind != "string":
+            value = g.tag(g.schema(r.json(), f"kimi-k3-arg-{name}-{key}-schema", nodes[key]))
+        else:
+            value = g.tag(g.until(ARG_END))
         arg = g.tag(
             g.tag(g.lit(ARG_START))
             + g.tag(g.lit(key))
             + '"'
             + g.until(SEP)
             + SEP
-            + g.tag(g.until(ARG_END))
+            + value
             + g.tag(g.lit(ARG_END))
         )
-        arguments.append(r.rule(f"kimi-k3-arg-{name}-{key}", arg))
-    args = g.zero_or_more(g.choice(*arguments)) if arguments else g.nothing()
+        arguments.append((r.rule(f"kimi-k3-arg-{name}-{key}", arg), required))
+    if strict:
+        args = required_arguments(r, f"kimi-k3-args-{name}", arguments)
+    elif arguments:
+        args = g.zero_or_more(g.choice(*(arg for arg, _ in arguments)))
+    else:
+        args = g.nothing()
     opener = g.tag(CALL_START + g.tag(g.lit(name)) + '"' + g.until(SEP) + SEP)
     return r.rule(f"kimi-k3-tool-{name}", g.tag(opener + g.tag(args) + g.tag(g.lit(CALL_END))))
 
@@ -213,11 +227,15 @@ def grammar(request: ReplyRequest) -> str:
     its root is the tools section."""
     r = g.Rules()
     think = g.tag(g.until(THINK_END, RESP_START))
-    reasoning = g.optional(g.optional(g.lit(THINK_START)) + think + g.optional(g.lit(THINK_END)))
-    response = (
+    # llama.cpp lets the thought stay open, and a call written inside it is reasoning: under
+    # the guaranteed policy's required calls the thought ends before them
+    think_end = g.lit(THINK_END) if calls_only(request) else g.optional(g.lit(THINK_END))
+    reasoning = g.optional(g.optional(g.lit(THINK_START)) + think + think_end)
+    response = before_calls(
+        request,
         g.optional(g.lit(RESP_START))
         + g.tag(g.until(RESP_END, TOOLS_START, MSG_END))
-        + g.optional(g.lit(RESP_END))
+        + g.optional(g.lit(RESP_END)),
     )
     trailer = g.optional(g.lit(MSG_END)) + g.optional(g.lit(EOM))
     head = g.optional(g.lit(MSG_START)) + reasoning + response
@@ -226,10 +244,12 @@ def grammar(request: ReplyRequest) -> str:
         return r.gbnf(head + trailer, lazy=lazy)
     calls = g.choice()
     for function in tool_functions(request.tools):
-        calls = calls | _call_rule(r, function)
+        calls = calls | _call_rule(r, function, calls_only(request))
+    # under the guaranteed policy, one call unless parallel (llama.cpp: any number)
+    one = calls_only(request) and not request.parallel_tool_calls
     section = r.trigger_rule(
         "kimi-k3-tool-call",
-        TOOLS_START + g.one_or_more(calls) + TOOLS_END + trailer,
+        TOOLS_START + (calls if one else g.one_or_more(calls)) + TOOLS_END + trailer,
     )
     tools = section if request.tool_choice == "required" else g.optional(section)
     return r.gbnf(head + tools + trailer, lazy=lazy)

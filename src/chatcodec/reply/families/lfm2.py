@@ -40,7 +40,7 @@ from ..description import (
     Thought,
     steps,
 )
-from ..grammar import python_style_calls
+from ..grammar import before_calls, calls_only, python_style_calls, reads_thought
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import json_content
@@ -172,7 +172,7 @@ def grammar(request: ReplyRequest) -> str:
     thought, then the response format's JSON, or the content and the one call section."""
     r = g.Rules()
     reasoning = g.nothing()
-    if request.reasoning_format != "none" and "<think>" in request.source:
+    if reads_thought(request) and "<think>" in request.source:
         reasoning = g.optional("<think>" + g.tag(g.until("</think>")) + "</think>")
     json_reply = has_response_format(request)
     if not tools_offered(request) or request.tool_choice == "none":
@@ -180,8 +180,10 @@ def grammar(request: ReplyRequest) -> str:
             value = g.tag(g.schema(r.json(), "response-format-schema", request.json_schema))
             return r.gbnf(g.seq(PREFIX, reasoning, value, g.nothing()), lazy=False)
         return r.gbnf(g.seq(PREFIX, reasoning, g.tag(g.until()), g.nothing()), lazy=False)
-    calls = python_style_calls(r, request.tools, request.parallel_tool_calls, json_literals=True)
+    strict = calls_only(request)
+    parallel = request.parallel_tool_calls
+    calls = python_style_calls(r, request.tools, parallel, json_literals=True, strict=strict)
     tool_calls = r.rule("tool-calls", r.trigger_rule("tool-call", CALL_START + calls + CALL_END))
-    content = g.tag(g.until(CALL_START))
+    content = before_calls(request, g.tag(g.until(CALL_START)))
     lazy = not (json_reply or request.tool_choice == "required")
     return r.gbnf(g.seq(PREFIX, reasoning, content, tool_calls, g.nothing()), lazy=lazy)

@@ -37,7 +37,7 @@ from ..description import (
     Thought,
     Whitespace,
 )
-from ..grammar import tool_parameters
+from ..grammar import before_calls, calls_only, tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..schema import parameters, value_types
@@ -232,7 +232,13 @@ def grammar(request: ReplyRequest) -> str:
     for fn in tool_functions(request.tools):
         tools = tools | r.rule(f"ling3-tool-{fn['name']}", _grammar_call(r, fn, arg_string))
     calls = tools + g.zero_or_more(g.space() + tools) if request.parallel_tool_calls else tools
-    tail = g.optional(g.tag(g.until(ROLE_END))) + g.optional(ROLE_END)
+
+    def text_after() -> g.Expr:
+        """The content llama.cpp lets follow the calls (none under the guaranteed policy's
+        required calls)."""
+        return g.nothing() if calls_only(request) else g.optional(g.tag(g.until(ROLE_END)))
+
+    tail = text_after() + g.optional(ROLE_END)
     section = r.trigger_rule("ling3-tool-call", calls + g.space() + tail)
     required = request.tool_choice == "required"
     body_end = (THINK_END, CALL_START) if _think_open(request) else (THINK_END,)
@@ -242,8 +248,8 @@ def grammar(request: ReplyRequest) -> str:
     reply = g.seq(
         g.optional(ROLE + g.optional(g.space())),
         reasoning,
-        g.optional(g.tag(g.until(CALL_START))),
+        before_calls(request, g.optional(g.tag(g.until(CALL_START)))),
         section if required else g.optional(section),
-        g.optional(g.tag(g.until(ROLE_END))) + g.optional(ROLE_END),
+        text_after() + g.optional(ROLE_END),
     )
     return r.gbnf(reply, lazy=not required)

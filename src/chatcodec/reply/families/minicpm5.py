@@ -37,7 +37,13 @@ from ..description import (
     Whitespace,
     steps,
 )
-from ..grammar import tool_parameters
+from ..grammar import (
+    before_calls,
+    calls_only,
+    reads_thought,
+    required_arguments,
+    tool_parameters,
+)
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import json_content
@@ -150,10 +156,11 @@ def describe(request: ReplyRequest) -> ReplyFormat:
 # ------------------------------------------------------------------ llama.cpp's grammar
 
 
-def _grammar_call(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr) -> g.Expr:
-    """``<function name="NAME">``, any number of arguments in any order, ``</function>``."""
+def _grammar_call(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr, strict: bool) -> g.Expr:
+    """``<function name="NAME">``, any number of arguments in any order, ``</function>``
+    (``strict``: each required argument once, as ``required_arguments`` says)."""
     name = str(fn["name"])
-    arguments: list[g.Expr] = []
+    arguments: list[tuple[g.Expr, bool]] = []
     for param in tool_parameters(fn):
         if g.may_be_string(param.schema):
             value = string_value
@@ -161,8 +168,14 @@ def _grammar_call(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr) -> g.
             schema_name = f"tool-{name}-arg-{param.name}-schema"
             value = g.tag(g.schema(r.json(), schema_name, param.schema)) + g.tag(g.lit(PARAM_END))
         opener = g.tag('<param name="' + g.tag(g.lit(param.name)) + '">')
-        arguments.append(g.tag(opener + value))
-    args = g.zero_or_more(g.choice(*arguments) + g.space()) if arguments else g.nothing()
+        arguments.append((g.tag(opener + value), param.required))
+    if strict:
+        spaced = [(arg + g.space(), required) for arg, required in arguments]
+        args = required_arguments(r, f"tool-{name}-args", spaced)
+    elif arguments:
+        args = g.zero_or_more(g.choice(*(arg for arg, _ in arguments)) + g.space())
+    else:
+        args = g.nothing()
     opener = g.tag('<function name="' + g.tag(g.lit(name)) + '">')
     return g.tag(opener << g.tag(args) << g.tag(g.lit("</function>")))
 
@@ -173,7 +186,7 @@ def grammar(request: ReplyRequest) -> str:
     ``</param>``, or CDATA)."""
     r = g.Rules()
     reasoning = g.nothing()
-    if request.reasoning_format != "none":
+    if reads_thought(request):
         reasoning = ("<think>" << g.tag(g.until("</think>")) << "</think>") + g.space()
     if has_response_format(request):
         value = g.tag(g.schema(r.json(), "response-format", request.json_schema))
@@ -187,9 +200,11 @@ def grammar(request: ReplyRequest) -> str:
     )
     calls = g.choice()
     for fn in tool_functions(request.tools):
-        calls = calls | r.rule(f"tool-{fn['name']}", _grammar_call(r, fn, string_value))
+        calls = calls | r.rule(
+            f"tool-{fn['name']}", _grammar_call(r, fn, string_value, calls_only(request))
+        )
     most = -1 if request.parallel_tool_calls else 1
     tool_calls = r.trigger_rule("tool-call", g.repeat(calls + g.space(), 1, most))
-    content = g.tag(g.until("<function"))
+    content = before_calls(request, g.tag(g.until("<function")))
     lazy = request.tool_choice != "required"
     return r.gbnf(g.seq(PREFIX, reasoning, content, tool_calls, g.nothing()), lazy=lazy)

@@ -40,7 +40,7 @@ from ..description import (
     Thought,
     steps,
 )
-from ..grammar import parameters_node, spaced_arguments
+from ..grammar import before_calls, parameters_node, reads_thought, spaced_arguments
 from ..grammar import prefix as prompt_prefix
 from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
@@ -369,7 +369,7 @@ def grammar(request: ReplyRequest) -> str:
     r = g.Rules()
     start = prompt_prefix(request.generation_prompt, THINK_START)
     reasoning = g.nothing()
-    if request.reasoning_format != "none":
+    if reads_thought(request):
         body = g.up_to(THINK_END)
         block = THINK_START + (g.space() + body if request.enable_thinking else body)
         reasoning = g.optional(g.choice(block, THINK_END))
@@ -390,5 +390,5 @@ def grammar(request: ReplyRequest) -> str:
     calls = r.trigger_rule("tool-call", block)
     if not required:
         calls = g.optional(calls)
-    content = g.tag(g.until(FC_START))
+    content = before_calls(request, g.tag(g.until(FC_START)))
     return r.gbnf(start + reasoning + content + calls + g.nothing(), lazy=lazy)

@@ -38,7 +38,7 @@ from ..description import (
     Whitespace,
     steps,
 )
-from ..grammar import parameters_node
+from ..grammar import calls_only, parameters_node, reads_thought
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import fenced_json
@@ -142,7 +142,7 @@ def grammar(request: ReplyRequest) -> str:
     call's arguments as its schema says)."""
     r = g.Rules()
     reasoning = g.nothing()
-    if request.reasoning_format != "none":
+    if reads_thought(request):
         reasoning = g.optional("[THINK]" + g.tag(g.until("[/THINK]")) + "[/THINK]")
     lazy = tools_offered(request) and request.tool_choice == "auto"
     if has_response_format(request):
@@ -159,4 +159,6 @@ def grammar(request: ReplyRequest) -> str:
     least = 1 if request.tool_choice == "required" else 0
     most = -1 if request.parallel_tool_calls else 1
     calls = r.trigger_rule("tool-call", g.repeat(CALLS + tools, least, most))
-    return r.gbnf(g.nothing() + (reasoning << g.tag(g.until(CALLS)) << calls), lazy=lazy)
+    # under the guaranteed policy a required call comes right after the thought
+    lead = reasoning if calls_only(request) else reasoning << g.tag(g.until(CALLS))
+    return r.gbnf(g.nothing() + (lead << calls), lazy=lazy)

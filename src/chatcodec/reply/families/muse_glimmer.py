@@ -38,7 +38,7 @@ from ..description import (
     ReplyFormat,
     TextMessage,
 )
-from ..grammar import tool_parameters
+from ..grammar import calls_only, required_arguments, tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import fenced_json, json_content
@@ -217,7 +217,9 @@ def grammar(request: ReplyRequest) -> str:
     tools = g.choice()
     string_value = g.up_to(PARAM_CLOSE)
     for fn in tool_functions(request.tools):
-        tools = tools | r.rule(f"tool-{fn['name']}", _call_grammar(r, fn, string_value))
+        tools = tools | r.rule(
+            f"tool-{fn['name']}", _call_grammar(r, fn, string_value, calls_only(request))
+        )
     if request.parallel_tool_calls:
         calls = r.trigger_rule("tool-call", tools + g.zero_or_more(EOM + start + tools))
     else:
@@ -228,10 +230,11 @@ def grammar(request: ReplyRequest) -> str:
     return r.gbnf(thoughts + start + (calls | (final + trailing)), lazy=True)
 
 
-def _call_grammar(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr) -> g.Expr:
-    """One call of ``fn``: its recipient, then its arguments in any order, any of them."""
+def _call_grammar(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr, strict: bool) -> g.Expr:
+    """One call of ``fn``: its recipient, then its arguments in any order, any of them
+    (``strict``: each required argument once, as ``required_arguments`` says)."""
     name = fn["name"]
-    args: list[g.Expr] = []
+    args: list[tuple[g.Expr, bool]] = []
     for param in tool_parameters(fn):
         if g.may_be_string(param.schema):
             value = string_value
@@ -239,8 +242,14 @@ def _call_grammar(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr) -> g.
             schema = g.schema(r.json(), f"tool-{name}-arg-{param.name}-schema", param.schema)
             value = g.tag(schema) + g.tag(g.lit(PARAM_CLOSE))
         arg_open = g.tag('<atem:parameter name="' + g.tag(g.lit(param.name)) + '">')
-        args.append(g.tag(arg_open + value))
-    body = g.zero_or_more(g.choice(*args) + g.space()) if args else g.nothing()
+        args.append((g.tag(arg_open + value), param.required))
+    if strict:
+        spaced = [(arg + g.space(), required) for arg, required in args]
+        body = required_arguments(r, f"tool-{name}-args", spaced)
+    elif args:
+        body = g.zero_or_more(g.choice(*(arg for arg, _ in args)) + g.space())
+    else:
+        body = g.nothing()
     call_open = g.tag(
         " to="
         + g.until("<|message|>")

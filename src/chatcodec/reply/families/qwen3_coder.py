@@ -31,7 +31,7 @@ from ..description import (
     Whitespace,
     steps,
 )
-from ..grammar import tool_parameters
+from ..grammar import calls_only, reads_thought, tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import json_content
@@ -160,7 +160,7 @@ def grammar(request: ReplyRequest) -> str:
     thinking = "<think>" in request.source
     r = g.Rules()
     reasoning = g.nothing()
-    if thinking and request.reasoning_format != "none":
+    if thinking and reads_thought(request):
         reasoning = g.optional(
             "<think>"
             + g.space()
@@ -211,5 +211,6 @@ def grammar(request: ReplyRequest) -> str:
     starts = ["<tool_call>"]
     if not thinking:
         starts += [f"{SYNTAX.function_open}{fn['name']}>" for fn in tool_functions(request.tools)]
-    content = g.tag(g.until(*starts))
-    return r.gbnf(g.seq(PREFIX, reasoning << content << tool_calls), lazy=lazy)
+    # under the guaranteed policy a required call comes right after the thought
+    lead = reasoning if calls_only(request) else reasoning << g.tag(g.until(*starts))
+    return r.gbnf(g.seq(PREFIX, lead << tool_calls), lazy=lazy)
