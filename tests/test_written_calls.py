@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chatcodec import Codec
+from chatcodec import Codec, ReplyError
 from chatcodec.checkdata import check_turns
 from chatcodec.reply.auto import analysis_for
 from chatcodec.reply.auto.analysis import T_JSON, T_NONE
@@ -204,22 +205,51 @@ def _codec(path: Path) -> Codec:
     return Codec(source, bos_token="<s>", eos_token="</s>")
 
 
-def round_trip(path: Path, calls: tuple[str, ...]) -> str:
+def _render(codec: Codec, messages: list[Any]) -> str | None:
+    try:
+        return codec.render(messages, TOOLS, now=0)
+    except Exception:  # noqa: BLE001 - a template may refuse the conversation
+        return None
+
+
+def _written(codec: Codec, chosen: list[dict[str, Any]]) -> str:
+    """What the template writes of the calls, from its renders with and without them:
+    ``calls`` (every call's name and arguments), ``name_only`` or ``no_calls``."""
+    for content in ("", None):
+        for answered in (False, True):
+            text = _render(codec, _conversation(chosen, content, answered))
+            if text is not None:
+                break
+        if text is not None:
+            break
+    if text is None:
+        return "unrendered"
+    values = [str(v) for c in chosen for v in c["function"]["arguments"].values()]
+    if all(value in text for value in values):
+        return "calls"
+    after_tools = text[text.rfind(USER["content"]) :]
+    if all(c["function"]["name"] in after_tools for c in chosen):
+        return "name_only"
+    return "no_calls"
+
+
+def round_trip(codec: Codec, calls: tuple[str, ...], policy: str = "guaranteed") -> str:
     """How the template's assistant turn with these calls reads back under guaranteed:
     ``ok``; ``unrendered`` (the template refuses every form of the conversation);
-    ``no_calls`` (it writes no call: no name in the turn); ``name_only`` (it writes the name
+    ``no_calls`` (it writes no call, or not every call); ``name_only`` (it writes the names
     but not the arguments); ``thought`` (the generation prompt opens a thought the turn in
     history has not, and the calls read back once that thought is closed); or ``fails``."""
-    codec = _codec(path)
     chosen = [{"weather": WEATHER, "search": SEARCH}[c] for c in calls]
-    check = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        written = _written(codec, chosen)
+        if written != "calls":
+            return written
+        check = None
         for answered in (True, False):
             for content in ("", None):
-                check = check_turns(
-                    codec, _conversation(chosen, content, answered), TOOLS, now=0
-                )
+                messages = _conversation(chosen, content, answered)
+                check = check_turns(codec, messages, TOOLS, now=0, policy=policy)
                 if not check.error:
                     break
             if check is not None and not check.error:
@@ -232,13 +262,17 @@ def round_trip(path: Path, calls: tuple[str, ...]) -> str:
     expected = turn.expected["tool_calls"]
     if turn.read is not None and turn.read["tool_calls"] == expected:
         return "ok"
-    if not all(c["function"]["name"] in turn.text for c in chosen):
-        return "no_calls"
-    if "Paris, France" not in turn.text:
-        return "name_only"
     if turn.reasons == ("prompt_opens_thought",):
         return "thought" if _read_after_thought(codec, turn.text, expected) else "fails"
     return "fails"
+
+
+def _end_of_turn(codec: Codec) -> str:
+    """The marker the template writes after an assistant turn (``<|im_end|>``, ...)."""
+    probe = [USER, {"role": "assistant", "content": "END_PROBE"}]
+    text = _render(codec, probe) or ""
+    words = text[text.rfind("END_PROBE") + len("END_PROBE") :].split()
+    return words[0] if "END_PROBE" in text and words else ""
 
 
 def _read_after_thought(codec: Codec, text: str, expected: list[Any]) -> bool:
@@ -246,7 +280,7 @@ def _read_after_thought(codec: Codec, text: str, expected: list[Any]) -> bool:
     if markers is None or not markers.closers:
         return False
     turn = codec.prepare([USER], tools=TOOLS, tool_call_id=0, policy="guaranteed")
-    for stop in turn.stop:
+    for stop in (*turn.stop, _end_of_turn(codec)):
         text = text.split(stop)[0] if stop else text
     try:
         read = turn.parse(f"{markers.closers[0]}{text}")
@@ -256,30 +290,163 @@ def _read_after_thought(codec: Codec, text: str, expected: list[Any]) -> bool:
     return got == expected
 
 
-# Templates whose calls do not come back, with the reason. Templates that write no call at
-# all (outcome ``no_calls``: most of dev/templates predate tools) need no entry: the render
-# itself shows it. Entries are (single call, two calls) outcomes and why.
-EXCUSED: dict[str, tuple[str, str, str]] = {}
+# Templates whose calls do not come back: (one call, two calls, why). A template of
+# dev/templates that writes no call at all needs no entry (most of them predate tools): its
+# render shows it (outcome ``no_calls``), as does a template that refuses every form of the
+# conversation (``unrendered``). ``thought`` counts as read back: the calls are read once the
+# thought the generation prompt opens is closed (check-data's ``prompt_opens_thought``).
+DROPS = "the template writes no past call: a model trained on it learns no call"
+ONE_CALL = "the template writes the first call of a turn only"
+EXCUSED: dict[str, tuple[str, str, str]] = {
+    # the template loses the calls
+    "HuggingFaceTB-SmolLM3-3B.jinja": ("no_calls", "no_calls", DROPS),
+    "LFM2-8B-A1B.jinja": ("no_calls", "no_calls", DROPS),
+    "LFM2.5-Instruct.jinja": ("no_calls", "no_calls", DROPS),
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja": ("no_calls", "no_calls", DROPS),
+    "ibm-granite-granite-3.3-2B-Instruct.jinja": ("no_calls", "no_calls", DROPS),
+    "microsoft-Phi-3.5-mini-instruct.jinja": ("no_calls", "no_calls", DROPS),
+    "google-gemma-2-2b-it.jinja": ("no_calls", "no_calls", "no tool support: " + DROPS),
+    "llama-cpp-rwkv-world.jinja": ("no_calls", "no_calls", "no tool support: " + DROPS),
+    "openai-gpt-oss-120b.jinja": ("ok", "no_calls", ONE_CALL),
+    "GigaChat3.1-10B-A1.8B.jinja": ("ok", "no_calls", ONE_CALL),
+    # open: llama.cpp's analysis (or family) finds a call syntax, which G3 leaves as it is,
+    # and that syntax does not read the template's own history back
+    "Apriel-1.6-15b-Thinker-fixed.jinja": (
+        "fails",
+        "fails",
+        "the prompt opens a thought ('Here are my reasoning steps:') that no marker closes "
+        "in the call turn: the calls read as reasoning",
+    ),
+    "unsloth-Apriel-1.5.jinja": (
+        "fails",
+        "fails",
+        "llama.cpp's format refuses the newline the template writes before <tool_calls>",
+    ),
+    "CohereForAI-c4ai-command-r-plus-tool_use.jinja": (
+        "fails",
+        "fails",
+        "the turn runs on into the tool results the template writes after the calls",
+    ),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": (
+        "fails",
+        "fails",
+        "render_with_spans finds no span for the call turn",
+    ),
+    "GigaChat3-10B-A1.8B.jinja": (
+        "fails",
+        "no_calls",
+        "the call follows <|message_sep|>, a stop string: the model stops before its call "
+        "(and the template writes the first call only)",
+    ),
+    "MiniMax-M1.jinja": (
+        "ok",
+        "fails",
+        "two calls are written one JSON object a line, which llama.cpp's format does not read",
+    ),
+    "MiniMax-M2.jinja": (
+        "thought",
+        "fails",
+        "two calls after a closed thought are not read by llama.cpp's format",
+    ),
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": (
+        "fails",
+        "fails",
+        "[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}: llama.cpp's format does not read the call id",
+    ),
+    "meetkai-functionary-medium-v3.1.jinja": (
+        "fails",
+        "fails",
+        "<function=name>{...}</function> then <|eom_id|>, which llama.cpp's format does not read",
+    ),
+    "tencent-Hy3.jinja": (
+        "fails",
+        "fails",
+        "llama.cpp's format does not read the text the template writes after the calls",
+    ),
+    "upstage-Solar-Open-100B.jinja": (
+        "fails",
+        "fails",
+        "<|tool_call:begin|>id<|tool_call:name|>...: llama.cpp's format does not read the id first",
+    ),
+    # dev/templates
+    "ggml-org-llama.cpp-llama-cpp-lfm2.jinja": (
+        "fails",
+        "fails",
+        "llama.cpp's LFM2 format does not read the calls as this older template writes them",
+    ),
+    "ggml-org-llama.cpp-llama-cpp-microsoft-Phi-4-mini-instruct.jinja": (
+        "fails",
+        "fails",
+        "llama.cpp's format does not read the calls as the template writes them in history",
+    ),
+    "huggingface-huggingface.js-automap-cogito-3b.jinja": (
+        "fails",
+        "fails",
+        "llama.cpp's format does not read the calls as the template writes them in history",
+    ),
+    "huggingface-huggingface.js-automap-llama3.2-vision-90b.jinja": (
+        "fails",
+        "unrendered",
+        "llama.cpp's renderer refuses the probes (the template loops over a string content), "
+        "so neither llama.cpp's analysis nor the written calls' probes see a call",
+    ),
+}
 
 SHARED_NAMES = sorted(p.name for p in TEMPLATES.glob("*.jinja")) if TEMPLATES.is_dir() else []
 DEV_NAMES = sorted(p.name for p in (ROOT / "dev" / "templates").glob("*.jinja"))
 
 
 def _check_template(path: Path) -> None:
-    outcomes = (round_trip(path, ("weather",)), round_trip(path, ("weather", "search")))
+    codec = _codec(path)
+    outcomes = (round_trip(codec, ("weather",)), round_trip(codec, ("weather", "search")))
     excused = EXCUSED.get(path.name)
     if excused is not None:
         assert outcomes == excused[:2], f"{path.name}: {outcomes}, excused as {excused}"
         return
-    allowed = {"ok", "unrendered", "no_calls"}
+    allowed = {"ok", "thought", "unrendered"}
+    if path.parent.name == "templates" and path.parent.parent.name == "dev":
+        allowed.add("no_calls")
     assert set(outcomes) <= allowed, f"{path.name}: {outcomes}"
+
+
+def test_hermes_style_round_trip() -> None:
+    """check-data's rule on the Hermes-style template: its calls come back under guaranteed
+    only (check-data reads under guaranteed by default)."""
+    codec = Codec(HERMES)
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
+        assert round_trip(codec, calls, "reference") == "fails"
+
+
+def _unchanged(path: Path) -> None:
+    """Where llama.cpp's analysis finds a call syntax, guaranteed keeps its analysis as is."""
+    tokens = {"bos_token": "<s>", "eos_token": "</s>"}
+    source = path.read_text(encoding="utf-8")
+    try:
+        reference = analysis_for(source, tokens)
+    except ReplyError:  # llama.cpp cannot analyse it: neither policy reads a reply
+        with pytest.raises(ReplyError):
+            analysis_for(source, tokens, "guaranteed")
+        return
+    guaranteed = analysis_for(source, tokens, "guaranteed")
+    if reference.tools.mode != T_NONE:
+        assert guaranteed is reference
+    else:  # only the calls may change
+        assert replace(guaranteed, tools=reference.tools) == replace(
+            reference,
+            supports_tool_calls=guaranteed.supports_tool_calls,
+            supports_parallel_tool_calls=guaranteed.supports_parallel_tool_calls,
+            preserved_tokens=guaranteed.preserved_tokens,
+        )
 
 
 @pytest.mark.parametrize("name", SHARED_NAMES)
 def test_shared_template_calls_read_back(name: str) -> None:
+    _unchanged(TEMPLATES / name)
     _check_template(TEMPLATES / name)
 
 
 @pytest.mark.parametrize("name", DEV_NAMES)
 def test_dev_template_calls_read_back(name: str) -> None:
+    _unchanged(ROOT / "dev" / "templates" / name)
     _check_template(ROOT / "dev" / "templates" / name)
