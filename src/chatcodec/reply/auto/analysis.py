@@ -202,14 +202,21 @@ class Compared:
 
 
 class Renderer:
-    """Renders probes with the shared probe renderer (a failing render is None) and diffs them."""
+    """Renders probes with the shared probe renderer (a failing render is None) and diffs them.
 
-    def __init__(self, template: ChatTemplate) -> None:
+    With ``text_arguments`` the calls' arguments are given as JSON text, not as objects (for
+    templates that write them as they are given; llama.cpp's probes are always objects)."""
+
+    def __init__(self, template: ChatTemplate, text_arguments: bool = False) -> None:
         self.probes = ProbeRenderer(template)
+        self.text_arguments = text_arguments
 
     def render(self, probe: Probe) -> str | None:
+        messages = probe.messages
+        if self.text_arguments:
+            messages = tuple(_arguments_as_text(message) for message in messages)
         return self.probes.render(
-            probe.messages,
+            messages,
             tools=TOOLS if probe.tools else None,
             add_generation_prompt=probe.add_generation_prompt,
             enable_thinking=probe.enable_thinking,
@@ -221,6 +228,17 @@ class Renderer:
         if out_a is None or out_b is None:
             return None
         return Compared(diff_split(out_a, out_b), out_a, out_b)
+
+
+def _arguments_as_text(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    texts = []
+    for call in calls:
+        function = call["function"]
+        texts.append({**call, "function": {**function, "arguments": json.dumps(function["arguments"])}})
+    return {**message, "tool_calls": texts}
 
 
 def _with(probe: Probe, messages: Sequence[Any]) -> Probe:
@@ -1006,12 +1024,15 @@ WORKAROUNDS: tuple[Workaround, ...] = (
 )
 
 
-def analyze(template: ChatTemplate, support: ToolCallSupport | None = None) -> Analysis:
+def analyze(
+    template: ChatTemplate, support: ToolCallSupport | None = None, text_arguments: bool = False
+) -> Analysis:
     """The whole analysis of one template (raises AnalysisFailed where llama.cpp throws).
 
     ``support`` replaces llama.cpp's capability probe (``tool_call_support``): the calls'
-    phases run when it says the template takes calls."""
-    r = Renderer(template)
+    phases run when it says the template takes calls. ``text_arguments`` gives the probes'
+    call arguments as JSON text (``Renderer``)."""
+    r = Renderer(template, text_arguments)
     a = Analysis()
     if support is None:
         support = tool_call_support(template)
