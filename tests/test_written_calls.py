@@ -183,7 +183,9 @@ def test_hermes_style_grammar_accepts_the_call(tiny_llama: Any, tool_choice: str
     verdict = tiny_llama.verdict(grammar.gbnf, call, "" if grammar.lazy else turn.generation_prompt)
     assert verdict == "accept"
     wrong = call.replace("get_weather", "get_time")  # not an offered tool
-    rejected = tiny_llama.verdict(grammar.gbnf, wrong, "" if grammar.lazy else turn.generation_prompt)
+    rejected = tiny_llama.verdict(
+        grammar.gbnf, wrong, "" if grammar.lazy else turn.generation_prompt
+    )
     assert rejected == "reject"
     if grammar.lazy:
         assert [t.value.strip() for t in grammar.triggers] == ["<tool_call>"]

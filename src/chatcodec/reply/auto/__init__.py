@@ -55,9 +55,7 @@ def analysis_for(
     ``guaranteed`` policy a template whose calls llama.cpp finds no syntax for gets the call
     syntax it writes in a past assistant turn (:mod:`.written`)."""
     tokens = special_tokens or {}
-    found = _analysis(
-        source, tokens.get("bos_token") or "", tokens.get("eos_token") or "", policy
-    )
+    found = _analysis(source, tokens.get("bos_token") or "", tokens.get("eos_token") or "", policy)
     if isinstance(found, AnalysisFailed):
         raise ReplyError(
             "Unable to generate parser for this template. Automatic parser generation failed: "

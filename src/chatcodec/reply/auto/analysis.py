@@ -237,7 +237,9 @@ def _arguments_as_text(message: Mapping[str, Any]) -> Mapping[str, Any]:
     texts = []
     for call in calls:
         function = call["function"]
-        texts.append({**call, "function": {**function, "arguments": json.dumps(function["arguments"])}})
+        texts.append(
+            {**call, "function": {**function, "arguments": json.dumps(function["arguments"])}}
+        )
     return {**message, "tool_calls": texts}
 
 
@@ -323,7 +325,9 @@ def _thinking_enabled(r: Renderer, rs: Reasoning) -> None:
 def _reasoning_scope(r: Renderer, rs: Reasoning) -> None:
     with_content = Probe((USER, assistant_turn(ASSISTANT_MSG, reasoning=THINKING)), tools=True)
     call = _call(FUN_FIRST, {ARG_FIRST: "VVVV", ARG_SECOND: "XXXX"})
-    cmp = r.compare(with_content, _with(with_content, [USER, assistant_turn(None, [call], THINKING)]))
+    cmp = r.compare(
+        with_content, _with(with_content, [USER, assistant_turn(None, [call], THINKING)])
+    )
     if cmp is None:
         return
     if THINKING in cmp.a or THINKING not in cmp.b:
