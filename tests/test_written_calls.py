@@ -11,6 +11,9 @@ whose calls do not come back is excused below with its reason.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
 from dataclasses import replace
 from functools import cache
@@ -498,3 +501,32 @@ def test_shared_template_calls_read_back(name: str) -> None:
 def test_dev_template_calls_read_back(name: str) -> None:
     _unchanged(ROOT / "dev" / "templates" / name)
     _check_template(ROOT / "dev" / "templates" / name)
+
+
+def test_check_data_reads_under_guaranteed_unless_told(tmp_path: Path) -> None:
+    """``chatcodec check-data`` reads turns as the server does (guaranteed); ``--policy
+    reference`` reads them as llama.cpp does, and the Hermes-style calls are text there."""
+    template = tmp_path / "hermes.jinja"
+    template.write_text(HERMES, encoding="utf-8")
+    data = tmp_path / "data.jsonl"
+    record = {"messages": _conversation([WEATHER], "", True), "tools": TOOLS}
+    data.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "chatcodec", "check-data", str(template), str(data)]
+    runs = {
+        policy: subprocess.run(
+            [*command, "--json", *options],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
+        for policy, options in (("guaranteed", []), ("reference", ["--policy", "reference"]))
+    }
+    guaranteed = [json.loads(line) for line in runs["guaranteed"].stdout.splitlines()]
+    reference = [json.loads(line) for line in runs["reference"].stdout.splitlines()]
+    assert runs["guaranteed"].returncode == 0, runs["guaranteed"].stdout
+    assert guaranteed[0]["ok"] and all(turn["ok"] for turn in guaranteed[0]["turns"])
+    assert runs["reference"].returncode == 1
+    [call_turn] = [turn for turn in reference[0]["turns"] if not turn["ok"]]
+    assert "tool_calls_not_read" in call_turn["reasons"]

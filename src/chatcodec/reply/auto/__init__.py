@@ -29,7 +29,8 @@ __all__ = ["NAME", "HANDLER", "Analysis", "analysis_for", "matches", "describe",
 NAME = "autoparser"
 
 
-@lru_cache(maxsize=128)
+# two entries a template at most: the reference analysis and the guaranteed one
+@lru_cache(maxsize=256)
 def _analysis(
     source: str, bos_token: str, eos_token: str, policy: Policy
 ) -> Analysis | AnalysisFailed:

@@ -10,9 +10,10 @@ Here the question is asked of the calls alone: the assistant turn is rendered wi
 with one call and with two (the analysis's own probes). When the template writes the call's
 name and its arguments, the call phases of the analysis run on those renders, as llama.cpp
 runs them for the templates its probe accepts. The probes give the arguments as an object;
-a template that only writes them given as JSON text (it joins them to a string) is probed
-with JSON text, which llama.cpp's capability probe tries too but its analysis never does. The reply format, the stream and the grammar
-then come from the auto parser's usual call descriptions (:mod:`.build`, :mod:`.grammar`).
+a template that writes JSON only for arguments given as JSON text (it joins them to its
+text) is probed with JSON text, which llama.cpp's capability probe tries too but its
+analysis never does. The reply format, the stream and the grammar then come from the auto parser's usual
+call descriptions (:mod:`.build`, :mod:`.grammar`).
 """
 
 from __future__ import annotations
@@ -47,13 +48,12 @@ _VALUE = "XXXX"
 
 @dataclass(frozen=True)
 class Written:
-    """How a template writes an assistant turn's calls: ``calls`` (the name and the arguments
-    of a call), ``parallel`` (a second call too), ``text_arguments`` (the probe's arguments
-    were given as JSON text, not as an object)."""
+    """A form in which a template writes an assistant turn's call, name and arguments:
+    ``text_arguments`` when the probe's arguments were given as JSON text, not as an object;
+    ``parallel`` when it writes a second call too."""
 
-    calls: bool = False
-    parallel: bool = False
-    text_arguments: bool = False
+    text_arguments: bool
+    parallel: bool
 
 
 def written_forms(template: ChatTemplate) -> Iterator[Written]:
@@ -68,7 +68,7 @@ def written_forms(template: ChatTemplate) -> Iterator[Written]:
             continue
         two = r.render(tool_probe(FIRST_CALL, SECOND_CALL))
         parallel = two is not None and two != one.b and FUN_SECOND in two
-        yield Written(True, parallel, text_arguments)
+        yield Written(text_arguments, parallel)
 
 
 def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
