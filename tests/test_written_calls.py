@@ -26,6 +26,8 @@ from chatcodec import Codec, ReplyError
 from chatcodec.checkdata import check_turns
 from chatcodec.reply.auto import analysis_for
 from chatcodec.reply.auto.analysis import T_JSON, T_NONE
+from chatcodec.reply.auto.written import reads_back, written_forms
+from chatcodec.template.compat import LlamaCompatTemplate
 
 from .conftest import ORACLE, ROOT, TEMPLATES, read_jsonl
 
@@ -328,10 +330,6 @@ def _read_after_thought(codec: Codec, text: str, expected: list[Any]) -> bool:
 # thought the generation prompt opens is closed (check-data's ``prompt_opens_thought``).
 DROPS = "the template writes no past call: a model trained on it learns no call"
 ONE_CALL = "the template writes the first call of a turn only"
-PYTHON_ARGS = (
-    "the template joins the arguments to its text: llama.cpp's probe gives an object, written "
-    "as Python, and the syntax found in it does not read the template's JSON-text calls"
-)
 EXCUSED: dict[str, tuple[str, str, str]] = {
     # the template loses the calls
     "HuggingFaceTB-SmolLM3-3B.jinja": ("no_calls", "no_calls", DROPS),
@@ -349,8 +347,8 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "name_only",
         "the template writes the call's name but not its arguments",
     ),
-    # open: llama.cpp's analysis (or family) finds a call syntax, which G3 leaves as it is,
-    # and that syntax does not read the template's own history back
+    # open: neither llama.cpp's call syntax (or its family's) nor one found in the
+    # template's written calls (with their own separator) reads the template's history back
     "Apriel-1.6-15b-Thinker-fixed.jinja": (
         "fails",
         "fails",
@@ -377,16 +375,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "no_calls",
         "the call follows <|message_sep|>, a stop string: the model stops before its call "
         "(and the template writes the first call only)",
-    ),
-    "MiniMax-M1.jinja": (
-        "ok",
-        "fails",
-        "two calls are written one JSON object a line, which llama.cpp's format does not read",
-    ),
-    "MiniMax-M2.jinja": (
-        "thought",
-        "fails",
-        "two calls after a closed thought are not read by llama.cpp's format",
     ),
     "Mistral-Small-3.2-24B-Instruct-2506.jinja": (
         "fails",
@@ -427,9 +415,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "fails",
         "the calls are a bare JSON array, which llama.cpp's format for it does not read",
     ),
-    "huggingface-huggingface.js-automap-deepseek-r1-latest.jinja": ("fails", "fails", PYTHON_ARGS),
-    "huggingface-huggingface.js-automap-r1-1776-671b.jinja": ("fails", "fails", PYTHON_ARGS),
-    "mindspore-golden-stick-deepseek-r1-tool-calls.jinja": ("fails", "fails", PYTHON_ARGS),
     "huggingface-huggingface.js-e2e-meetkai-functionary-medium-v2.2.jinja": (
         "fails",
         "fails",
@@ -470,6 +455,52 @@ def test_hermes_style_round_trip(template: str) -> None:
         assert round_trip(codec, calls, "reference") == "fails"
 
 
+# A template llama.cpp finds a call syntax for (one JSON section), which writes two calls one
+# JSON object a line where llama.cpp's format reads them comma-separated (as MiniMax M1 does).
+LINES = """{{- bos_token }}
+{%- if tools %}
+{{- '<|im_start|>system\\nTools:' }}
+{%- for tool in tools %}{{- ' ' + tool.function.name }}{%- endfor %}
+{{- '<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'assistant' and message.tool_calls %}
+{{- '<|im_start|>assistant\\n<tool_calls>' }}
+{%- for call in message.tool_calls %}
+{{- '\\n' + {"name": call.function.name, "arguments": call.function.arguments} | tojson }}
+{%- endfor %}
+{{- '\\n</tool_calls><|im_end|>\\n' }}
+{%- else %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"""
+
+
+def test_calls_the_template_parts_its_own_way_are_read_under_guaranteed() -> None:
+    """llama.cpp's format reads this template's calls comma-separated only, so its two-call
+    turns do not read back; under guaranteed the calls are read as the template parts them,
+    and still as llama.cpp's grammar parts them."""
+    reference = analysis_for(LINES)
+    assert reference.tools.mode == T_JSON and reference.tools.call_separator is None
+    assert analysis_for(LINES, policy="guaranteed").tools.call_separator is not None
+    codec = Codec(LINES)
+    assert round_trip(codec, ("weather", "search"), "reference") == "fails"
+    assert round_trip(codec, ("weather", "search")) == "ok"
+    turn = codec.prepare([USER], tools=TOOLS, tool_call_id=0, policy="guaranteed")
+    first = '{"name": "get_weather", "arguments": {"location": "Paris"}}'
+    second = '{"name": "search_web", "arguments": {"query": "cafe"}}'
+    want = [("get_weather", {"location": "Paris"}), ("search_web", {"query": "cafe"})]
+    for between in ("\n", ", "):
+        reply = f"<tool_calls>\n{first}{between}{second}\n</tool_calls>"
+        message = turn.parse(reply)
+        assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == want
+        stream = turn.stream()  # the stream, fed a character at a time, reads the same
+        names = [d.tool_call.name for c in reply for d in stream.feed(c) if d.tool_call]
+        assert [n for n in names if n] == ["get_weather", "search_web"]
+        assert stream.finish().message == message
+
+
 def test_arguments_written_as_given_are_probed_as_json_text() -> None:
     """A template that joins the arguments to its text writes Python for an object: the
     written call is found with the arguments given as JSON text."""
@@ -484,7 +515,8 @@ def test_arguments_written_as_given_are_probed_as_json_text() -> None:
 
 
 def _unchanged(path: Path) -> None:
-    """Where llama.cpp's analysis finds a call syntax, guaranteed keeps its analysis as is."""
+    """Where llama.cpp's format reads back the calls the template writes, guaranteed keeps its
+    analysis as is; elsewhere only the calls may change."""
     tokens = {"bos_token": "<s>", "eos_token": "</s>"}
     source = path.read_text(encoding="utf-8")
     try:
@@ -494,9 +526,10 @@ def _unchanged(path: Path) -> None:
             analysis_for(source, tokens, "guaranteed")
         return
     guaranteed = analysis_for(source, tokens, "guaranteed")
-    if reference.tools.mode != T_NONE:
-        assert guaranteed is reference
-    else:  # only the calls may change
+    if guaranteed is not reference:  # only the calls may change, and only where needed
+        template = LlamaCompatTemplate(source, special_tokens=tokens)
+        forms = list(written_forms(template))
+        assert not any(reads_back(template, reference, w) for w in forms)
         assert replace(guaranteed, tools=reference.tools) == replace(
             reference,
             supports_tool_calls=guaranteed.supports_tool_calls,

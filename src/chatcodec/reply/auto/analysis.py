@@ -112,6 +112,9 @@ class Tools:
     id_pos: str = ID_NONE
     id_prefix: str = ""
     id_suffix: str = ""
+    # what the template writes between two calls of one section, where the written calls
+    # (the guaranteed policy) found it; None: llama.cpp's (a comma)
+    call_separator: str | None = None
 
 
 @dataclass

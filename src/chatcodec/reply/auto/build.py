@@ -116,6 +116,15 @@ def _comma() -> peg.Parser:
     return peg.Seq(peg.Space(), peg.Literal(","), peg.Space())
 
 
+def _between_calls(tl: Tools, llama: peg.Parser) -> peg.Parser:
+    """What parts two calls of a section: llama.cpp's separator, and the template's own where
+    the written calls found one (the guaranteed policy)."""
+    if tl.call_separator is None:
+        return llama
+    own = _seq(peg.Space(), _lit(tl.call_separator.strip()), peg.Space())
+    return peg.Choice(llama, own)
+
+
 def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser:
     name_p = peg.Seq(_key(name_key), _quoted_name(name))
     args_p = peg.Seq(_key(args_key), peg.Tag(t.TOOL_ARGS, peg.json_value))
@@ -252,7 +261,7 @@ def _json_section(
     choice = peg.Choice(*alternatives)
     calls: peg.Parser = choice
     if parallel:
-        calls = peg.Seq(choice, peg.Repeat(peg.Seq(_comma(), choice)))
+        calls = peg.Seq(choice, peg.Repeat(peg.Seq(_between_calls(tl, _comma()), choice)))
     if tl.tools_array_wrapped:
         calls = peg.Seq(peg.Literal("["), peg.Space(), calls, peg.Space(), peg.Literal("]"))
     return _seq(_lit(start), peg.Space(), calls, peg.Space(), _lit(end))
@@ -493,7 +502,7 @@ def _section_calls(
     """Tagged calls with no per-call markers: the whole section is one unit."""
     more: list[peg.Parser] = []
     if parallel:
-        more.append(peg.Repeat(peg.Seq(peg.Literal(", "), choice)))
+        more.append(peg.Repeat(peg.Seq(_between_calls(tl, peg.Literal(", ")), choice)))
     if tagged:
         unit = _seq(
             _lit(tl.section_start), peg.Space(), choice, *more, peg.Space(), _lit(tl.section_end)

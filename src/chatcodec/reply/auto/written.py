@@ -18,18 +18,25 @@ call descriptions (:mod:`.build`, :mod:`.grammar`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ...errors import ChatCodecError
+from ...strings import common_prefix_length
 from ...template.capabilities import ToolCallSupport
 from ...template.render import ChatTemplate
+from ..stream import ReplyStream
 from .analysis import (
     ASSISTANT_MSG,
+    CALL_ID_001,
+    CALL_ID_002,
     FIRST_CALL,
     FUN_FIRST,
     FUN_SECOND,
     SECOND_CALL,
     T_NONE,
+    TOOLS,
     USER,
     Analysis,
     AnalysisFailed,
@@ -39,8 +46,9 @@ from .analysis import (
     assistant_turn,
     tool_probe,
 )
+from .build import build_format
 
-__all__ = ["Written", "written_forms", "written_calls"]
+__all__ = ["Written", "written_forms", "written_calls", "reads_back"]
 
 # the probe call's argument value (analysis.FIRST_CALL's first argument)
 _VALUE = "XXXX"
@@ -72,16 +80,34 @@ def written_forms(template: ChatTemplate) -> Iterator[Written]:
 
 
 def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
-    """``reference`` (llama.cpp's analysis of ``template``) with the call syntax the template
-    writes, where llama.cpp's has none; ``reference`` itself everywhere else.
+    """The analysis whose calls read back what ``template`` writes in a past assistant turn
+    (:func:`reads_back`): ``reference`` (llama.cpp's analysis) where it does; else the first
+    of llama.cpp's and the written forms' call syntaxes that does, as found or with the text
+    the template writes between two calls. Where none does, ``reference``, or where llama.cpp
+    finds no call syntax, the first written form the analysis can describe.
 
     Only the calls change: the reasoning, the content and the role markers stay llama.cpp's,
-    so a reply without calls reads exactly as under the reference policy. The first argument
-    form whose call the analysis can describe is taken (a dict joined to a string is written
-    as Python, not JSON: that form fails and JSON text is tried)."""
-    if reference.tools.mode != T_NONE:
+    so a reply without calls reads exactly as under the reference policy. A dict joined to a
+    string is written as Python, not JSON: the arguments are then probed as JSON text too."""
+    forms = list(written_forms(template))
+    if not forms:
         return reference
-    for written in written_forms(template):
+    own = [(w, reference) for w in forms] if reference.tools.mode != T_NONE else []
+    derived = list(_derived(template, reference, forms))
+    for written, analysis in own + derived:
+        for tried in (analysis, _separated(template, analysis, written)):
+            if tried is not None and reads_back(template, tried, written):
+                return tried
+    if reference.tools.mode == T_NONE and derived:
+        return derived[0][1]
+    return reference
+
+
+def _derived(
+    template: ChatTemplate, reference: Analysis, forms: list[Written]
+) -> Iterator[tuple[Written, Analysis]]:
+    """``reference`` with the calls the analysis finds in each written form."""
+    for written in forms:
         support = ToolCallSupport(calls=True, parallel=written.parallel)
         try:
             derived = analyze(template, support, written.text_arguments)
@@ -91,11 +117,88 @@ def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
             continue
         preserved = list(reference.preserved_tokens)
         preserved += [t for t in derived.preserved_tokens if t not in preserved]
-        return replace(
-            reference,
-            supports_tool_calls=True,
-            supports_parallel_tool_calls=written.parallel,
-            tools=derived.tools,
-            preserved_tokens=preserved,
+        yield (
+            written,
+            replace(
+                reference,
+                supports_tool_calls=True,
+                supports_parallel_tool_calls=written.parallel,
+                tools=derived.tools,
+                preserved_tokens=preserved,
+            ),
         )
-    return reference
+
+
+def reads_back(template: ChatTemplate, analysis: Analysis, written: Written) -> bool:
+    """Whether the reply format built from ``analysis`` reads the calls back that the template
+    writes in a past assistant turn (one call, and two where it writes two), as check-data
+    reads a turn: from where the turn parts from the prompt a server sends, up to the first
+    marker the template ends an assistant turn with."""
+    r = Renderer(template, written.text_arguments)
+    prompt = r.render(Probe((USER,), tools=True, add_generation_prompt=True))
+    bare = r.render(Probe((USER,), tools=True))
+    plain = r.render(Probe((USER, assistant_turn(ASSISTANT_MSG)), tools=True))
+    if prompt is None or bare is None or plain is None or ASSISTANT_MSG not in plain:
+        return False
+    opening = prompt[len(bare) :] if prompt.startswith(bare) else ""
+    # what ends a turn: each marker the template writes after an assistant turn's text
+    ends = plain[plain.rindex(ASSISTANT_MSG) + len(ASSISTANT_MSG) :].split()
+    probes = [(FIRST_CALL,), (FIRST_CALL, SECOND_CALL)][: 1 + written.parallel]
+    for calls in probes:
+        text = r.render(tool_probe(*calls))
+        if text is None:
+            return False
+        reply = text[_parting(text, prompt) :]
+        if not text.startswith(prompt) and analysis.reasoning.end:
+            # the prompt opens a thought the turn in history has not: the model closes it
+            reply = analysis.reasoning.end + reply
+        reply = reply[: min((reply.find(e) % (len(reply) + 1) for e in ends), default=None)]
+        fmt = build_format(analysis, opening, TOOLS, "auto", written.parallel, "deepseek")
+        try:
+            stream = ReplyStream(fmt, opening)
+            stream.feed(reply)
+            message = stream.finish().message
+        except ChatCodecError:
+            return False
+        try:
+            read = [(c.name, json.loads(c.arguments or "null")) for c in message.tool_calls]
+        except ValueError:
+            return False
+        if read != [(c["function"]["name"], c["function"]["arguments"]) for c in calls]:
+            return False
+    return True
+
+
+def _parting(text: str, prompt: str) -> int:
+    """Where ``text`` parts from ``prompt``, not inside a marker (``<think>`` and
+    ``<tool_call>`` share ``<``)."""
+    common = common_prefix_length(text, prompt)
+    opened = max(text.rfind(mark, 0, common) for mark in "<[")
+    return opened if opened > max(text.rfind(mark, 0, common) for mark in ">]") else common
+
+
+def _separated(template: ChatTemplate, analysis: Analysis, written: Written) -> Analysis | None:
+    """``analysis`` with the text the template writes between two calls (None where it writes
+    one call a turn, or where the two-call render is not the one-call render with a second
+    call added: the calls are then not one after the other)."""
+    if not written.parallel:
+        return None
+    r = Renderer(template, written.text_arguments)
+    one = r.render(tool_probe(FIRST_CALL))
+    two = r.render(tool_probe(FIRST_CALL, SECOND_CALL))
+    if one is None or two is None:
+        return None
+    added = len(two) - len(one)
+    # the second call as the first is written: its name and id are the first's
+    first = {FUN_SECOND: FUN_FIRST, CALL_ID_002: CALL_ID_001}
+    for end in range(common_prefix_length(one, two), -1, -1):  # where the first call ends
+        if two[end + added :] != one[end:]:
+            break
+        for cut in range(added + 1):  # separator two[end:cut+end], then the second call
+            second = two[end + cut : end + added]
+            for name, was in first.items():
+                second = second.replace(name, was)
+            if FUN_FIRST in second and one[:end].endswith(second):
+                tools = replace(analysis.tools, call_separator=two[end : end + cut])
+                return replace(analysis, tools=tools)
+    return None
