@@ -353,12 +353,14 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "fails",
         "fails",
         "the calls follow a thought no marker closes in history ([BEGIN FINAL RESPONSE] "
-        'does), and their JSON has an "id" that llama.cpp\'s format does not read',
+        'does), and their JSON has an "id" in turns before the last, which no syntax found '
+        "reads",
     ),
     "unsloth-Apriel-1.5.jinja": (
         "fails",
         "fails",
-        "each call's JSON has an \"id\" that llama.cpp's format does not read",
+        'each call\'s JSON has an "id" in turns before the last, and a newline follows '
+        "</tool_calls>: no syntax found reads either",
     ),
     "CohereForAI-c4ai-command-r-plus-tool_use.jinja": (
         "fails",
@@ -375,12 +377,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "no_calls",
         "the call follows <|message_sep|>, a stop string: the model stops before its call "
         "(and the template writes the first call only)",
-    ),
-    "Mistral-Small-3.2-24B-Instruct-2506.jinja": (
-        "fails",
-        "fails",
-        "[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}: llama.cpp's format does not read the call "
-        "id; its own parse fails there too (the parse corpus)",
     ),
     "meetkai-functionary-medium-v3.1.jinja": (
         "fails",
@@ -413,12 +409,13 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
     "huggingface-huggingface.js-automap-cogito-3b.jinja": (
         "fails",
         "fails",
-        "the calls are a bare JSON array, which llama.cpp's format for it does not read",
+        "the calls are a bare JSON array: llama.cpp's format starts the calls at {, not [",
     ),
     "huggingface-huggingface.js-e2e-meetkai-functionary-medium-v2.2.jinja": (
         "fails",
         "fails",
-        "llama.cpp's format does not read the calls as the template writes them in history",
+        "each call is a message of its own (<|from|>assistant <|recipient|>name): no syntax "
+        "found, llama.cpp's or a written form's, reads a second call",
     ),
     "huggingface-huggingface.js-automap-llama3.2-vision-90b.jinja": (
         "fails",
@@ -499,6 +496,60 @@ def test_calls_the_template_parts_its_own_way_are_read_under_guaranteed() -> Non
         names = [d.tool_call.name for c in reply for d in stream.feed(c) if d.tool_call]
         assert [n for n in names if n] == ["get_weather", "search_web"]
         assert stream.finish().message == message
+
+
+# Mistral Small 3.2's way with a call: [TOOL_CALLS]name[CALL_ID]id[ARGS]{...}. llama.cpp's
+# analysis ends the name at [ARGS] and reads the id after it, so no call reads.
+MISTRAL = """{{- bos_token }}
+{%- for message in messages %}
+{%- if message.role == 'user' %}
+{%- if tools and loop.last %}{{- '[AVAILABLE_TOOLS]' + tools | tojson + '[/AVAILABLE_TOOLS]' }}
+{%- endif %}
+{{- '[INST]' + message.content + '[/INST]' }}
+{%- elif message.role == 'assistant' %}
+{%- if message.content %}{{- message.content }}{%- endif %}
+{%- for call in message.tool_calls or [] %}
+{{- '[TOOL_CALLS]' + call.function.name + '[CALL_ID]' + call.id + '[ARGS]' }}
+{{- call.function.arguments | tojson }}
+{%- endfor %}
+{{- eos_token }}
+{%- elif message.role == 'tool' %}
+{{- '[TOOL_RESULTS]' + message.tool_call_id + '[TOOL_CONTENT]' + message.content }}
+{{- '[/TOOL_RESULTS]' }}
+{%- endif %}
+{%- endfor %}"""
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_a_call_id_between_name_and_arguments_is_read_under_guaranteed(
+    tiny_llama: Any, tool_choice: str
+) -> None:
+    """Under guaranteed the name ends where the call id opens: the calls the template writes,
+    and those its grammar writes (no id), are read; under reference neither is."""
+    tokens = {"bos_token": "<s>", "eos_token": "</s>"}
+    assert analysis_for(MISTRAL, tokens).tools.name_suffix == "[ARGS]"
+    assert analysis_for(MISTRAL, tokens, "guaranteed").tools.name_suffix == ""
+    codec = Codec(MISTRAL, bos_token="<s>", eos_token="</s>")
+    turn = [USER, {"role": "assistant", "content": "", "tool_calls": [WEATHER]}]
+    written = codec.render(turn, TOOLS).split("[/INST]")[-1].removesuffix("</s>")
+    arguments = json.dumps(WEATHER["function"]["arguments"])
+    assert written == f"[TOOL_CALLS]get_weather[CALL_ID]Wx1234567[ARGS]{arguments}"
+    plain = '[TOOL_CALLS]get_weather[ARGS]{"location": "Paris"}'
+    for policy in ("reference", "guaranteed"):
+        turn = codec.prepare([USER], tools=TOOLS, tool_choice=tool_choice, policy=policy)
+        for reply in (written, plain):
+            if policy == "reference":
+                with pytest.raises(ReplyError):
+                    turn.parse(reply)
+                continue
+            [call] = turn.parse(reply).tool_calls
+            assert call.name == "get_weather"
+            assert json.loads(call.arguments)["location"].startswith("Paris")
+        grammar = turn.grammar
+        assert grammar is not None
+        prompt = "" if grammar.lazy else turn.generation_prompt
+        if policy == "guaranteed":
+            assert tiny_llama.verdict(grammar.gbnf, plain, prompt) == "accept"
 
 
 def test_arguments_written_as_given_are_probed_as_json_text() -> None:

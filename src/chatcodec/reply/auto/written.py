@@ -34,6 +34,7 @@ from .analysis import (
     FIRST_CALL,
     FUN_FIRST,
     FUN_SECOND,
+    ID_BETWEEN,
     SECOND_CALL,
     T_NONE,
     TOOLS,
@@ -95,8 +96,8 @@ def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
     own = [(w, reference) for w in forms] if reference.tools.mode != T_NONE else []
     derived = list(_derived(template, reference, forms))
     for written, analysis in own + derived:
-        for tried in (analysis, _separated(template, analysis, written)):
-            if tried is not None and reads_back(template, tried, written):
+        for tried in _variants(template, analysis, written):
+            if reads_back(template, tried, written):
                 return tried
     if reference.tools.mode == T_NONE and derived:
         return derived[0][1]
@@ -175,6 +176,19 @@ def _parting(text: str, prompt: str) -> int:
     common = common_prefix_length(text, prompt)
     opened = max(text.rfind(mark, 0, common) for mark in "<[")
     return opened if opened > max(text.rfind(mark, 0, common) for mark in ">]") else common
+
+
+def _variants(template: ChatTemplate, analysis: Analysis, written: Written) -> Iterator[Analysis]:
+    """``analysis`` as found; with the text the template writes between two calls; with the
+    name ending where a call id between the name and the arguments opens (llama.cpp takes the
+    id's closing marker as the name's too, so neither a call with an id nor one without reads)."""
+    yield analysis
+    separated = _separated(template, analysis, written)
+    if separated is not None:
+        yield separated
+    tl = analysis.tools
+    if tl.id_pos == ID_BETWEEN and tl.id_suffix and tl.name_suffix == tl.id_suffix:
+        yield replace(analysis, tools=replace(tl, name_suffix=""))
 
 
 def _separated(template: ChatTemplate, analysis: Analysis, written: Written) -> Analysis | None:
