@@ -406,11 +406,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "fails",
         "the turn's span (render_with_spans) ends after <|tool_call|>, before the call's JSON",
     ),
-    "huggingface-huggingface.js-automap-cogito-3b.jinja": (
-        "fails",
-        "fails",
-        "the calls are a bare JSON array: llama.cpp's format starts the calls at {, not [",
-    ),
     "huggingface-huggingface.js-e2e-meetkai-functionary-medium-v2.2.jinja": (
         "fails",
         "fails",

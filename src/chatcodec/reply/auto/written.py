@@ -36,6 +36,7 @@ from .analysis import (
     FUN_SECOND,
     ID_BETWEEN,
     SECOND_CALL,
+    T_JSON,
     T_NONE,
     TOOLS,
     USER,
@@ -179,9 +180,11 @@ def _parting(text: str, prompt: str) -> int:
 
 
 def _variants(template: ChatTemplate, analysis: Analysis, written: Written) -> Iterator[Analysis]:
-    """``analysis`` as found; with the text the template writes between two calls; with the
-    name ending where a call id between the name and the arguments opens (llama.cpp takes the
-    id's closing marker as the name's too, so neither a call with an id nor one without reads)."""
+    """``analysis`` as found, then mended where llama.cpp's reading of the renders slips:
+    with the text the template writes between two calls; with the name ending where a call
+    id between the name and the arguments opens (llama.cpp takes the id's closing marker as
+    the name's too, so neither a call with an id nor one without reads); with a bare JSON
+    array's brackets as the section's markers (llama.cpp starts the calls at ``{``)."""
     yield analysis
     separated = _separated(template, analysis, written)
     if separated is not None:
@@ -189,6 +192,9 @@ def _variants(template: ChatTemplate, analysis: Analysis, written: Written) -> I
     tl = analysis.tools
     if tl.id_pos == ID_BETWEEN and tl.id_suffix and tl.name_suffix == tl.id_suffix:
         yield replace(analysis, tools=replace(tl, name_suffix=""))
+    if tl.mode == T_JSON and tl.tools_array_wrapped and not tl.section_start:
+        bare = replace(tl, section_start="[", section_end="]", tools_array_wrapped=False)
+        yield replace(analysis, tools=bare)
 
 
 def _separated(template: ChatTemplate, analysis: Analysis, written: Written) -> Analysis | None:
