@@ -1,12 +1,13 @@
 """chatcodec check-data over the render corpus: every template, its rendered conversations.
 
-    PYTHONPATH=src python dev/check_data_corpus.py [--markdown] [--examples N]
+    PYTHONPATH=src python dev/check_data_corpus.py [--markdown] [--examples N] [--policy P]
 
 Each rendered case of ``../shared/oracle/render/expectations.jsonl`` that has an assistant
 turn (continued final messages left out: they are prompts, not training data) is checked with
 ``chatcodec.checkdata.check_turns`` under its own template, special tokens, variables and
-clock. Prints per template: conversations, failing ones, turns, turns read back, reasons
-(``--markdown``: the table of docs/training.md).
+clock, read under the policy given (``guaranteed`` by default, as check-data reads). Prints
+per template: conversations, failing ones, turns, turns read back, reasons (``--markdown``:
+the table of docs/training.md); then the turns with calls whose calls read back.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--examples", type=int, default=0, metavar="N")
+    parser.add_argument("--policy", choices=("guaranteed", "reference"), default="guaranteed")
     args = parser.parse_args()
+    calls: Counter[str] = Counter()
     report = DataReport()
     examples: dict[tuple[str, str], list[str]] = defaultdict(list)
     codecs: dict[tuple[str, Any, Any], Codec] = {}
@@ -60,15 +63,24 @@ def main() -> int:
             case["documents"],
             now=case["now_unix"],
             id=case["id"],
+            policy=args.policy,
             **kwargs,
         )
         report.add(ConversationCheck(check.id, case["template"], check.turns, check.error))
         for turn in check.turns:
+            if turn.expected and turn.expected["tool_calls"] and case["tools"]:
+                calls["turns"] += 1
+                read = turn.read["tool_calls"] if turn.read else None
+                calls["read"] += read == turn.expected["tool_calls"]
             for reason in turn.reasons:
                 examples[(case["template"], reason)].append(
                     f"{case['id']} #{turn.index}: {turn.detail}"
                 )
     _print(report, args.markdown)
+    print(
+        f"turns with calls and tools: {calls['turns']}, calls read back: {calls['read']} "
+        f"({calls['read'] / max(calls['turns'], 1):.1%}) under {args.policy}"
+    )
     if args.examples:
         for (template, reason), found in sorted(examples.items()):
             print(f"\n{template} {reason}:")

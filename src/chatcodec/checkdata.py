@@ -169,12 +169,14 @@ def check_turns(
     *,
     now: float | int | None = None,
     reasoning_format: str = "deepseek",
+    policy: str = "guaranteed",
     id: Any = None,
     **context: Any,
 ) -> ConversationCheck:
     """Check that each assistant turn of ``messages`` reads back into the same message (see
     the module docstring). ``context`` holds template variables (``enable_thinking``, ...),
-    passed to the render and to the decoder alike."""
+    passed to the render and to the decoder alike. ``policy`` is the decoder's (``Codec.prepare``):
+    ``guaranteed`` by default, as ``chatcodec serve`` reads replies."""
     template = codec.select(tools)
     try:
         rendered = codec.render_with_spans(
@@ -186,7 +188,9 @@ def check_turns(
     if documents is not None:
         extra["documents"] = documents
     turns = [
-        _check_turn(codec, messages, index, rendered, span, tools, now, reasoning_format, extra)
+        _check_turn(
+            codec, messages, index, rendered, span, tools, now, reasoning_format, policy, extra
+        )
         for index, span in _pair_spans(messages, rendered)
     ]
     return ConversationCheck(id, template, tuple(turns))
@@ -286,6 +290,7 @@ def _check_turn(
     tools: Sequence[Mapping[str, Any]] | None,
     now: float | int | None,
     reasoning_format: str,
+    policy: str,
     context: dict[str, Any],
 ) -> TurnCheck:
     expected = expected_message(messages[index])
@@ -297,6 +302,7 @@ def _check_turn(
             messages[:index],
             tools=tools,
             reasoning_format=reasoning_format,
+            policy=policy,
             continue_final_message=False,
             now=now,
             tool_call_id=0,

@@ -127,7 +127,7 @@ _OWN_KEYWORDS["encode"] = _OWN_KEYWORDS["render"] | {
     "mask_reasoning",
     "tokenizer",
 }
-_OWN_KEYWORDS["check-data"] = _OWN_KEYWORDS["parse"] | {"documents", "id"}
+_OWN_KEYWORDS["check-data"] = _OWN_KEYWORDS["parse"] | {"documents", "id", "policy"}
 _OWN_KEYWORDS["batch"] = _OWN_KEYWORDS["encode"]  # (batch --checkpoint encodes)
 
 
@@ -740,7 +740,11 @@ def _cmd_check_data(args: argparse.Namespace) -> int:
 
     recipe = _recipe(args)
     recipe.build()  # a checkpoint that cannot be loaded fails once, here
-    options: dict[str, Any] = {**_variables(args), "reasoning_format": args.reasoning_format}
+    options: dict[str, Any] = {
+        **_variables(args),
+        "reasoning_format": args.reasoning_format,
+        "policy": args.policy,
+    }
     if args.now is not None:
         options["now"] = _parse_now(args.now)
     paths, total = _inputs(args)
@@ -1357,6 +1361,13 @@ def _add_check_data(
         "--reasoning-format",
         default="deepseek",
         choices=("deepseek", "auto", "none", "deepseek-legacy"),
+    )
+    check.add_argument(
+        "--policy",
+        choices=("guaranteed", "reference"),
+        default="guaranteed",
+        help="how the turns are read: guaranteed (as chatcodec serve reads replies by default; "
+        "docs/decoding.md) or reference (llama.cpp exactly)",
     )
     check.set_defaults(func=_cmd_check_data)
 

@@ -3,6 +3,8 @@
 The template is rendered on probe conversations with chatcodec's own renderer and the renders
 are diffed (:mod:`.analysis`); the markers found become a reply format (:mod:`.build`). Where
 llama.cpp's analysis throws, the request fails the same way (:class:`~chatcodec.ReplyError`).
+Under the ``guaranteed`` policy, calls llama.cpp finds no syntax for are read in the syntax the
+template writes them in (:mod:`.written`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from ...errors import ReplyError
 from ...template.compat import LlamaCompatTemplate
 from ..description import ReplyFormat
 from ..prefill import Continuation
-from ..request import ReplyRequest
+from ..request import Policy, ReplyRequest
 from .analysis import Analysis, AnalysisFailed, analyze
 from .build import HANDLER, build_format, constraint_for
 from .grammar import grammar_for
+from .written import written_calls
 
 __all__ = ["NAME", "HANDLER", "Analysis", "analysis_for", "matches", "describe", "grammar"]
 
@@ -26,22 +29,34 @@ __all__ = ["NAME", "HANDLER", "Analysis", "analysis_for", "matches", "describe",
 NAME = "autoparser"
 
 
-@lru_cache(maxsize=128)
-def _analysis(source: str, bos_token: str, eos_token: str) -> Analysis | AnalysisFailed:
+# two entries a template at most: the reference analysis and the guaranteed one
+@lru_cache(maxsize=256)
+def _analysis(
+    source: str, bos_token: str, eos_token: str, policy: Policy
+) -> Analysis | AnalysisFailed:
     # probes are rendered as llama.cpp renders them (its conventions, its Jinja semantics)
     template = LlamaCompatTemplate(
         source, special_tokens={"bos_token": bos_token, "eos_token": eos_token}
     )
+    if policy == "guaranteed":
+        reference = _analysis(source, bos_token, eos_token, "reference")
+        if isinstance(reference, AnalysisFailed):
+            return reference
+        return written_calls(template, reference)
     try:
         return analyze(template)
     except AnalysisFailed as exc:
         return exc
 
 
-def analysis_for(source: str, special_tokens: Mapping[str, str] | None = None) -> Analysis:
-    """The analysis of a template (cached per template and special tokens)."""
+def analysis_for(
+    source: str, special_tokens: Mapping[str, str] | None = None, policy: Policy = "reference"
+) -> Analysis:
+    """The analysis of a template (cached per template, special tokens and policy). Under the
+    ``guaranteed`` policy a template whose calls llama.cpp finds no syntax for gets the call
+    syntax it writes in a past assistant turn (:mod:`.written`)."""
     tokens = special_tokens or {}
-    found = _analysis(source, tokens.get("bos_token") or "", tokens.get("eos_token") or "")
+    found = _analysis(source, tokens.get("bos_token") or "", tokens.get("eos_token") or "", policy)
     if isinstance(found, AnalysisFailed):
         raise ReplyError(
             "Unable to generate parser for this template. Automatic parser generation failed: "
@@ -56,7 +71,7 @@ def matches(source: str) -> bool:
 
 
 def describe(request: ReplyRequest) -> ReplyFormat:
-    analysis = analysis_for(request.source, request.special_tokens)
+    analysis = analysis_for(request.source, request.special_tokens, request.policy)
     fmt = build_format(
         analysis,
         request.generation_prompt,
@@ -78,7 +93,8 @@ def describe(request: ReplyRequest) -> ReplyFormat:
 
 def grammar(request: ReplyRequest) -> str:
     """llama.cpp's grammar for this request (GBNF), written from the template's analysis."""
-    return grammar_for(analysis_for(request.source, request.special_tokens), request)
+    analysis = analysis_for(request.source, request.special_tokens, request.policy)
+    return grammar_for(analysis, request)
 
 
 def continuation(analysis: Analysis) -> Continuation:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...template.capabilities import ProbeRenderer, tool_call_support
+from ...template.capabilities import ProbeRenderer, ToolCallSupport, tool_call_support
 from ...template.render import ChatTemplate
 from . import strict as s
 from .diff import (
@@ -29,7 +29,18 @@ from .diff import (
     until_common_prefix,
 )
 
-__all__ = ["Analysis", "Reasoning", "Content", "Tools", "analyze"]
+__all__ = [
+    "Analysis",
+    "AnalysisFailed",
+    "Reasoning",
+    "Content",
+    "Tools",
+    "Probe",
+    "Renderer",
+    "analyze",
+    "assistant_turn",
+    "tool_probe",
+]
 
 FUN_FIRST = "FFF_FIRST_FUN_F"
 FUN_SECOND = "SSS_SECOND_FUN_S"
@@ -101,6 +112,9 @@ class Tools:
     id_pos: str = ID_NONE
     id_prefix: str = ""
     id_suffix: str = ""
+    # what the template writes between two calls of one section, where the written calls
+    # (the guaranteed policy) found it; None: llama.cpp's (a comma)
+    call_separator: str | None = None
 
 
 @dataclass
@@ -164,7 +178,7 @@ FIRST_CALL_ONE_ARG_OTHER_VAL = _call(FUN_FIRST, {ARG_FIRST: "YYYY"})
 FIRST_CALL_OTHER_ARG = _call(FUN_FIRST, {ARG_SECOND: "YYYY"})
 
 
-def _assistant(
+def assistant_turn(
     content: str | None, calls: Sequence[Any] = (), reasoning: str | None = None
 ) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": content}
@@ -191,14 +205,21 @@ class Compared:
 
 
 class Renderer:
-    """Renders probes with the shared probe renderer (a failing render is None) and diffs them."""
+    """Renders probes with the shared probe renderer (a failing render is None) and diffs them.
 
-    def __init__(self, template: ChatTemplate) -> None:
+    With ``text_arguments`` the calls' arguments are given as JSON text, not as objects (for
+    templates that write them as they are given; llama.cpp's probes are always objects)."""
+
+    def __init__(self, template: ChatTemplate, text_arguments: bool = False) -> None:
         self.probes = ProbeRenderer(template)
+        self.text_arguments = text_arguments
 
     def render(self, probe: Probe) -> str | None:
+        messages = probe.messages
+        if self.text_arguments:
+            messages = tuple(_arguments_as_text(message) for message in messages)
         return self.probes.render(
-            probe.messages,
+            messages,
             tools=TOOLS if probe.tools else None,
             add_generation_prompt=probe.add_generation_prompt,
             enable_thinking=probe.enable_thinking,
@@ -212,6 +233,19 @@ class Renderer:
         return Compared(diff_split(out_a, out_b), out_a, out_b)
 
 
+def _arguments_as_text(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    texts = []
+    for call in calls:
+        function = call["function"]
+        texts.append(
+            {**call, "function": {**function, "arguments": json.dumps(function["arguments"])}}
+        )
+    return {**message, "tool_calls": texts}
+
+
 def _with(probe: Probe, messages: Sequence[Any]) -> Probe:
     return Probe(tuple(messages), probe.tools, probe.add_generation_prompt, probe.enable_thinking)
 
@@ -220,8 +254,8 @@ def _with(probe: Probe, messages: Sequence[Any]) -> Probe:
 
 
 def _reasoning_presence(r: Renderer, rs: Reasoning) -> None:
-    base = Probe((USER, _assistant(ASSISTANT_MSG)))
-    cmp = r.compare(base, _with(base, [USER, _assistant(ASSISTANT_MSG, reasoning=THINKING)]))
+    base = Probe((USER, assistant_turn(ASSISTANT_MSG)))
+    cmp = r.compare(base, _with(base, [USER, assistant_turn(ASSISTANT_MSG, reasoning=THINKING)]))
     if cmp is None:
         return
     diff = cmp.diff
@@ -292,9 +326,11 @@ def _thinking_enabled(r: Renderer, rs: Reasoning) -> None:
 
 
 def _reasoning_scope(r: Renderer, rs: Reasoning) -> None:
-    with_content = Probe((USER, _assistant(ASSISTANT_MSG, reasoning=THINKING)), tools=True)
+    with_content = Probe((USER, assistant_turn(ASSISTANT_MSG, reasoning=THINKING)), tools=True)
     call = _call(FUN_FIRST, {ARG_FIRST: "VVVV", ARG_SECOND: "XXXX"})
-    cmp = r.compare(with_content, _with(with_content, [USER, _assistant(None, [call], THINKING)]))
+    cmp = r.compare(
+        with_content, _with(with_content, [USER, assistant_turn(None, [call], THINKING)])
+    )
     if cmp is None:
         return
     if THINKING in cmp.a or THINKING not in cmp.b:
@@ -322,9 +358,9 @@ def _reasoning_scope(r: Renderer, rs: Reasoning) -> None:
 
 def _content(r: Renderer, rs: Reasoning) -> Content:
     ct = Content()
-    base = Probe((USER, _assistant(ASSISTANT_MSG)), tools=True)
-    with_tools = _with(base, [USER, _assistant("", [_call("test_func", {"arg1": "value1"})])])
-    with_reasoning = _with(base, [USER, _assistant("", reasoning=THINKING)])
+    base = Probe((USER, assistant_turn(ASSISTANT_MSG)), tools=True)
+    with_tools = _with(base, [USER, assistant_turn("", [_call("test_func", {"arg1": "value1"})])])
+    with_reasoning = _with(base, [USER, assistant_turn("", reasoning=THINKING)])
     cmp_tools = r.compare(base, with_tools)
     cmp_reasoning = r.compare(base, with_reasoning)
     if cmp_tools is None or cmp_reasoning is None:
@@ -367,14 +403,14 @@ def _content(r: Renderer, rs: Reasoning) -> Content:
     return ct
 
 
-def _tool_probe(*calls: Any) -> Probe:
-    return Probe((USER, _assistant("", calls)), tools=True)
+def tool_probe(*calls: Any) -> Probe:
+    return Probe((USER, assistant_turn("", calls)), tools=True)
 
 
 def _tools(r: Renderer, rs: Reasoning, parallel: bool) -> Tools:
     tl = Tools()
-    base = Probe((USER, _assistant(ASSISTANT_MSG)), tools=True)
-    cmp = r.compare(base, _tool_probe(FIRST_CALL))
+    base = Probe((USER, assistant_turn(ASSISTANT_MSG)), tools=True)
+    cmp = r.compare(base, tool_probe(FIRST_CALL))
     if cmp is None or not cmp.diff.right:
         return tl
     _tool_call_format(r, tl, cmp.diff.right, rs, parallel)
@@ -494,7 +530,7 @@ def _json_native(tl: Tools, clean: str) -> None:
 
 
 def _json_native_parallel(r: Renderer, tl: Tools) -> None:
-    cmp = r.compare(_tool_probe(FIRST_CALL), _tool_probe(FIRST_CALL, SECOND_CALL))
+    cmp = r.compare(tool_probe(FIRST_CALL), tool_probe(FIRST_CALL, SECOND_CALL))
     if cmp is None:
         return
     if tl.section_start and tl.section_start in cmp.diff.right:
@@ -563,7 +599,7 @@ def _non_json(tl: Tools, clean: str) -> None:
 
 
 def _per_call_markers(r: Renderer, tl: Tools) -> None:
-    cmp = r.compare(_tool_probe(FIRST_CALL), _tool_probe(FIRST_CALL, SECOND_CALL))
+    cmp = r.compare(tool_probe(FIRST_CALL), tool_probe(FIRST_CALL, SECOND_CALL))
     if cmp is None:
         return
     common = diff_split(cmp.diff.suffix, cmp.diff.right)
@@ -595,8 +631,8 @@ def _from_last_marker(tag: str) -> s.P:
 
 
 def _function_markers(r: Renderer, tl: Tools) -> None:
-    foo = _tool_probe(FIRST_CALL)
-    cmp = r.compare(foo, _tool_probe(SECOND_CALL))
+    foo = tool_probe(FIRST_CALL)
+    cmp = r.compare(foo, tool_probe(SECOND_CALL))
     if cmp is None:
         return
     diff = cmp.diff
@@ -643,7 +679,7 @@ def _function_markers(r: Renderer, tl: Tools) -> None:
     suffix_marker = tl.per_call_end or tl.section_end
     closer_suffix = ""
     if not suffix_marker:
-        nocall = r.compare(foo, _with(foo, [USER, _assistant(ASSISTANT_MSG)]))
+        nocall = r.compare(foo, _with(foo, [USER, assistant_turn(ASSISTANT_MSG)]))
         if nocall is not None:
             left = nocall.diff.left
             at = left.find("YYYY")
@@ -677,7 +713,7 @@ def _function_markers(r: Renderer, tl: Tools) -> None:
 
 
 def _argument_name_markers(r: Renderer, tl: Tools) -> None:
-    cmp = r.compare(_tool_probe(FIRST_CALL_ONE_ARG), _tool_probe(FIRST_CALL_OTHER_ARG))
+    cmp = r.compare(tool_probe(FIRST_CALL_ONE_ARG), tool_probe(FIRST_CALL_OTHER_ARG))
     if cmp is None:
         return
     diff = cmp.diff
@@ -712,7 +748,7 @@ def _argument_name_markers(r: Renderer, tl: Tools) -> None:
 
 
 def _argument_value_markers(r: Renderer, tl: Tools) -> None:
-    cmp = r.compare(_tool_probe(FIRST_CALL_ONE_ARG), _tool_probe(FIRST_CALL_ONE_ARG_OTHER_VAL))
+    cmp = r.compare(tool_probe(FIRST_CALL_ONE_ARG), tool_probe(FIRST_CALL_ONE_ARG_OTHER_VAL))
     if cmp is None:
         return
     diff = cmp.diff
@@ -741,7 +777,7 @@ def _argument_value_markers(r: Renderer, tl: Tools) -> None:
 
 
 def _argument_separator(r: Renderer, tl: Tools) -> None:
-    cmp = r.compare(_tool_probe(FIRST_CALL_ONE_ARG), _tool_probe(FIRST_CALL))
+    cmp = r.compare(tool_probe(FIRST_CALL_ONE_ARG), tool_probe(FIRST_CALL))
     if cmp is None:
         return
     if cmp.diff.right:
@@ -760,7 +796,7 @@ def _find_first_marker(text: str) -> str:
 
 
 def _call_id_markers(r: Renderer, tl: Tools) -> None:
-    cmp = r.compare(_tool_probe(FIRST_CALL), _tool_probe(FIRST_CALL_ALT_ID))
+    cmp = r.compare(tool_probe(FIRST_CALL), tool_probe(FIRST_CALL_ALT_ID))
     if cmp is None:
         return
     diff = cmp.diff
@@ -814,7 +850,7 @@ def _user_start(r: Renderer) -> str:
     cmp = r.compare(Probe(()), Probe((USER,)))
     if cmp is None:
         two = {"role": "user", "content": USER_MSG_TWO}
-        asst = _assistant(ASSISTANT_MSG)
+        asst = assistant_turn(ASSISTANT_MSG)
         cmp = r.compare(Probe((two, asst)), Probe((two, asst, USER)))
         if cmp is None:
             return ""
@@ -837,7 +873,7 @@ def _user_start(r: Renderer) -> str:
 
 
 def _assistant_start(r: Renderer, rs: Reasoning) -> str:
-    cmp = r.compare(Probe((USER,)), Probe((USER, _assistant(ASSISTANT_MSG))))
+    cmp = r.compare(Probe((USER,)), Probe((USER, assistant_turn(ASSISTANT_MSG))))
     if cmp is None:
         return ""
     msg = cmp.diff.right
@@ -995,11 +1031,18 @@ WORKAROUNDS: tuple[Workaround, ...] = (
 )
 
 
-def analyze(template: ChatTemplate) -> Analysis:
-    """The whole analysis of one template (raises AnalysisFailed where llama.cpp throws)."""
-    r = Renderer(template)
+def analyze(
+    template: ChatTemplate, support: ToolCallSupport | None = None, text_arguments: bool = False
+) -> Analysis:
+    """The whole analysis of one template (raises AnalysisFailed where llama.cpp throws).
+
+    ``support`` replaces llama.cpp's capability probe (``tool_call_support``): the calls'
+    phases run when it says the template takes calls. ``text_arguments`` gives the probes'
+    call arguments as JSON text (``Renderer``)."""
+    r = Renderer(template, text_arguments)
     a = Analysis()
-    support = tool_call_support(template)
+    if support is None:
+        support = tool_call_support(template)
     a.supports_tool_calls, a.supports_parallel_tool_calls = support.calls, support.parallel
     rs = Reasoning()
     _reasoning_presence(r, rs)

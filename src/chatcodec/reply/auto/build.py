@@ -122,6 +122,15 @@ def _comma_or_semicolon() -> peg.Parser:
     return peg.Seq(peg.Space(), peg.Choice(peg.Literal(","), peg.Literal(";")), peg.Space())
 
 
+def _between_calls(tl: Tools, llama: peg.Parser) -> peg.Parser:
+    """What parts two calls of a section: llama.cpp's separator, and the template's own where
+    the written calls found one (the guaranteed policy)."""
+    if tl.call_separator is None:
+        return llama
+    own = _seq(peg.Space(), _lit(tl.call_separator.strip()), peg.Space())
+    return peg.Choice(llama, own)
+
+
 def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser:
     name_p = peg.Seq(_key(name_key), _quoted_name(name))
     args_p = peg.Seq(_key(args_key), peg.Tag(t.TOOL_ARGS, peg.json_value))
@@ -261,7 +270,7 @@ def _json_section(
     calls: peg.Parser = choice
     if parallel:
         bare = semicolons and not (start or end or tl.tools_array_wrapped)
-        parting = _comma_or_semicolon() if bare else _comma()
+        parting = _between_calls(tl, _comma_or_semicolon() if bare else _comma())
         calls = peg.Seq(choice, peg.Repeat(peg.Seq(parting, choice)))
     if tl.tools_array_wrapped:
         calls = peg.Seq(peg.Literal("["), peg.Space(), calls, peg.Space(), peg.Literal("]"))
@@ -508,7 +517,7 @@ def _section_calls(
     """Tagged calls with no per-call markers: the whole section is one unit."""
     more: list[peg.Parser] = []
     if parallel:
-        more.append(peg.Repeat(peg.Seq(peg.Literal(", "), choice)))
+        more.append(peg.Repeat(peg.Seq(_between_calls(tl, peg.Literal(", ")), choice)))
     if tagged:
         unit = _seq(
             _lit(tl.section_start), peg.Space(), choice, *more, peg.Space(), _lit(tl.section_end)

@@ -268,7 +268,8 @@ def _tagged_calls(
         head = tl.section_start + g.space() if tagged else g.lit(tl.section_start)
         body = head + choice
         if parallel:
-            body = body + g.zero_or_more(", " + choice)
+            between = ", " if tl.call_separator is None else tl.call_separator
+            body = body + g.zero_or_more(between + choice if between else choice)
         calls = r.trigger_rule("tool-call", body + ws + tl.section_end)
     if request.tool_choice != "required":
         calls = g.optional(calls)
