@@ -21,6 +21,8 @@ __all__ = [
     "before_calls",
     "reads_thought",
     "required_arguments",
+    "members_in_order",
+    "tagged_arguments",
     "Parameter",
     "tool_parameters",
     "tool_schema",
@@ -58,6 +60,34 @@ def reads_thought(request: ReplyRequest) -> bool:
     extracted, and when the reply is calls alone (a thought kept as content is still the
     thought the template opens, and no other text may come before the calls)."""
     return request.reasoning_format != "none" or calls_only(request)
+
+
+def members_in_order(
+    required: Sequence[g.Expr], optional: Sequence[g.Expr], comma: g.Expr | str
+) -> g.Expr:
+    """Every required member in order, then any number of the optional ones, parted by
+    ``comma`` (the typed arguments of a required call: Gemma 4, LFM2's Python-style calls)."""
+    members = g.nothing()
+    for i, member in enumerate(required):
+        members = members + comma + member if i else member
+    if optional:
+        more = g.zero_or_more(comma + g.choice(*optional))
+        members = members + more if required else g.optional(g.choice(*optional) + more)
+    return members
+
+
+def tagged_arguments(
+    r: g.Rules, prefix: str, arguments: Sequence[tuple[g.Expr, bool]], strict: bool
+) -> g.Expr:
+    """A call's tagged ``arguments`` (each with whether it is required), each followed by a
+    space: llama.cpp's any of them any number of times, or ``required_arguments`` when
+    ``strict`` (MiniCPM5, Muse Glimmer)."""
+    if strict:
+        spaced = [(arg + g.space(), required) for arg, required in arguments]
+        return required_arguments(r, prefix, spaced)
+    if arguments:
+        return g.zero_or_more(g.choice(*(arg for arg, _ in arguments)) + g.space())
+    return g.nothing()
 
 
 def required_arguments(r: g.Rules, prefix: str, arguments: Sequence[tuple[g.Expr, bool]]) -> g.Expr:
@@ -146,16 +176,7 @@ def _typed_python_style_call(r: g.Rules, fn: Mapping[str, Any]) -> g.Expr:
         value = g.tag(g.schema(r.json(), f"tool-{name}-arg-{param.name}-schema", param.schema))
         arg = g.tag(g.tag(g.tag(g.lit(param.name)) + "=") + value + g.tag(g.nothing()))
         (required if param.required else optional).append(arg)
-    comma = "," + g.space()
-    args = g.nothing()
-    for i, arg in enumerate(required):
-        args = args + comma + arg if i else arg
-    if optional:
-        more = g.zero_or_more(comma + g.choice(*optional))
-        if required:
-            args = args + more
-        else:
-            args = g.optional(g.choice(*optional) + more)
+    args = members_in_order(required, optional, "," + g.space())
     opener = g.tag(g.tag(g.lit(name)) + "(")
     return g.tag(opener + g.space() + g.tag(args) + g.space() + g.tag(g.lit(")")))
 

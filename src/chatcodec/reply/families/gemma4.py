@@ -33,7 +33,7 @@ from ..description import (
     ReplyFormat,
     TextMessage,
 )
-from ..grammar import calls_only, tool_parameters
+from ..grammar import calls_only, members_in_order, tool_parameters
 from ..mapper import CallMapper, MappedCall, find_node, json_escape_inner
 from ..peg import Node
 from ..prefill import Continuation
@@ -479,13 +479,7 @@ def _typed_dict(r: g.Rules, fn: Mapping[str, object]) -> g.Expr:
             typed = g.schema(r.json(), f"tool-{name}-arg-{param.name}-schema", param.schema)
         member = g.lit(param.name) + ":" + g.space() + typed
         (required if param.required else optional).append(member)
-    comma = "," + g.space()
-    members = g.nothing()
-    for i, member in enumerate(required):
-        members = members + comma + member if i else member
-    if optional:
-        more = g.zero_or_more(comma + g.choice(*optional))
-        members = members + more if required else g.optional(g.choice(*optional) + more)
+    members = members_in_order(required, optional, "," + g.space())
     return r.rule(f"tool-{name}-args", "{" + g.space() + members + g.space() + "}")
 
 

@@ -41,7 +41,7 @@ from ..grammar import (
     before_calls,
     calls_only,
     reads_thought,
-    required_arguments,
+    tagged_arguments,
     tool_parameters,
 )
 from ..prefill import Continuation
@@ -169,13 +169,7 @@ def _grammar_call(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr, stric
             value = g.tag(g.schema(r.json(), schema_name, param.schema)) + g.tag(g.lit(PARAM_END))
         opener = g.tag('<param name="' + g.tag(g.lit(param.name)) + '">')
         arguments.append((g.tag(opener + value), param.required))
-    if strict:
-        spaced = [(arg + g.space(), required) for arg, required in arguments]
-        args = required_arguments(r, f"tool-{name}-args", spaced)
-    elif arguments:
-        args = g.zero_or_more(g.choice(*(arg for arg, _ in arguments)) + g.space())
-    else:
-        args = g.nothing()
+    args = tagged_arguments(r, f"tool-{name}-args", arguments, strict)
     opener = g.tag('<function name="' + g.tag(g.lit(name)) + '">')
     return g.tag(opener << g.tag(args) << g.tag(g.lit("</function>")))
 

@@ -38,7 +38,7 @@ from ..description import (
     ReplyFormat,
     TextMessage,
 )
-from ..grammar import calls_only, required_arguments, tool_parameters
+from ..grammar import calls_only, tagged_arguments, tool_parameters
 from ..prefill import Continuation
 from ..request import ReplyRequest
 from ..response_format import fenced_json, json_content
@@ -243,13 +243,7 @@ def _call_grammar(r: g.Rules, fn: Mapping[str, Any], string_value: g.Expr, stric
             value = g.tag(schema) + g.tag(g.lit(PARAM_CLOSE))
         arg_open = g.tag('<atem:parameter name="' + g.tag(g.lit(param.name)) + '">')
         args.append((g.tag(arg_open + value), param.required))
-    if strict:
-        spaced = [(arg + g.space(), required) for arg, required in args]
-        body = required_arguments(r, f"tool-{name}-args", spaced)
-    elif args:
-        body = g.zero_or_more(g.choice(*(arg for arg, _ in args)) + g.space())
-    else:
-        body = g.nothing()
+    body = tagged_arguments(r, f"tool-{name}-args", args, strict)
     call_open = g.tag(
         " to="
         + g.until("<|message|>")
