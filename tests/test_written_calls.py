@@ -362,11 +362,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         'each call\'s JSON has an "id" in turns before the last, and a newline follows '
         "</tool_calls>: no syntax found reads either",
     ),
-    "CohereForAI-c4ai-command-r-plus-tool_use.jinja": (
-        "fails",
-        "fails",
-        "the turn runs on into the tool results the template writes after the calls",
-    ),
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": (
         "fails",
         "fails",
@@ -377,11 +372,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "no_calls",
         "the call follows <|message_sep|>, a stop string: the model stops before its call "
         "(and the template writes the first call only)",
-    ),
-    "meetkai-functionary-medium-v3.1.jinja": (
-        "fails",
-        "fails",
-        "<function=name>{...}</function> then <|eom_id|>, which llama.cpp's format does not read",
     ),
     "upstage-Solar-Open-100B.jinja": (
         "fails",
