@@ -729,7 +729,6 @@ class ReplyEngine:
             self._value = None  # (what was shown is ahead of this parse: the chunks wait)
 
     # ------------------------------------------------------------------ the calls
-    # ------------------------------------------------------------------ the calls
 
     def _calls(self, step: Calls) -> Outcome:
         section = step.section
