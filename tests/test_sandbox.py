@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +362,39 @@ def test_output_limit_bounds_each_built_value(request_data: dict[str, Any]) -> N
         else:
             with pytest.raises(TemplateLimitError):
                 _render(template, request_data)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "(1).to_bytes(20000000, 'little')",
+        "(1).to_bytes(length=20000000, byteorder='big')",
+        "true.to_bytes(20000000, 'little')",
+    ],
+)
+def test_int_to_bytes_is_refused_before_allocating(call: str, request_data: dict[str, Any]) -> None:
+    # to_bytes fills every byte it is asked for: a 3,000,000,000-byte call took 2.9 GB before
+    # the size of the value it built was checked. Now the length is checked first.
+    template = ChatTemplate("{{ " + call + " }}", limits=Limits(max_output_chars=1000))
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateLimitError) as caught:
+            _render(template, request_data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, f"the render allocated {peak} bytes before refusing"
+    assert caught.value.stage == "render"
+    assert caught.value.kind == "LimitExceeded"
+    assert "made bytes past the output limit" in str(caught.value)
+
+
+def test_int_to_bytes_within_the_limit_renders_as_python(request_data: dict[str, Any]) -> None:
+    limits = Limits(max_output_chars=1000)
+    source = "{{ (258).to_bytes(2, 'big') }} {{ (1).to_bytes(1000, 'little')|length }}"
+    assert _render(ChatTemplate(source, limits=limits), request_data) == "b'\\x01\\x02' 1000"
+    with pytest.raises(TemplateLimitError):
+        _render(ChatTemplate("{{ (1).to_bytes(1001, 'little') }}", limits=limits), request_data)
 
 
 def test_limits_do_not_leak_between_templates(request_data: dict[str, Any]) -> None:

@@ -438,8 +438,9 @@ class GenerationExtension(jinja2.ext.Extension):
 _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
-# Checks on string methods that can grow a string in C, before they run. Each gets the string,
-# the call's arguments, and returns the positional arguments to call with.
+# Checks on string methods (and int.to_bytes) that can grow a value in C, before they run. Each
+# gets the string or number, the call's arguments, and returns the positional arguments to call
+# with.
 def _check_pad(
     owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Any, ...]:
@@ -509,6 +510,14 @@ def _check_translate(
     return args
 
 
+def _check_to_bytes(owner: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    # `(1).to_bytes(3000000000, 'little')` fills every byte it asks for before returning
+    length = args[0] if args else kwargs.get("length", 1)
+    if isinstance(length, int):
+        _refuse_growth(length, "made bytes")
+    return args
+
+
 _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "center": _check_pad,
     "ljust": _check_pad,
@@ -518,6 +527,7 @@ _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "replace": _check_replace,
     "join": _check_join,
     "translate": _check_translate,
+    "to_bytes": _check_to_bytes,
 }
 _LOOP_GUARD = "__chatcodec_loop_guard"
 # the guard of a loop whose walk a watched render may follow (template/resume.py marks them)
@@ -824,7 +834,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         check = _STRING_METHOD_CHECKS.get(getattr(__obj, "__name__", None))  # type: ignore[arg-type]
         if check is not None:
             owner = getattr(__obj, "__self__", None)
-            if isinstance(owner, (str, bytes)):
+            if isinstance(owner, (str, bytes, int)):
                 args = check(owner, args, kwargs)
         kind = type(__obj)
         if kind is _BUILTIN_METHOD:
