@@ -213,7 +213,81 @@ def test_the_report_names_a_line_that_cannot_be_read_by_its_place(tmp_path: Path
     assert "conversation None" not in run.stdout
 
 
-@pytest.mark.parametrize("bad", [["--jobs", "x"], ["--var", "messages=[]"]])
+@pytest.mark.parametrize(
+    "bad", [["--jobs", "x"], ["--var", "messages=[]"], ["--var", "add_generation_prompt=true"]]
+)
 def test_the_command_refuses_bad_options(bad: list[str], tmp_path: Path) -> None:
     run = _run(str(_dataset(tmp_path)), *bad)
     assert run.returncode == 2 and run.stdout == ""
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+GREETING = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+
+
+@pytest.mark.parametrize(
+    ("variables", "error"),
+    [
+        *(
+            pytest.param(
+                {name: []},
+                f"RequestError: chat_template_kwargs cannot set {name!r}: a check option",
+                id=name,
+            )
+            for name in (
+                "messages",
+                "tools",
+                "documents",
+                "add_generation_prompt",
+                "continue_final_message",
+                "id",
+                "self",
+            )
+        ),
+        pytest.param(
+            [1], "RequestError: chat_template_kwargs must be an object, not list", id="list"
+        ),
+    ],
+)
+def test_a_row_whose_variables_clash_is_one_error_and_the_run_goes_on(
+    variables: Any, error: str
+) -> None:
+    # such a row used to end the whole run with a TypeError (check_turns given it twice)
+    codec = Codec(CHATML, eos_token="<|im_end|>")
+    records = [
+        {"id": "bad", "messages": GREETING, "chat_template_kwargs": variables},
+        {"id": "good", "messages": GREETING},
+    ]
+    bad, good = check_data(codec, records)
+    assert (bad.id, bad.ok, bad.error, bad.turns) == ("bad", False, error, ())
+    assert good.ok and good.id == "good" and len(good.turns) == 1
+
+
+def test_the_command_reports_a_clashing_row_and_checks_the_next(tmp_path: Path) -> None:
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML, encoding="utf-8")
+    rows = [
+        {"id": "bad", "messages": GREETING, "chat_template_kwargs": {"messages": []}},
+        {"id": "good", "messages": GREETING},
+    ]
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    command = [sys.executable, "-m", "chatcodec", "check-data", str(template), str(path)]
+    run = subprocess.run(
+        [*command, "--eos-token", "<|im_end|>", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    bad, good, summary = (json.loads(line) for line in run.stdout.splitlines())
+    assert bad["ok"] is False and bad["error"] == (
+        "RequestError: chat_template_kwargs cannot set 'messages': a check option"
+    )
+    assert good["id"] == "good" and good["ok"] is True
+    assert summary["summary"]["default"]["conversations"] == 2

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ChatCodecError
+from .errors import ChatCodecError, RequestError
 from .strings import common_prefix_length
 from .template.render import ChatTemplate
 
@@ -459,6 +459,15 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# what check_turns passes by name itself, to the render and to Codec.prepare: a template
+# variable of a record (its chat_template_kwargs) cannot take one of these names
+OWN_KEYWORDS = frozenset(
+    {"self", "codec", "messages", "tools", "documents", "id", "now", "reasoning_format"}
+    | {"policy", "add_generation_prompt", "continue_final_message", "template_name"}
+    | {"tool_call_id", "tool_choice", "parallel_tool_calls", "response_format"}
+)
+
+
 def check_data(
     codec: Codec,
     records: Iterable[Mapping[str, Any]],
@@ -478,7 +487,6 @@ def check_record(
     messages = record.get("messages")
     if not isinstance(messages, list):
         return ConversationCheck(ident, None, error="the record has no 'messages' list")
-    context = {**options, **(record.get("chat_template_kwargs") or {})}
     try:
         return check_turns(
             codec,
@@ -486,10 +494,25 @@ def check_record(
             record.get("tools"),
             record.get("documents"),
             id=ident,
-            **context,
+            **{**options, **_variables(record)},
         )
     except ChatCodecError as exc:  # tools or options the codec refuses before rendering
         return ConversationCheck(ident, None, error=f"{type(exc).__name__}: {exc}")
+
+
+def _variables(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A record's template variables; a RequestError (as ``chatcodec batch`` says of a row)
+    where they are not an object or name one of check_turns' own keywords."""
+    variables = record.get("chat_template_kwargs") or {}
+    if not isinstance(variables, Mapping):
+        kind = type(variables).__name__
+        raise RequestError(f"chat_template_kwargs must be an object, not {kind}")
+    if not all(isinstance(name, str) for name in variables):
+        raise RequestError("chat_template_kwargs must name its variables with strings")
+    taken = sorted(variables.keys() & OWN_KEYWORDS)
+    if taken:
+        raise RequestError(f"chat_template_kwargs cannot set {taken[0]!r}: a check option")
+    return variables
 
 
 # --- worker processes (chatcodec check-data --jobs) -----------------------------------------

@@ -127,7 +127,15 @@ _OWN_KEYWORDS["encode"] = _OWN_KEYWORDS["render"] | {
     "mask_reasoning",
     "tokenizer",
 }
-_OWN_KEYWORDS["check-data"] = _OWN_KEYWORDS["parse"] | {"documents", "id", "policy"}
+# (checkdata.OWN_KEYWORDS, not imported here: that would load jinja for every command)
+_OWN_KEYWORDS["check-data"] = _OWN_KEYWORDS["parse"] | {
+    "documents",
+    "id",
+    "policy",
+    "add_generation_prompt",
+    "template_name",
+    "codec",
+}
 _OWN_KEYWORDS["batch"] = _OWN_KEYWORDS["encode"]  # (batch --checkpoint encodes)
 
 
