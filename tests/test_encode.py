@@ -24,7 +24,15 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from chatcodec import Codec, Encoding, MissingExtraError, Span, TokenizerError, load
+from chatcodec import (
+    Codec,
+    Encoding,
+    MissingExtraError,
+    RequestError,
+    Span,
+    TokenizerError,
+    load,
+)
 from chatcodec.encoding import assistant_token_mask
 from chatcodec.tokenizer import JsonTokenizer, Tokenized, load_tokenizer
 
@@ -504,6 +512,43 @@ def test_a_missing_tokenizers_package_names_the_extra(
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(MissingExtraError, match=r"chatcodec\[tokenize\]"):
         load(folder).encode(CONVERSATION)
+
+
+def _with(text: str, reasoning: bool) -> dict[str, Any]:
+    """A conversation holding ``text`` in the user's content, or in the assistant's thought."""
+    if reasoning:
+        thought = {"role": "assistant", "content": "ok", "reasoning_content": f"a{text}b"}
+        return {"messages": [{"role": "user", "content": "hi"}, thought]}
+    return {"messages": [{"role": "user", "content": f"a{text}b"}]}
+
+
+@pytest.mark.parametrize(
+    ("surrogate", "reasoning", "where"),
+    [
+        ("\ud800", False, "messages[0]['content']"),
+        ("\udfff", True, "messages[1]['reasoning_content']"),
+    ],
+    ids=["content", "reasoning"],
+)
+def test_a_lone_surrogate_is_a_request_error_naming_where_it_is(
+    surrogate: str, reasoning: bool, where: str, tmp_path: Path
+) -> None:
+    # the tokenizer used to raise its own TypeError ("TextInputSequence must be str")
+    codec = load(write_checkpoint(tmp_path / "c", CHATML))
+    with pytest.raises(RequestError) as caught:
+        codec.encode(**_with(surrogate, reasoning))
+    assert str(caught.value) == (
+        f"{where} is not Unicode text: it holds {surrogate!r}, which no tokenizer reads"
+    )
+    # a real character in its place encodes
+    assert "a\U0001f642b" in codec.encode(**_with("\U0001f642", reasoning)).text
+
+
+def test_a_lone_surrogate_the_template_writes_is_a_request_error(tmp_path: Path) -> None:
+    source = "{{ '\\ud800' }}" + CHATML
+    codec = load(write_checkpoint(tmp_path / "c", source))
+    with pytest.raises(RequestError, match=r"^the rendered text is not Unicode text: .* at 0,"):
+        codec.encode(CONVERSATION)
 
 
 def test_bad_tokenizer_paths(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -210,6 +211,11 @@ class Codec:
         rendered = self.render_with_spans(
             messages, tools, documents, add_generation_prompt, now, template_name, **context
         )
+        bad = None if rendered.text.isascii() else _SURROGATE.search(rendered.text)
+        if bad is not None:
+            # no tokenizer reads a lone surrogate ("\ud800"): its own error would be foreign
+            inputs = {"messages": messages, "tools": tools, "documents": documents, **context}
+            raise RequestError(f"{_not_unicode(inputs, bad)}, which no tokenizer reads")
         thought = None
         if not mask_reasoning:
             thought = self.thought_markers(tools, template_name)
@@ -333,6 +339,34 @@ class Codec:
             format=fmt,
             call_id=call_id,
         )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _not_unicode(inputs: Mapping[str, Any], rendered: re.Match[str]) -> str:
+    """Where the first lone surrogate of a request is: the input that holds it (as
+    ``messages[0]['content']``), else the rendered text (the template wrote it)."""
+    stack: list[tuple[str, Any]] = [(name, value) for name, value in reversed(inputs.items())]
+    seen: set[int] = set()
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            found = _SURROGATE.search(value)
+            if found:
+                return f"{path} is not Unicode text: it holds {found.group()!r}"
+        elif id(value) in seen:
+            continue
+        elif isinstance(value, Mapping):
+            seen.add(id(value))
+            items = [(f"{path}[{key!r}]", item) for key, item in value.items()]
+            items += [(f"a key of {path}", key) for key in value if isinstance(key, str)]
+            stack.extend(reversed(items))
+        elif isinstance(value, (list, tuple)):
+            seen.add(id(value))
+            stack.extend(reversed([(f"{path}[{i}]", item) for i, item in enumerate(value)]))
+    where = f"{rendered.group()!r} at {rendered.start()}"
+    return f"the rendered text is not Unicode text: it holds {where}"
 
 
 def _prefill(
