@@ -347,7 +347,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def _not_unicode(inputs: Mapping[str, Any], rendered: re.Match[str]) -> str:
     """Where the first lone surrogate of a request is: the input that holds it (as
     ``messages[0]['content']``), else the rendered text (the template wrote it)."""
-    stack: list[tuple[str, Any]] = [(name, value) for name, value in reversed(inputs.items())]
+    stack: list[tuple[str, Any]] = list(inputs.items())[::-1]
     seen: set[int] = set()
     while stack:
         path, value = stack.pop()
