@@ -606,3 +606,50 @@ def test_check_data_reads_under_guaranteed_unless_told(tmp_path: Path) -> None:
     assert runs["reference"].returncode == 1
     [call_turn] = [turn for turn in reference[0]["turns"] if not turn["ok"]]
     assert "tool_calls_not_read" in call_turn["reasons"]
+
+
+# A template of the tests' own that writes each call's id in its JSON only once the call is
+# answered (as Apriel 1.5 and 1.6 do): never in the turn a model writes.
+HISTORY_ID = """{{- bos_token }}
+{%- if tools %}{{- '<|system|>\\nTools:' }}{%- for tool in tools %}{{- ' ' + tool.function.name }}
+{%- endfor %}{{- '\\n<|end|>\\n' }}{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'assistant' %}
+{{- '<|assistant|>\\n' + (message.content or '') }}
+{%- if message.tool_calls %}
+{{- '\\n<tool_calls>[' }}
+{%- for call in message.tool_calls %}
+{{- '{"name": "' + call.function.name + '", "arguments": ' + call.function.arguments | tojson }}
+{%- if not messages[-1] is sameas message %}{{- ', "id": "' + call.id + '"' }}{%- endif %}
+{{- '}' }}{%- if not loop.last %}{{- ', ' }}{%- endif %}
+{%- endfor %}
+{{- ']</tool_calls>' }}
+{%- endif %}
+{{- '\\n<|end|>\\n' }}
+{%- else %}
+{{- '<|' + message.role + '|>\\n' + message.content + '\\n<|end|>\\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}"""
+
+
+def test_history_call_id_is_read() -> None:
+    """The id a template writes in a past call's JSON is found by rendering the call answered:
+    under guaranteed the call reads with it or without it (and with the newline the template
+    writes after the section); under reference the call with an id is not read."""
+    assert analysis_for(HISTORY_ID).tools.history_id_field == ""
+    assert analysis_for(HISTORY_ID, policy="guaranteed").tools.history_id_field == "id"
+    codec = Codec(HISTORY_ID)
+    call = '{"name": "get_weather", "arguments": {"location": "Paris"}'
+    with_id = f'<tool_calls>[{call}, "id": "Wx1"}}]</tool_calls>\n'
+    without = f"<tool_calls>[{call}}}]</tool_calls>\n"
+    turn = codec.prepare([USER], tools=TOOLS, tool_call_id=0, policy="guaranteed")
+    for reply, written in ((with_id, True), (without, False)):
+        [read] = turn.parse(reply).tool_calls
+        assert (read.name, json.loads(read.arguments)) == ("get_weather", {"location": "Paris"})
+        assert (read.id == "Wx1") == written  # the id written is the call's id
+    reference = codec.prepare([USER], tools=TOOLS, tool_call_id=0)
+    with pytest.raises(ReplyError):
+        reference.parse(with_id)
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
