@@ -1253,7 +1253,7 @@ def _repeated(window: str, lead: int, needle: str) -> bool:
     return window.find(needle, max(0, lead - len(needle) + 1)) >= 0
 
 
-_SLACK = 32  # how much longer a turn's opening may be in history than as the last turn
+_SLACK = 64  # how much longer a turn may be in history than as the last turn (two Apriel ids)
 
 
 def _found_tail(text: str, generated: str, start: int, limit: int, anchor: str) -> int:

@@ -115,6 +115,9 @@ class Tools:
     # what the template writes between two calls of one section, where the written calls
     # (the guaranteed policy) found it; None: llama.cpp's (a comma)
     call_separator: str | None = None
+    # the key of the call id the template writes in a call's JSON in history only, where the
+    # written calls (the guaranteed policy) found it: read where present, never written
+    history_id_field: str = ""
 
 
 @dataclass

@@ -160,6 +160,8 @@ def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser
         )
     for i, (p, _) in enumerate(pairs):
         parts.append(p)
+        if tl.history_id_field:  # wherever the template writes it: after any member
+            parts.append(peg.optional(peg.Seq(_comma(), _string_id_member(tl.history_id_field))))
         if i < len(pairs) - 1:
             parts.append(_comma())
     parts += [peg.Space(), peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("}"))]
@@ -454,9 +456,10 @@ def _json_calls(
             fail_at_parse_end=False,
         )
     unit = _json_section(tl, functions, tl.section_start, tl.section_end, parallel, semicolons)
-    return offered.section(
-        unit, None, tl.section_end, (tl.section_start,) if tl.section_start else ()
-    )
+    # under the guaranteed policy, the space a template writes after the section (Apriel's
+    # newline before <|end|>) is read with it, not left as text after the reply
+    openers = (tl.section_start,) if tl.section_start else ()
+    return offered.section(unit, None, tl.section_end, openers, space_after=semicolons)
 
 
 def _per_call_calls(

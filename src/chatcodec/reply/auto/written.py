@@ -19,8 +19,10 @@ call descriptions (:mod:`.build`, :mod:`.grammar`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ...errors import ChatCodecError
 from ...strings import common_prefix_length
@@ -40,6 +42,7 @@ from .analysis import (
     T_NONE,
     TOOLS,
     USER,
+    USER_MSG,
     Analysis,
     AnalysisFailed,
     Probe,
@@ -97,7 +100,9 @@ def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
     own = [(w, reference) for w in forms] if reference.tools.mode != T_NONE else []
     derived = list(_derived(template, reference, forms))
     for written, analysis in own + derived:
+        key = _history_id(template, written)
         for tried in _variants(template, analysis, written):
+            tried = _with_id(tried, key)
             if reads_back(template, tried, written):
                 return tried
     if reference.tools.mode == T_NONE and derived:
@@ -131,6 +136,37 @@ def _derived(
         )
 
 
+def _history_id(template: ChatTemplate, written: Written) -> str:
+    """The key of the call id the template writes inside a call's JSON in a turn before the
+    last, or "". The analysis's probes end on the call's turn, so a template that writes the
+    id only once the call is answered (Apriel) shows it to none of them."""
+    text = Renderer(template, written.text_arguments).render(_answered(FIRST_CALL))
+    if text is None or USER_MSG not in text:
+        return ""
+    found = re.search(rf'"(\w+)"\s*:\s*"{CALL_ID_001}"', text[text.rindex(USER_MSG) :])
+    return found.group(1) if found else ""
+
+
+def _answered(*calls: Any) -> Probe:
+    """The calls' turn in history: each call answered, then the assistant's reply."""
+    answers = [
+        {"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": "18"}
+        for c in calls
+    ]
+    return Probe((USER, assistant_turn("", calls), *answers, assistant_turn(ASSISTANT_MSG)), True)
+
+
+def _with_id(analysis: Analysis, key: str) -> Analysis:
+    """``analysis`` whose JSON calls are read with the id member ``key`` the template writes
+    in history, after any other member. The grammar does not write it: the template writes
+    no id in the turn the model writes."""
+    tl = analysis.tools
+    flat = "." not in tl.name_field + tl.args_field and not tl.fun_name_is_key
+    if not key or tl.mode != T_JSON or not flat or key in (tl.id_field, tl.gen_id_field):
+        return analysis
+    return replace(analysis, tools=replace(tl, history_id_field=key))
+
+
 def reads_back(template: ChatTemplate, analysis: Analysis, written: Written) -> bool:
     """Whether the reply format built from ``analysis`` reads the calls back that the template
     writes in a past assistant turn (one call, and two where it writes two), as check-data
@@ -155,7 +191,9 @@ def reads_back(template: ChatTemplate, analysis: Analysis, written: Written) -> 
             # the prompt opens a thought the turn in history has not: the model closes it
             reply = analysis.reasoning.end + reply
         reply = reply[: min((reply.find(e) % (len(reply) + 1) for e in ends), default=None)]
-        fmt = build_format(analysis, opening, TOOLS, "auto", written.parallel, "deepseek")
+        fmt = build_format(
+            analysis, opening, TOOLS, "auto", written.parallel, "deepseek", semicolons=True
+        )
         try:
             stream = ReplyStream(fmt, opening)
             stream.feed(reply)
