@@ -291,3 +291,12 @@ def test_the_command_reports_a_clashing_row_and_checks_the_next(tmp_path: Path) 
     )
     assert good["id"] == "good" and good["ok"] is True
     assert summary["summary"]["default"]["conversations"] == 2
+
+
+def test_the_command_line_refuses_the_keywords_the_check_refuses() -> None:
+    """cli.py keeps its own copy of check-data's keywords (importing checkdata there would load
+    jinja for every command): the two must not drift apart."""
+    from chatcodec import cli
+    from chatcodec.checkdata import OWN_KEYWORDS
+
+    assert cli._OWN_KEYWORDS["check-data"] == OWN_KEYWORDS
