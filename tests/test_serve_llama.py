@@ -369,9 +369,9 @@ def server_wait(server: Any) -> None:
         pass
 
 
-@pytest.fixture(scope="module")
-def llama_cpp_server(gguf: Path) -> Iterator[str]:
-    """llama-cpp-python's own HTTP server on the tiny GGUF, on loopback: its ``/v1`` root."""
+@contextmanager
+def llama_cpp_python_server(gguf: Path) -> Iterator[str]:
+    """llama-cpp-python's own HTTP server on ``gguf``, on loopback: its ``/v1`` root."""
     pytest.importorskip("llama_cpp.server.app")  # llama-cpp-python[server]
     import os
     import sys
@@ -381,6 +381,13 @@ def llama_cpp_server(gguf: Path) -> Iterator[str]:
     command += ["--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--verbose", "false"]
     root = f"http://127.0.0.1:{port}/v1"
     with running(command, root + "/models", dict(os.environ)):
+        yield root
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_server(gguf: Path) -> Iterator[str]:
+    """llama-cpp-python's own HTTP server on the tiny GGUF: its ``/v1`` root."""
+    with llama_cpp_python_server(gguf) as root:
         yield root
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from ._llama import write_chat_model  # noqa: E402
 from ._standin import ServerThread  # noqa: E402
 from .conftest import template_source  # noqa: E402
 from .test_grammar_guaranteed import NAMED, SCHEMAS, TOOLS  # noqa: E402
-from .test_serve_llama import free_port, running  # noqa: E402
+from .test_serve_llama import llama_cpp_python_server  # noqa: E402
 
 MODEL = "tiny"
 MAX_TOKENS = 256
@@ -93,12 +91,7 @@ def in_process(gguf: Path) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def fronted(gguf: Path) -> Iterator[str]:
     """chatcodec serve in front of llama-cpp-python's own server (``--backend``): its ``/v1``."""
-    pytest.importorskip("llama_cpp.server.app")  # llama-cpp-python[server]
-    port = free_port()
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
-    command += ["--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--verbose", "false"]
-    root = f"http://127.0.0.1:{port}/v1"
-    with running(command, root + "/models", dict(os.environ)):
+    with llama_cpp_python_server(gguf) as root:
         engine = RemoteEngine(root, kind="llama-cpp-python", stream=False)
         app = create_app(chatcodec.load(str(gguf)), engine, ServeConfig(MODEL))
         with ServerThread(app) as thread:
