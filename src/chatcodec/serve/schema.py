@@ -1,7 +1,9 @@
 """The ``/v1/chat/completions`` request as the server validates it (pydantic).
 
 Every field OpenAI defines that the server cannot honour is refused by name: ``n`` other than
-1, ``logprobs``, ``logit_bias``, ... and any field OpenAI does not define (``extra="forbid"``).
+1, ``logprobs``, ``logit_bias``, ``modalities`` other than text, and any field neither OpenAI
+nor llama-server defines (``extra="forbid"``). Fields that change nothing for one local model
+(``store``, ``metadata``, ``service_tier``, ...) are accepted.
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ class ChatRequest(_Strict):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    # llama-server's and vLLM's sampler fields (0 and 0.0 turn them off)
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     stop: str | list[str] | None = None
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -89,8 +94,15 @@ class ChatRequest(_Strict):
     continue_final_message: bool | None = None
     # chatcodec's own: how the reply is read and constrained (docs/decoding.md, "Policies")
     policy: Literal["reference", "guaranteed"] | None = None
-    # accepted because they change nothing a server of one model could honour differently
+    # accepted because they change nothing a server of one local model could honour
     user: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    verbosity: str | None = None
+    modalities: list[str] | None = None  # text only (checked by `unsupported`)
     # refused unless they ask for nothing (checked by `unsupported`)
     n: int | None = None
     logprobs: bool | None = None
@@ -107,6 +119,8 @@ class ChatRequest(_Strict):
             return "top_logprobs"
         if self.logit_bias:
             return "logit_bias"
+        if self.modalities is not None and set(self.modalities) - {"text"}:
+            return "modalities"
         return None
 
     def meaningless(self) -> tuple[str, str] | None:
