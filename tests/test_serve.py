@@ -1148,3 +1148,41 @@ def test_top_k_min_p_and_the_default_max_tokens_reach_a_remote_engine(
         assert engine.requests[0]["max_tokens"] == 7 and "top_k" not in engine.requests[0]
         assert error_of(post(root, {**good, "top_k": -1}), 400)["param"] == "top_k"
         assert error_of(post(root, {**good, "min_p": 2}), 400)["param"] == "min_p"
+
+
+def test_allowed_tools_offers_only_those_and_custom_tools_are_named(
+    standin: tuple[StandIn, str],
+) -> None:
+    """``allowed_tools`` narrows what is offered: the template shows only the allowed tools
+    and the grammar admits only their calls, under the choice's mode. A custom (free-form)
+    tool is a 400 naming it, never a silent drop."""
+    engine, url = standin
+    clock = {"type": "function", "function": {"name": "get_time", "parameters": {}}}
+    reset(engine, '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+    allowed = {
+        "type": "allowed_tools",
+        "allowed_tools": {
+            "mode": "required",
+            "tools": [{"type": "function", "function": {"name": "get_time"}}],
+        },
+    }
+    good = {"model": MODEL, "messages": USER, "tools": [WEATHER, clock]}
+    with served(qwen(), RemoteEngine(url, kind="llama")) as root:
+        engine.requests.clear()
+        reply = post(root, {**good, "tool_choice": allowed}).json()
+        assert reply["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
+        sent = engine.requests[0]
+        assert "get_time" in sent["prompt"] and "get_weather" not in sent["prompt"]
+        assert "tool-get-time" in sent["grammar"] and "get-weather" not in sent["grammar"]
+        wrong = {
+            **allowed,
+            "allowed_tools": {
+                "mode": "auto",
+                "tools": [{"type": "function", "function": {"name": "nope"}}],
+            },
+        }  # noqa: E501
+        error = error_of(post(root, {**good, "tool_choice": wrong}), 400)
+        assert error["param"] == "tool_choice.allowed_tools.tools[0]"
+        custom = {"type": "custom", "custom": {"name": "shell", "description": "Runs a command"}}
+        error = error_of(post(root, {**good, "tools": [custom]}), 400)
+        assert error["param"] == "tools[0].type" and "custom" in error["message"]

@@ -50,6 +50,7 @@ def prepare(
     problem = request.meaningless()
     if problem is not None:
         raise APIError(400, problem[1], problem[0])
+    request = request.narrowed()
     tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
     kwargs = dict(request.chat_template_kwargs or {})
     for key in kwargs:
