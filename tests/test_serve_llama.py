@@ -184,6 +184,39 @@ def test_max_tokens_ends_with_length(client: Any) -> None:
     assert (reply.choices[0].finish_reason == "length") == (usage.completion_tokens == 1)
 
 
+def test_the_default_max_tokens_holds_in_process(gguf: Path) -> None:
+    """``--max-tokens-default`` limits a request that sets none on the in-process engine too
+    (the JSON schema asks for more tokens than the default, so the reply cannot end first)."""
+    codec = chatcodec.load(str(gguf))
+    schema = {"type": "object", "properties": {"unit": UNIT}, "required": ["unit"]}
+    response_format = {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}
+    engine = LlamaEngine(gguf, n_ctx=512, n_threads=1)  # the app closes it when it stops
+    app = create_app(codec, engine, ServeConfig(MODEL, max_tokens_default=4))
+    with ServerThread(app) as thread:
+        client = openai.OpenAI(base_url=thread.url + "/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model=MODEL, messages=USER, response_format=response_format, seed=2
+        )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None and reply.usage.completion_tokens == 4
+
+
+def test_top_k_and_min_p_are_honoured_in_process(client: Any) -> None:
+    """``top_k: 1`` and ``min_p: 1`` each keep only the likeliest token: at temperature 1,
+    whatever the seed, the reply is the greedy one."""
+    body: dict[str, Any] = {"model": MODEL, "messages": USER, "max_tokens": 12}
+    greedy = client.chat.completions.create(**body, temperature=0.0).choices[0].message.content
+    drawn = {
+        client.chat.completions.create(**body, seed=seed).choices[0].message.content
+        for seed in range(4)
+    }
+    assert drawn != {greedy}  # the seeds alone do give other replies
+    for kept in ({"top_k": 1}, {"min_p": 1.0}):
+        for seed in range(3):
+            reply = client.chat.completions.create(**body, seed=seed, extra_body=kept)
+            assert reply.choices[0].message.content == greedy, (kept, seed)
+
+
 def test_usage_comes_when_the_requests_stop_string_ends_the_reply(client: Any) -> None:
     """The engine stops at the request's stop string itself (as llama-server does), and its
     last piece, which carries the usage, still comes: whole and streamed."""
@@ -288,14 +321,15 @@ def test_a_prompt_past_the_timeout_is_an_engine_timeout(gguf: Path) -> None:
         with pytest.raises(EngineTimeout, match="reading the prompt"):
             async for _ in engine.generate(Generation("x" * 3900, max_tokens=1)):
                 pass
-        await asyncio.sleep(1.0)  # the abandoned start still holds the worker thread until then
         return await last_piece(engine)
 
     assert run_and_close(engine, run).finish_reason in ("stop", "length")
 
 
 async def last_piece(engine: LlamaEngine) -> Piece:
-    """The last piece of a short generation: the engine still serves."""
+    """The last piece of a short generation: the engine still serves. The timeout is lifted
+    first: the abandoned work may still hold the model for a while on a loaded machine."""
+    engine.timeout = None
     async for piece in engine.generate(Generation("hello", max_tokens=2)):  # noqa: B007
         pass
     return piece

@@ -881,8 +881,8 @@ def _add_serve(
         "--max-tokens-default",
         type=_positive_int,
         metavar="N",
-        help="max_tokens sent to the backend for a request that gives none (default: null, "
-        "until the context is full; required with --backend-kind sglang)",
+        help="the max_tokens of a request that gives none, on either engine (default: until "
+        "the context is full; required with --backend-kind sglang)",
     )
     serve.add_argument(
         "--backend-no-stream",

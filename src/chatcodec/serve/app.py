@@ -9,7 +9,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
@@ -55,13 +55,15 @@ class ServeConfig:
     bearer token every ``/v1`` request must carry (none: open). ``max_body``: the largest
     request body, in bytes. ``reasoning_field``: the name the reasoning goes out under.
     ``policy``: how replies are read and constrained when the request does not say (its
-    ``policy`` field): ``guaranteed`` or llama.cpp's ``reference`` (docs/decoding.md)."""
+    ``policy`` field): ``guaranteed`` or llama.cpp's ``reference`` (docs/decoding.md).
+    ``max_tokens_default``: the limit of a request that sets none (none: the context's)."""
 
     model_name: str
     api_key: str | None = None
     max_body: int = 8 * 1024 * 1024
     reasoning_field: ReasoningField = "reasoning_content"
     policy: Policy = "guaranteed"
+    max_tokens_default: int | None = None
 
 
 def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
@@ -193,6 +195,8 @@ class _Server:
             turn, generation = await asyncio.to_thread(
                 prepare, self.codec, body, self.engine, policy
             )
+        if generation.max_tokens is None:
+            generation = replace(generation, max_tokens=self.config.max_tokens_default)
         reply = Reply(turn, generation.stop, streamed=body.stream)
         pieces = self.engine.generate(generation)
         # an engine that fails at once is a status, not a stream

@@ -246,8 +246,9 @@ class LlamaEngine:
         return text if stops.stopped else text + stops.finish()
 
     def _sampler(self, request: Generation) -> Any:
-        """The sampler chain: the grammar first, then penalties, top-p, temperature and the
-        draw (greedy at temperature 0)."""
+        """The sampler chain: the grammar first, then penalties, top-k, top-p, min-p (in
+        llama-server's order, each only when the request sets it), temperature and the draw
+        (greedy at temperature 0)."""
         lib = self.lib
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         if request.grammar is not None:
@@ -267,8 +268,12 @@ class LlamaEngine:
         if temperature <= 0.0:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
             return chain
+        if request.top_k is not None and request.top_k > 0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(request.top_k))
         if request.top_p is not None and request.top_p < 1.0:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(request.top_p, 1))
+        if request.min_p is not None and request.min_p > 0.0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(request.min_p, 1))
         lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(temperature))
         seed = request.seed if request.seed is not None else random.getrandbits(32)
         lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(seed & 0xFFFFFFFF))

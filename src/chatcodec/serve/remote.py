@@ -93,7 +93,7 @@ class RemoteEngine:
         body["max_tokens"] = (
             self.max_tokens_default if request.max_tokens is None else request.max_tokens
         )
-        for name in ("temperature", "top_p", "seed"):
+        for name in ("temperature", "top_p", "top_k", "min_p", "seed"):
             value = getattr(request, name)
             if value is not None:
                 body[name] = value
