@@ -63,6 +63,7 @@ class Script:
     cut: bool = False
     sleepy: bool = False  # a short pause between writes, so that reads split there
     gate: threading.Event | None = None  # set: the last write waits for it
+    waited: threading.Event = field(default_factory=threading.Event)  # the wait is over
 
 
 class HostileEngine:
@@ -81,6 +82,7 @@ class HostileEngine:
             for n, data in enumerate(script.writes):
                 if script.gate is not None and n == len(script.writes) - 1:
                     await asyncio.to_thread(script.gate.wait, 10)
+                    script.waited.set()
                 yield data
                 await asyncio.sleep(0.001 if script.sleepy else 0)
             if script.cut:
@@ -267,8 +269,9 @@ def sse_case(rng: random.Random) -> Case:
         lines += [b"data: " + rng.choice(MALFORMED), b""]
     data = end.join(lines) + end
     cut = False
-    if kind == "cut":  # a transfer the engine broke off fails, even past the finish
-        data, cut, fault = data[: rng.randint(0, len(data) - 1)], True, {BAD, None}
+    if kind == "cut":  # a transfer broken off before [DONE] fails, even past the finish
+        done = data.rindex(b"data: [DONE]" + end) + len(b"data: [DONE]" + end)
+        data, cut, fault = data[: rng.randint(0, done - 1)], True, {BAD, None}
     # at most ~200 writes, the first few cases' byte by byte; now and then a pause between
     script = Script(split(rng, data, max(rng.choice([1, 7, 100, 5000]), len(data) // 100)))
     script.cut, script.sleepy = cut, len(script.writes) < 50 and rng.random() < 0.3
@@ -440,6 +443,21 @@ def test_a_long_line_over_many_reads_is_read_whole() -> None:
     with ServerThread(engine.app) as thread:
         got = asyncio.run(pieces(thread.url + "/v1"))
     assert "".join(p.text for p in got) == text and got[-1].finish_reason == "stop"
+
+
+def test_done_ends_the_engines_stream(servers: tuple[HostileEngine, dict[bool, str]]) -> None:
+    """An engine that sends ``data: [DONE]`` and then keeps the connection open (or keeps
+    sending): the reply is complete at ``[DONE]``, and the server answers without waiting
+    for the engine to close (it waited until then)."""
+    engine, roots = servers
+    for stream in (False, True):
+        gate = threading.Event()
+        writes = [sse(TEXT, STOP) + b"data: [DONE]\n\n", b"data: 5\n\n"]
+        engine.script = script = Script(writes, gate=gate)
+        got = exchange(roots[True], stream)
+        assert not script.waited.is_set()  # the engine still holds its last write back
+        gate.set()
+        assert (got.status, got.content, got.finish, got.error) == (200, "Hello", "stop", None)
 
 
 def test_a_bug_mid_stream_still_ends_the_stream_in_its_shape(

@@ -261,14 +261,17 @@ async def _sse_pieces(response: httpx.Response) -> AsyncIterator[Piece]:
     """The pieces of an SSE completion stream: the text of the events that arrived in one read
     is one piece (nothing waits to be merged: under load, one decoder step and one write to
     the client instead of several); the finish reason and usage (which engines send in the
-    last choice chunk or in a chunk of their own) go on one last piece."""
+    last choice chunk or in a chunk of their own) go on one last piece. ``data: [DONE]`` ends
+    the stream: what the engine sends after it is not read."""
     stream = _EventLines()
     lines = _Lines()
     async for data in response.aiter_bytes():
         text = stream.read(lines.feed(data))
         if text:
             yield Piece(text)
-    text = stream.read(lines.end())
+        if stream.done:
+            break
+    text = "" if stream.done else stream.read(lines.end())
     if text:
         yield Piece(text)
     if stream.reason is None:
@@ -277,7 +280,7 @@ async def _sse_pieces(response: httpx.Response) -> AsyncIterator[Piece]:
 
 
 class _Lines:
-    """Bytes as they arrive, cut into lines (ended by ``\n`` or ``\r\n``): only the bytes of
+    r"""Bytes as they arrive, cut into lines (ended by ``\n`` or ``\r\n``): only the bytes of
     each read are searched for the end of a line, and a line longer than `MAX_LINE` bytes is
     an engine fault, so that a long line costs its length once, whatever its reads."""
 
@@ -321,12 +324,12 @@ class _EventLines:
         """The text of the events in ``lines``, noting the finish reason and usage."""
         texts = []
         for line in lines:
-            if self.done or not line.startswith(b"data:"):
+            if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 self.done = True
-                continue
+                break
             event = _json(payload)
             text, finished = _choice(event)
             self.usage = _usage(event.get("usage")) or self.usage
