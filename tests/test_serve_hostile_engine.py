@@ -445,6 +445,20 @@ def test_a_long_line_over_many_reads_is_read_whole() -> None:
     assert "".join(p.text for p in got) == text and got[-1].finish_reason == "stop"
 
 
+def test_an_engines_long_error_message_is_clipped(
+    servers: tuple[HostileEngine, dict[bool, str]],
+) -> None:
+    """The engine's own error message goes to the client in its first 500 characters, as an
+    error status's body or as an error event: an engine cannot fill the client's answer."""
+    engine, roots = servers
+    said = event({"error": {"message": "m" * 100_000}})
+    for script in (Script([said], status=500), Script([sse(said)])):
+        engine.script = script
+        got = exchange(roots[True], stream=False)
+        assert got.status == 502 and got.error is not None
+        assert "m" * 500 + "..." in got.error["message"] and len(got.error["message"]) < 600
+
+
 def test_done_ends_the_engines_stream(servers: tuple[HostileEngine, dict[bool, str]]) -> None:
     """An engine that sends ``data: [DONE]`` and then keeps the connection open (or keeps
     sending): the reply is complete at ``[DONE]``, and the server answers without waiting

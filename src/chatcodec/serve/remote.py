@@ -170,12 +170,17 @@ def _grammar_fields(request: Generation, kind: str) -> dict[str, Any]:
 
 
 def _failure(status: int, data: bytes) -> str:
-    text = data[:500].decode("utf-8", "replace")
     try:
         message = orjson.loads(data)["error"]["message"]
-    except (ValueError, KeyError, TypeError, IndexError):
-        message = text
-    return f"the engine answered {status}: {message}"
+    except (ValueError, KeyError, TypeError):
+        message = data.decode("utf-8", "replace")
+    return f"the engine answered {status}: {_clip(message)}"
+
+
+def _clip(message: Any) -> str:
+    """The engine's own message, as much of it as an error message carries."""
+    text = str(message)
+    return text if len(text) <= 500 else text[:500] + "..."
 
 
 async def _read(response: httpx.Response) -> bytes:
@@ -200,7 +205,7 @@ def _json(data: bytes) -> dict[str, Any]:
     if "error" in value:
         error = value["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        raise EngineError(f"the engine reported an error: {message}")
+        raise EngineError(f"the engine reported an error: {_clip(message)}")
     return value
 
 
