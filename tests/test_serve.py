@@ -606,18 +606,20 @@ def test_an_unparseable_reply_ends_the_stream_with_an_error_event(
     with served(qwen(), RemoteEngine(url)) as root:
         response = post(root, body)
         assert response.status_code == 200
-        events = [json.loads(e.removeprefix("data: ")) for e in response.text.split("\n\n") if e]
-        # the content before the call went out; then the error, and nothing after it
+        *events, done = [e.removeprefix("data: ") for e in response.text.split("\n\n") if e]
+        events = [json.loads(e) for e in events]
+        # the content before the call went out; then the error, and [DONE] after it
         assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
         assert set(events[-1]) == {"error"} and events[-1]["error"]["code"] == "unparseable_reply"
+        assert done == "[DONE]"
         error_of(post(root, {**body, "stream": False}), 502)
 
 
 def sse_events(response: Any) -> list[dict[str, Any]]:
     assert response.status_code == 200, response.text
     lines = [e.removeprefix("data: ") for e in response.text.split("\n\n") if e]
-    assert lines[-1] == "[DONE]" or set(json.loads(lines[-1])) == {"error"}
-    return [json.loads(e) for e in lines if e != "[DONE]"]
+    assert lines[-1] == "[DONE]"  # after the last chunk or after an error event
+    return [json.loads(e) for e in lines[:-1]]
 
 
 def test_guaranteed_reads_an_unparseable_reply_as_content(

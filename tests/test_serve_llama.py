@@ -621,10 +621,10 @@ def _message_of(response: Any, streamed: bool) -> tuple[dict[str, Any] | None, s
         choice = response.json()["choices"][0]
         return choice["message"], choice["finish_reason"]
     events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
-    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    assert events[-1] == "[DONE]"  # after the last chunk, or after an error event
+    chunks = [json.loads(e) for e in events[:-1]]
     if "error" in chunks[-1]:
         return None, None
-    assert events[-1] == "[DONE]"
     content, calls, finish = "", {}, None
     for chunk in chunks:
         for choice in chunk["choices"]:

@@ -25,7 +25,7 @@ from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
 from ..reply.request import Policy
 from .chat import Reply, prepare
-from .engine import Engine, EngineError, EngineTimeout, Piece
+from .engine import Engine, EngineError, Piece
 from .errors import APIError, error_body
 from .schema import ChatRequest
 
@@ -102,8 +102,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("internal error")
-    message = f"internal error (a bug in chatcodec: please report it): {type(exc).__name__}"
-    return JSONResponse(error_body(500, message), status_code=500)
+    return JSONResponse(error_body(500, _bug_message(exc)), status_code=500)
+
+
+def _bug_message(exc: Exception) -> str:
+    return f"internal error (a bug in chatcodec: please report it): {type(exc).__name__}"
 
 
 class _Server:
@@ -221,10 +224,8 @@ class _Server:
                 pass
         except ReplyError as exc:
             raise APIError(502, str(exc), code="unparseable_reply") from None
-        except EngineTimeout as exc:
-            raise APIError(504, str(exc)) from None
         except EngineError as exc:
-            raise APIError(502, str(exc)) from None
+            raise _engine_fault(exc) from None
         assert reply.message is not None
         message = self.reasoning(reply.message.to_openai())
         out: dict[str, Any] = {
@@ -287,10 +288,13 @@ async def _first(pieces: AsyncIterator[Piece]) -> Piece | None:
         return await pieces.__anext__()
     except StopAsyncIteration:
         return None
-    except EngineTimeout as exc:
-        raise APIError(504, str(exc)) from None
     except EngineError as exc:
-        raise APIError(502, str(exc)) from None
+        raise _engine_fault(exc) from None
+
+
+def _engine_fault(exc: EngineError) -> APIError:
+    """The answer to an engine's failure: its status (502, or 504 for a timeout) and code."""
+    return APIError(exc.status, str(exc), code=exc.code)
 
 
 async def _chain(first: Piece | None, pieces: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
@@ -349,17 +353,16 @@ class _Events:
                     yield events
         except ReplyError as exc:
             yield _event(error_body(502, str(exc), code="unparseable_reply"))
-            return
-        except EngineTimeout as exc:
-            yield _event(error_body(504, str(exc)))
-            return
         except EngineError as exc:
-            yield _event(error_body(502, str(exc)))
-            return
-        yield self.chunk({}, reply.finish_reason)
-        if self.include_usage:
-            usage = reply.usage.to_openai() if reply.usage is not None else None
-            yield _event({**self.head, "choices": [], "usage": usage})
+            yield _event(_engine_fault(exc).body())
+        except Exception as exc:  # a bug: the stream still ends in its shape
+            log.exception("internal error")
+            yield _event(error_body(500, _bug_message(exc)))
+        else:
+            yield self.chunk({}, reply.finish_reason)
+            if self.include_usage:
+                usage = reply.usage.to_openai() if reply.usage is not None else None
+                yield _event({**self.head, "choices": [], "usage": usage})
         yield b"data: [DONE]\n\n"
 
 

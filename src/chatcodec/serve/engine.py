@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ..grammar.constraint import Grammar
 
-__all__ = ["Engine", "EngineError", "EngineTimeout", "Generation", "Piece", "Usage"]
+__all__ = [
+    "Engine",
+    "EngineError",
+    "EngineReplyError",
+    "EngineTimeout",
+    "Generation",
+    "Piece",
+    "Usage",
+]
 
 
 @dataclass(frozen=True)
@@ -63,11 +71,27 @@ class Piece:
 
 
 class EngineError(Exception):
-    """The engine failed or could not be reached (the server answers 502)."""
+    """The engine failed or could not be reached (the server answers 502).
+
+    ``status`` and ``code`` are the HTTP status and OpenAI error code the server answers with
+    (or puts in the error event of a stream that has begun)."""
+
+    status = 502
+    code: str | None = None
 
 
 class EngineTimeout(EngineError):
     """The engine did not answer in time (the server answers 504)."""
+
+    status = 504
+
+
+class EngineReplyError(EngineError):
+    """The engine answered something its protocol does not allow: an event that is not JSON
+    or not in the protocol's shape, a line or body over the bound, a stream cut before its
+    finish reason (the server answers 502, code ``bad_engine_reply``)."""
+
+    code = "bad_engine_reply"
 
 
 class Engine(Protocol):
