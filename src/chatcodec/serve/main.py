@@ -46,6 +46,8 @@ def serve(args: argparse.Namespace, codec_loader: object) -> int:
         max_body=args.max_body,
         reasoning_field=args.reasoning_field,
         policy=args.policy,
+        timeout=args.timeout,
+        body_timeout=args.body_timeout,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     app = create_app(codec, engine, config)
