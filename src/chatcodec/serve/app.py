@@ -25,7 +25,7 @@ from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
 from ..reply.request import Policy
 from .chat import Reply, prepare
-from .engine import Engine, EngineError, EngineTimeout, Generation, Piece
+from .engine import Engine, EngineError, EngineRequestError, EngineTimeout, Generation, Piece
 from .errors import APIError, error_body
 from .schema import ChatRequest
 
@@ -309,6 +309,8 @@ async def _first(pieces: AsyncIterator[Piece]) -> Piece | None:
         return await pieces.__anext__()
     except StopAsyncIteration:
         return None
+    except EngineRequestError as exc:
+        raise APIError(400, str(exc), exc.param, exc.code) from None
     except EngineTimeout as exc:
         raise APIError(504, str(exc)) from None
     except EngineError as exc:

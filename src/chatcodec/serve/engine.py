@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ..grammar.constraint import Grammar
 
-__all__ = ["Engine", "EngineError", "EngineTimeout", "Generation", "Piece", "Usage"]
+__all__ = [
+    "Engine",
+    "EngineError",
+    "EngineRequestError",
+    "EngineTimeout",
+    "Generation",
+    "Piece",
+    "Usage",
+]
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,17 @@ class EngineError(Exception):
 
 class EngineTimeout(EngineError):
     """The engine did not answer in time (the server answers 504)."""
+
+
+class EngineRequestError(EngineError):
+    """The engine refuses the request itself, before generating: a prompt longer than its
+    context, a grammar it cannot parse (the server answers 400, with OpenAI's ``code`` and
+    ``param`` when there is one)."""
+
+    def __init__(self, message: str, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.param = param
 
 
 class Engine(Protocol):
