@@ -166,8 +166,8 @@ class _Server:
             raise APIError(408, f"the request body did not arrive within {timeout:g} s") from None
         except ClientDisconnect:  # one line, no traceback: a client may always go away
             client = request.client
-            where = f"{client.host}:{client.port}" if client else "a client"
-            log.info("%s went away before sending the whole request body", where)
+            who = f"{client.host}:{client.port}" if client else "a client"
+            log.info("%s went away before sending the whole request body", who)
             raise APIError(499, "the client went away") from None
         try:
             payload = json.loads(data)
