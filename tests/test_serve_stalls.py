@@ -148,6 +148,18 @@ def test_a_body_that_trickles_in_is_cut_by_a_408_and_its_connection_closed(stand
     assert b'"the request body did not arrive within 0.3 s"' in answer
 
 
+def test_a_body_past_max_body_is_a_413_and_its_connection_closed(standin: str) -> None:
+    """Refused by its length before it is read: the rest of it cannot be sent into the
+    connection as a next request."""
+    with served(Codec(SOURCE), standin, max_body=1000) as root, connect(root) as sock:
+        sock.sendall(head(root, 10**6) + b'{"model": ')
+        answer = b""
+        while chunk := sock.recv(65536):  # the server closes the connection: recv gives b""
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b"connection: close" in answer.lower()
+
+
 def test_a_body_within_the_timeout_is_read(standin: str) -> None:
     with served(Codec(SOURCE), standin, body_timeout=WAIT) as root, connect(root) as sock:
         body = b'{"model": "tiny", "messages": [{"role": "user", "content": "Hi."}]}'
