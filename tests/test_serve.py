@@ -521,8 +521,8 @@ def test_a_template_that_refuses_the_warm_up_requests_still_serves(
 
 
 def test_small_and_long_conversations_are_set_up_alike(standin: tuple[StandIn, str]) -> None:
-    """A body up to 16 KiB is set up on the event loop, a longer one on a worker thread:
-    both send the engine the template's prompt and read its reply."""
+    """A small body and a long one (past 16 KiB, where setup used to change threads) both
+    send the engine the template's prompt and read its reply."""
     engine, url = standin
     reset(engine, "Sunny.")
     with served(plain_codec(), RemoteEngine(url)) as root:

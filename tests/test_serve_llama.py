@@ -174,6 +174,44 @@ def test_a_json_schema_response_format_validates(client: Any) -> None:
     jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_longer_than_the_context_is_a_400(client: Any, stream: bool) -> None:
+    """The request's fault, not the engine's: OpenAI's context_length_exceeded, before any
+    stream begins; the engine serves the next request."""
+    long = [{"role": "user", "content": "word " * 500}]  # a token a byte: past 2,048
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=long, max_tokens=4, stream=stream)
+    error = caught.value
+    assert error.status_code == 400
+    assert (error.type, error.code, error.param) == (
+        "invalid_request_error",
+        "context_length_exceeded",
+        "messages",
+    )
+    assert "context holds 2048 tokens" in error.message
+    reply = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4)
+    assert reply.choices[0].finish_reason in ("length", "stop")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_grammar_llama_cpp_cannot_parse_is_a_400_naming_the_schema(
+    client: Any, stream: bool
+) -> None:
+    """A schema whose grammar repeats a rule a billion times: llama.cpp's grammar parser
+    refuses it (its limit is 2,000), which is the request's fault."""
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 1_000_000_000}
+    response_format = {"type": "json_schema", "json_schema": {"name": "many", "schema": schema}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=USER, response_format=response_format, stream=stream
+        )
+    error = caught.value
+    assert error.status_code == 400 and error.type == "invalid_request_error"
+    assert "grammar" in error.message and "response_format" in error.message
+    reply = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4)
+    assert reply.choices[0].finish_reason in ("length", "stop")
+
+
 def test_max_tokens_ends_with_length(client: Any) -> None:
     reply = client.chat.completions.create(
         model=MODEL, messages=USER, max_tokens=1, temperature=0.0

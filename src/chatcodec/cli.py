@@ -900,8 +900,16 @@ def _add_serve(
         "--timeout",
         type=_positive_float,
         default=600.0,
-        help="the longest the engine may take to give its next piece of text (a queued "
-        "request's wait included), seconds; past it a request fails with 504",
+        help="the longest a request's setup (its render and grammar) or the engine's next piece "
+        "of text (a queued request's wait included) may take, seconds; past it a request fails "
+        "with 504",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=_positive_float,
+        default=30.0,
+        help="the longest a request's body may take to arrive, seconds; past it the request "
+        "fails with 408 and its connection is closed",
     )
     serve.add_argument(
         "--policy",

@@ -17,7 +17,7 @@ import orjson
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -25,12 +25,13 @@ from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
 from ..reply.request import Policy
 from .chat import Reply, prepare
-from .engine import Engine, EngineError, Piece
+from .engine import Engine, EngineError, Generation, Piece
 from .errors import APIError, error_body
 from .schema import ChatRequest
 
 if TYPE_CHECKING:
     from ..codec import Codec
+    from ..reply.turn import Turn
 
 __all__ = ["ServeConfig", "create_app"]
 
@@ -43,10 +44,6 @@ _WARM_TOOL = {
     "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
 }
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
-# A request body up to this size is set up (rendered) on the event loop: it takes well under
-# a millisecond, less than handing it to a thread and back, and under the GIL a thread runs it
-# no sooner. A larger one goes to a thread, so that a long render lets the streams run.
-_SET_UP_INLINE = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -56,6 +53,9 @@ class ServeConfig:
     request body, in bytes. ``reasoning_field``: the name the reasoning goes out under.
     ``policy``: how replies are read and constrained when the request does not say (its
     ``policy`` field): ``guaranteed`` or llama.cpp's ``reference`` (docs/decoding.md).
+    ``timeout``: the longest a request's setup (its render, decoder and grammar) may take,
+    in seconds (None: no limit), else a 504. ``body_timeout``: the longest a request's
+    body may take to arrive, in seconds (None: no limit), else a 408.
     ``max_tokens_default``: the limit of a request that sets none (none: the context's)."""
 
     model_name: str
@@ -64,6 +64,8 @@ class ServeConfig:
     reasoning_field: ReasoningField = "reasoning_content"
     policy: Policy = "guaranteed"
     max_tokens_default: int | None = None
+    timeout: float | None = None
+    body_timeout: float | None = 30.0
 
 
 def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
@@ -92,7 +94,10 @@ def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    # a body left unread (too large, too slow) ends the connection: the client cannot go on
+    # trickling the rest into it
+    headers = {"Connection": "close"} if exc.status in (408, 413) else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -153,17 +158,22 @@ class _Server:
         if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), key):
             raise APIError(401, "missing or wrong API key", code="invalid_api_key")
 
-    async def _body(self, request: Request) -> tuple[ChatRequest, int]:
-        """The request's body, validated, and its size in bytes."""
+    async def _body(self, request: Request) -> ChatRequest:
+        """The request's body, validated."""
         limit = self.config.max_body
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             raise APIError(413, f"the request body is larger than {limit} bytes")
-        data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise APIError(413, f"the request body is larger than {limit} bytes")
+        timeout = self.config.body_timeout
+        try:
+            data = await asyncio.wait_for(_read(request, limit), timeout)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {timeout:g} s") from None
+        except ClientDisconnect:  # one line, no traceback: a client may always go away
+            client = request.client
+            who = f"{client.host}:{client.port}" if client else "a client"
+            log.info("%s went away before sending the whole request body", who)
+            raise APIError(499, "the client went away") from None
         try:
             payload = json.loads(data)
         except RecursionError:
@@ -171,7 +181,7 @@ class _Server:
         except ValueError as exc:  # malformed JSON, invalid UTF-8, an integer too long
             raise APIError(400, f"the request body is not valid JSON: {exc}") from None
         try:
-            return ChatRequest.model_validate(payload), len(data)
+            return ChatRequest.model_validate(payload)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or None
@@ -182,7 +192,7 @@ class _Server:
 
     async def chat(self, request: Request) -> Response:
         self._authorize(request)
-        body, size = await self._body(request)
+        body = await self._body(request)
         if body.model != self.config.model_name:
             raise APIError(
                 404,
@@ -191,15 +201,7 @@ class _Server:
                 "model",
                 "model_not_found",
             )
-        policy = body.policy or self.config.policy
-        if size <= _SET_UP_INLINE:
-            turn, generation = prepare(self.codec, body, self.engine, policy)
-        else:  # a long conversation's render: off the event loop
-            turn, generation = await asyncio.to_thread(
-                prepare, self.codec, body, self.engine, policy
-            )
-        if generation.max_tokens is None:
-            generation = replace(generation, max_tokens=self.config.max_tokens_default)
+        turn, generation = await self._set_up(body)
         reply = Reply(turn, generation.stop, streamed=body.stream)
         pieces = self.engine.generate(generation)
         # an engine that fails at once is a status, not a stream
@@ -215,6 +217,21 @@ class _Server:
             )
         work = asyncio.ensure_future(self._complete(ident, reply, _chain(first, pieces)))
         return JSONResponse(await _unless_gone(request, work))
+
+    async def _set_up(self, body: ChatRequest) -> tuple[Turn, Generation]:
+        """``prepare`` for ``body`` on a worker thread, so that no request's setup holds up
+        the event loop (the other streams, ``/health``), within ``timeout``: a setup that
+        takes longer is answered with a 504 (its thread runs on to its end, unheard)."""
+        policy = body.policy or self.config.policy
+        work = asyncio.to_thread(prepare, self.codec, body, self.engine, policy)
+        timeout = self.config.timeout
+        try:
+            turn, generation = await asyncio.wait_for(work, timeout)
+        except asyncio.TimeoutError:
+            raise APIError(504, f"setting the request up took more than {timeout:g} s") from None
+        if generation.max_tokens is None:
+            generation = replace(generation, max_tokens=self.config.max_tokens_default)
+        return turn, generation
 
     async def _complete(
         self, ident: str, reply: Reply, pieces: AsyncIterator[Piece]
@@ -261,6 +278,16 @@ class _Server:
         return fields
 
 
+async def _read(request: Request, limit: int) -> bytearray:
+    """The request's body; a 413 once it holds more than ``limit`` bytes."""
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise APIError(413, f"the request body is larger than {limit} bytes")
+    return data
+
+
 async def _unless_gone(request: Request, work: asyncio.Future[T]) -> T:
     """``work``'s result; ``work`` cancelled (and the engine's generation with it) when the
     client disconnects first."""
@@ -293,8 +320,9 @@ async def _first(pieces: AsyncIterator[Piece]) -> Piece | None:
 
 
 def _engine_fault(exc: EngineError) -> APIError:
-    """The answer to an engine's failure: its status (502, or 504 for a timeout) and code."""
-    return APIError(exc.status, str(exc), code=exc.code)
+    """The answer to an engine's failure: its status (502; 504 for a timeout; 400 for a
+    request the engine refuses), code and param."""
+    return APIError(exc.status, str(exc), exc.param, exc.code)
 
 
 async def _chain(first: Piece | None, pieces: AsyncIterator[Piece]) -> AsyncIterator[Piece]:

@@ -20,6 +20,7 @@ __all__ = [
     "Engine",
     "EngineError",
     "EngineReplyError",
+    "EngineRequestError",
     "EngineTimeout",
     "Generation",
     "Piece",
@@ -73,11 +74,13 @@ class Piece:
 class EngineError(Exception):
     """The engine failed or could not be reached (the server answers 502).
 
-    ``status`` and ``code`` are the HTTP status and OpenAI error code the server answers with
-    (or puts in the error event of a stream that has begun)."""
+    ``status``, ``code`` and ``param`` are the HTTP status, OpenAI error code and request
+    field the server answers with (or puts in the error event of a stream that has
+    begun)."""
 
     status = 502
     code: str | None = None
+    param: str | None = None
 
 
 class EngineTimeout(EngineError):
@@ -92,6 +95,19 @@ class EngineReplyError(EngineError):
     finish reason (the server answers 502, code ``bad_engine_reply``)."""
 
     code = "bad_engine_reply"
+
+
+class EngineRequestError(EngineError):
+    """The engine refuses the request itself, before generating: a prompt longer than its
+    context, a grammar it cannot parse (the server answers 400, with OpenAI's ``code`` and
+    ``param`` when there is one)."""
+
+    status = 400
+
+    def __init__(self, message: str, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.param = param
 
 
 class Engine(Protocol):
