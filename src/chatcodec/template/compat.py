@@ -53,6 +53,7 @@ from .environment import (
     GuardedCodeGenerator,
     LimitExceeded,
     bounded_undefined_message,
+    budget_spent,
     new_environment,
     render_state,
 )
@@ -324,5 +325,7 @@ def _shows_marker(template: LlamaCompatTemplate, content: Any) -> bool:
     try:
         rendered = template.render([{"role": "user", "content": content}])
     except TemplateError:
+        if budget_spent():
+            raise
         return False
     return _MARKER in rendered

@@ -43,7 +43,10 @@ from .environment import (
     FilterMemo,
     LimitExceeded,
     Limits,
+    budget_spent,
+    call_budget,
     new_environment,
+    render_deadline,
     render_state,
     utc_instant,
 )
@@ -258,6 +261,20 @@ class ChatTemplate:
         """
         if context:
             self._warn_unread(context)
+        with call_budget(self.limits, "deriving the assistant spans"):
+            return self._render_with_spans(
+                messages, tools, documents, add_generation_prompt, now, context
+            )
+
+    def _render_with_spans(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Any,
+        documents: Any,
+        add_generation_prompt: bool,
+        now: float | int | datetime | None,
+        context: dict[str, Any],
+    ) -> RenderedChat:
         if self.has_generation_tag:
             spans: list[tuple[int, int]] = []
             text = self._render(
@@ -334,6 +351,8 @@ class ChatTemplate:
                     env.parse(self.source), lambda tree: _compile(env, tree, self.limits)
                 )
             except Exception:  # noqa: BLE001 - a shape it cannot take: prefixes render whole
+                if budget_spent():
+                    raise
                 self._plan = None
         return self._plan  # type: ignore[return-value]
 
@@ -517,7 +536,7 @@ class ChatTemplate:
         # of them prints what the caller passed, so it is not measured first (`made` keeps
         # them alive, so no other value can take one's id during the render)
         saved = state.begin(
-            time.monotonic() + self.limits.max_seconds,
+            render_deadline(self.limits.max_seconds),
             limit,
             spans,
             now,
@@ -533,6 +552,8 @@ class ChatTemplate:
             context = env.context_class(
                 env, dict(globals_, **variables), template.name, template.blocks, globals=globals_
             )
+            if time.monotonic() > state.deadline:  # (its call's budget is spent)
+                raise LimitExceeded("the render ran past its time limit")
             if spans is None:  # nothing reads state.position without spans to record
                 for chunk in template.root_render_func(context):
                     size += len(chunk)
@@ -551,7 +572,9 @@ class ChatTemplate:
                     state.position = size
                     append(chunk)
         except LimitExceeded as exc:
-            raise TemplateLimitError(str(exc), stage="render", kind="LimitExceeded") from None
+            raise TemplateLimitError(
+                _limit_message(exc), stage="render", kind="LimitExceeded"
+            ) from None
         except RecursionError:
             raise TemplateLimitError(
                 "the template recursed too deeply", stage="render", kind="RecursionError"
@@ -587,7 +610,7 @@ def _compile(
     """``source`` compiled (text, or a tree ``env.parse`` gave and a plan rewrote)."""
     state = render_state
     saved = (state.deadline, state.max_chars)
-    state.deadline = time.monotonic() + limits.max_seconds
+    state.deadline = render_deadline(limits.max_seconds)
     state.max_chars = min(limits.max_output_chars, _FOLDED_CHARS)
     try:
         if isinstance(source, str):
@@ -596,6 +619,18 @@ def _compile(
         return env.template_class.from_code(env, code, env.make_globals(None), None)
     finally:
         state.deadline, state.max_chars = saved
+
+
+def _limit_message(exc: LimitExceeded) -> str:
+    """A render limit's message; one that came when the call's shared time ran out says
+    how long the call had and which of its steps was running."""
+    spent = budget_spent()
+    if spent is None:
+        return str(exc)
+    return (
+        f"{exc}: the {spent.seconds:g} s its call has for all of its renders ran out while "
+        f"{spent.step}"
+    )
 
 
 def _caller_level() -> int:
@@ -838,6 +873,8 @@ def derive_spans_by_prefixes(
             )
             turn = template._render(upto, tools, documents, False, False, now, context, None)
         except TemplateError:
+            if budget_spent():
+                raise
             continue  # a prefix this template refuses (e.g. it must start with a user turn)
         content = message.get("content")
         anchor = content.strip() if isinstance(content, str) else ""
@@ -902,6 +939,8 @@ class PrefixRenders:
             try:
                 text = self.template._run(chat, variables, inputs.now, [], inputs.made, compiled)
             except TemplateError:
+                if budget_spent():
+                    raise
                 if watch.traced:
                     continue  # a traced value refused a use (|tojson): watched untraced
                 if raising:
@@ -975,6 +1014,8 @@ class PrefixRenders:
         try:
             return 0, self.template._run(chat, variables, inputs.now, None, inputs.made)
         except TemplateError:
+            if budget_spent():
+                raise
             return None
 
     def _resume_in_turn(
@@ -1078,7 +1119,7 @@ class PrefixRenders:
         ``|tojson`` of the shared inputs remembered across them."""
         limits, inputs = self.template.limits, self.inputs
         saved = render_state.begin(
-            time.monotonic() + limits.max_seconds,
+            render_deadline(limits.max_seconds),
             limits.max_output_chars,
             None,
             inputs.now,
