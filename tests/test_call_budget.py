@@ -5,8 +5,10 @@ Each template here renders the caller's own conversation at once; it is slow onl
 renders the call makes for itself (probes, the auto parser's analysis, span prefixes). It
 either loops for good in those renders, or spends about a third of the time limit in every
 render, so that each render fits the limit and the call's dozens of renders together do not.
-The calls must raise the time limit's ``TemplateLimitError`` naming their step. As a safety
-net (not a timing claim), the CPU they spend is checked against a generous cap. (Derived
+The calls must raise the time limit's ``TemplateLimitError``, which names the call's budget
+and the step it ran out in (which step depends on the machine's load: any of the call's; the
+step of each call is checked on a budget spent from the start). As a safety net (not a
+timing claim), the CPU they spend is checked against a generous cap. (Derived
 spans resume most prefixes from one watched render: they are tested with prefixes that loop.)
 """
 
@@ -65,10 +67,21 @@ def cpu_capped() -> Iterator[None]:
     assert spent < CPU_CAP, f"the call spent {spent:.1f} s of CPU on a 0.2 s budget"
 
 
-def _out_of_time(step: str) -> pytest.RaisesContext[TemplateLimitError]:
+# the steps of each call, as its error names them
+PREPARING = (
+    "(preparing the request|probing the template's tool-call support|analysing the template)"
+)
+PROBING = "probing the template's capabilities"
+SPANS = "deriving the assistant spans"
+ENCODING = f"(encoding the conversation|{SPANS}|finding the thought markers|{PREPARING[1:-1]})"
+
+
+def _out_of_time(steps: str, seconds: str = "0.2") -> pytest.RaisesContext[TemplateLimitError]:
     # the time limit's error of a direct render, with the call's budget and its step named
     return pytest.raises(
-        TemplateLimitError, match=rf"ran past its time limit: the 0\.2 s its call .* {step}"
+        TemplateLimitError,
+        match=rf"^the render ran past its time limit: the {seconds} s its call has for all of "
+        rf"its renders ran out while {steps}",
     )
 
 
@@ -78,7 +91,7 @@ def _out_of_time(step: str) -> pytest.RaisesContext[TemplateLimitError]:
 def test_prepare_probes_tool_calls_within_the_callers_limits() -> None:
     codec = Codec(SLOW_WITH_TOOLS, limits=LIMITS)
     assert codec.render(USER, add_generation_prompt=True) == "<user>Hello</user>\n<assistant>"
-    with cpu_capped(), _out_of_time("probing the template's tool-call support") as caught:
+    with cpu_capped(), _out_of_time(PREPARING) as caught:
         codec.prepare(USER)
     assert caught.value.kind == "LimitExceeded" and caught.value.stage == "render"
 
@@ -88,15 +101,15 @@ def test_prepare_runs_the_auto_parser_analysis_within_the_callers_limits() -> No
     0.2 s Codec spent minutes in it."""
     codec = Codec(SLOW_WITH_REASONING, limits=LIMITS)
     codec.render(USER, add_generation_prompt=True)
-    with cpu_capped(), _out_of_time("analysing the template for the auto parser"):
+    with cpu_capped(), _out_of_time(PREPARING):
         codec.prepare(USER, parallel_tool_calls=False)
-    with cpu_capped(), _out_of_time("analysing the template for the auto parser"):
+    with cpu_capped(), _out_of_time(PREPARING):
         codec.prepare(USER, parallel_tool_calls=False)  # (nothing of it was remembered)
 
 
 def test_prepare_shares_one_budget_across_its_renders() -> None:
     codec = Codec(EVERY_RENDER_A_WHILE, limits=LIMITS)
-    with cpu_capped(), _out_of_time("(probing|analysing|preparing)"):
+    with cpu_capped(), _out_of_time(PREPARING):
         codec.prepare(USER)
 
 
@@ -108,15 +121,15 @@ def test_capability_probes_stop_at_the_templates_limits() -> None:
     the capabilities came back wrong, after 0.2 s per such probe."""
     template = ChatTemplate(SLOW_WITH_TOOL_RESULTS, limits=LIMITS)
     template.render(CONVERSATION)
-    with cpu_capped(), _out_of_time("probing the template's capabilities"):
+    with cpu_capped(), _out_of_time(PROBING):
         probe_capabilities(template)
-    with cpu_capped(), _out_of_time("probing the template's capabilities"):
+    with cpu_capped(), _out_of_time(PROBING):
         probe_capabilities(template)  # (not cached as an answer)
 
 
 def test_capability_probes_share_one_budget() -> None:
     template = ChatTemplate(EVERY_RENDER_A_WHILE, limits=LIMITS)
-    with cpu_capped(), _out_of_time("probing the template's capabilities"):
+    with cpu_capped(), _out_of_time(PROBING):
         probe_capabilities(template)
 
 
@@ -135,7 +148,7 @@ def test_span_prefixes_share_the_renders_budget(turns: int) -> None:
     messages = CONVERSATION * (turns // 2)
     template = ChatTemplate(SLOW_WITH_PROMPT, limits=LIMITS)
     assert template.render(messages).count("<assistant>") == turns
-    with cpu_capped(), _out_of_time("deriving the assistant spans"):
+    with cpu_capped(), _out_of_time(SPANS):
         template.render_with_spans(messages)
 
 
@@ -156,13 +169,13 @@ def test_encode_finds_the_thought_markers_within_its_budget(checkpoint: Path) ->
     codec = Codec(SLOW_WITH_REASONING, limits=LIMITS, tokenizer=checkpoint)
     assert sum(codec.encode(CONVERSATION).assistant_masks) > 0
     for _ in range(2):  # (the failure is not remembered as an answer)
-        with cpu_capped(), _out_of_time("analysing the template for the auto parser"):
+        with cpu_capped(), _out_of_time(ENCODING):
             codec.encode(CONVERSATION, mask_reasoning=False)
 
 
 def test_encode_shares_one_budget(checkpoint: Path) -> None:
     codec = Codec(EVERY_RENDER_A_WHILE, limits=LIMITS, tokenizer=checkpoint)
-    with cpu_capped(), _out_of_time("(deriving|analysing|preparing|probing|finding)"):
+    with cpu_capped(), _out_of_time(ENCODING):
         codec.encode(CONVERSATION * 2, mask_reasoning=False)
 
 
@@ -179,6 +192,35 @@ def test_a_call_inside_another_keeps_the_earlier_deadline() -> None:
             assert render_state.budget is inner
         assert render_state.budget is outer
     assert render_state.budget is None
+
+
+def _spent(call: str) -> None:
+    template = ChatTemplate(CHAT)
+    if call == "prepare":
+        Codec(CHAT).prepare(USER)
+    elif call == "probe_capabilities":
+        probe_capabilities(template)
+    elif call == "render_with_spans":
+        template.render_with_spans(CONVERSATION)
+    else:
+        Codec(CHAT).render_with_spans(CONVERSATION * 6)
+
+
+@pytest.mark.parametrize(
+    ("call", "step"),
+    [
+        ("prepare", "preparing the request"),
+        ("probe_capabilities", PROBING),
+        ("render_with_spans", SPANS),
+        ("Codec.render_with_spans", SPANS),
+    ],
+)
+def test_a_spent_budget_names_the_step_and_is_not_remembered(call: str, step: str) -> None:
+    """Inside a call whose budget is already spent, each call raises at its first render,
+    naming its own step; nothing of it is remembered: the same call then succeeds."""
+    with call_budget(Limits(max_seconds=0), "an outer call"), _out_of_time(step, "0"):
+        _spent(call)
+    _spent(call)
 
 
 def test_the_analysis_renders_under_the_callers_output_limit() -> None:

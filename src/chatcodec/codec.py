@@ -19,8 +19,8 @@ from .errors import (
 )
 from .strings import common_prefix_length
 from .template import ChatTemplate, Limits, RenderedChat
-from .template.environment import budget_spent, call_budget
-from .template.render import request_lists
+from .template.environment import call_budget
+from .template.render import raise_if_budget_spent, request_lists
 
 if TYPE_CHECKING:
     from .encoding import Encoding, ThoughtMarkers
@@ -247,9 +247,8 @@ class Codec:
             with call_budget(single.template.limits, "finding the thought markers"):
                 try:
                     block = single.prepare([{"role": "user", "content": "x"}]).format.reasoning
-                except ChatCodecError:  # llama.cpp cannot set this template up: no markers known
-                    if budget_spent():  # (out of time: no answer to remember)
-                        raise
+                except ChatCodecError as exc:  # llama.cpp cannot set it up: no markers known
+                    raise_if_budget_spent(exc)  # (out of time: no answer to remember)
                     block = None
             self._thoughts[key] = (
                 None
@@ -434,9 +433,8 @@ def _prompts(
         prompt = template.render(
             messages, tools=tools, add_generation_prompt=add_generation_prompt, now=now, **context
         )
-    except TemplateError:
-        if budget_spent():
-            raise
+    except TemplateError as exc:
+        raise_if_budget_spent(exc)
         # transformers cannot render this request, llama.cpp's renderer can: its prompt
         prompt = llama_prompt if add_generation_prompt else llama_without
     return prompt, generation_prompt, llama_without

@@ -19,8 +19,8 @@ from itertools import pairwise
 from typing import Any
 
 from .compat import llama_compatible
-from .environment import Limits, budget_spent, call_budget
-from .render import ChatTemplate
+from .environment import Limits, call_budget
+from .render import ChatTemplate, raise_if_budget_spent
 
 __all__ = [
     "Capabilities",
@@ -162,9 +162,8 @@ class ProbeRenderer:
                     message["content"] = [{"type": "text", "text": message["content"]}]
         try:
             return self.template.render(fresh, **{**self.context, **options})
-        except Exception:  # noqa: BLE001 - an untrusted template's failure is a failed probe
-            if budget_spent():
-                raise
+        except Exception as exc:  # noqa: BLE001 - an untrusted template's failure: a failed probe
+            raise_if_budget_spent(exc)
             return None
 
 

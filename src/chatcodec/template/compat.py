@@ -53,11 +53,10 @@ from .environment import (
     GuardedCodeGenerator,
     LimitExceeded,
     bounded_undefined_message,
-    budget_spent,
     new_environment,
     render_state,
 )
-from .render import ChatTemplate
+from .render import ChatTemplate, raise_if_budget_spent
 
 __all__ = [
     "LlamaCompatTemplate",
@@ -324,8 +323,7 @@ def as_typed_content(messages: Any) -> list[Any]:
 def _shows_marker(template: LlamaCompatTemplate, content: Any) -> bool:
     try:
         rendered = template.render([{"role": "user", "content": content}])
-    except TemplateError:
-        if budget_spent():
-            raise
+    except TemplateError as exc:
+        raise_if_budget_spent(exc)
         return False
     return _MARKER in rendered

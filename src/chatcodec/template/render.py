@@ -54,7 +54,14 @@ from .environment import (
 if TYPE_CHECKING:  # imported where derived spans first need it: import chatcodec stays lean
     from .resume import ResumePlan, Watch
 
-__all__ = ["ChatTemplate", "PrefixRenders", "RenderedChat", "Span", "derive_spans_by_prefixes"]
+__all__ = [
+    "ChatTemplate",
+    "PrefixRenders",
+    "RenderedChat",
+    "Span",
+    "derive_spans_by_prefixes",
+    "raise_if_budget_spent",
+]
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 # render's own options: a keyword close to one of these is most likely a typo of it
@@ -350,9 +357,8 @@ class ChatTemplate:
                 self._plan = ResumePlan.build(
                     env.parse(self.source), lambda tree: _compile(env, tree, self.limits)
                 )
-            except Exception:  # noqa: BLE001 - a shape it cannot take: prefixes render whole
-                if budget_spent():
-                    raise
+            except Exception as exc:  # noqa: BLE001 - a shape it cannot take: render whole
+                raise_if_budget_spent(exc)
                 self._plan = None
         return self._plan  # type: ignore[return-value]
 
@@ -633,6 +639,22 @@ def _limit_message(exc: LimitExceeded) -> str:
     )
 
 
+def raise_if_budget_spent(exc: BaseException) -> None:
+    """For code that takes a failed render as an answer (a probe or a prefix the template
+    refuses): raise the time limit's ``TemplateLimitError`` instead when the budget of the
+    call in progress is spent (``exc`` itself when it is that error), as no later render of
+    the call can succeed; else return."""
+    if budget_spent() is None:
+        return
+    if isinstance(exc, TemplateLimitError):
+        raise exc
+    raise TemplateLimitError(
+        _limit_message(LimitExceeded("the render ran past its time limit")),
+        stage="render",
+        kind="LimitExceeded",
+    ) from None
+
+
 def _caller_level() -> int:
     """The ``stacklevel`` of the first frame outside chatcodec: a warning names the line of
     the caller's code that passed the keyword, through Codec.render or Codec.prepare alike."""
@@ -872,9 +894,8 @@ def derive_spans_by_prefixes(
                 else ""
             )
             turn = template._render(upto, tools, documents, False, False, now, context, None)
-        except TemplateError:
-            if budget_spent():
-                raise
+        except TemplateError as exc:
+            raise_if_budget_spent(exc)
             continue  # a prefix this template refuses (e.g. it must start with a user turn)
         content = message.get("content")
         anchor = content.strip() if isinstance(content, str) else ""
@@ -938,9 +959,8 @@ class PrefixRenders:
             compiled = (plan.watched, plan.watched_globals)
             try:
                 text = self.template._run(chat, variables, inputs.now, [], inputs.made, compiled)
-            except TemplateError:
-                if budget_spent():
-                    raise
+            except TemplateError as exc:
+                raise_if_budget_spent(exc)
                 if watch.traced:
                     continue  # a traced value refused a use (|tojson): watched untraced
                 if raising:
@@ -1013,9 +1033,8 @@ class PrefixRenders:
         variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
         try:
             return 0, self.template._run(chat, variables, inputs.now, None, inputs.made)
-        except TemplateError:
-            if budget_spent():
-                raise
+        except TemplateError as exc:
+            raise_if_budget_spent(exc)
             return None
 
     def _resume_in_turn(
