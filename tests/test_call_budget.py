@@ -25,6 +25,7 @@ from chatcodec import ChatTemplate, Codec, Limits, TemplateLimitError
 from chatcodec.reply.auto import analysis_for
 from chatcodec.template.capabilities import probe_capabilities, tool_call_support
 from chatcodec.template.environment import call_budget, render_state
+from chatcodec.template.render import derive_spans_by_prefixes
 
 LIMITS = Limits(max_seconds=0.2)
 CPU_CAP = 5.0  # seconds: far above the 0.2 s budget, far below what each call took before
@@ -233,3 +234,12 @@ def test_the_analysis_renders_under_the_callers_output_limit() -> None:
     roomy = analysis_for(source)
     assert analysis_for(source, limits=small) != roomy
     assert analysis_for(source) == roomy
+
+
+def test_the_reference_spans_share_one_budget() -> None:
+    """derive_spans_by_prefixes (the reference render_with_spans is held to) renders every
+    prefix from its own copy of the inputs: they share one budget too."""
+    template = ChatTemplate(SLOW_WITH_PROMPT, limits=LIMITS)
+    text = template.render(CONVERSATION)
+    with cpu_capped(), _out_of_time(SPANS):
+        derive_spans_by_prefixes(template, text, CONVERSATION, None, None, None, {})

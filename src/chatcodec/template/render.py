@@ -879,7 +879,21 @@ def derive_spans_by_prefixes(
     """The assistant spans of ``text`` (the render of ``messages``), derived by rendering
     prefixes: for assistant message ``i``, ``messages[:i]`` with the generation prompt and
     ``messages[:i + 1]`` without it, each from its own copy of the inputs. The reference
-    ``render_with_spans`` is held to (tests, benchmarks/spans.py)."""
+    ``render_with_spans`` is held to (tests, benchmarks/spans.py). Its renders share one
+    budget (the template's limits)."""
+    with call_budget(template.limits, "deriving the assistant spans"):
+        return _spans_by_prefixes(template, text, messages, tools, documents, now, context)
+
+
+def _spans_by_prefixes(
+    template: ChatTemplate,
+    text: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Any,
+    documents: Any,
+    now: Any,
+    context: dict[str, Any],
+) -> tuple[Span, ...]:
     spans: list[Span] = []
     cursor = 0
     for index, message in enumerate(messages):
