@@ -535,6 +535,7 @@ def _llama_generation_prompt(
             messages, tools=tools, add_generation_prompt=False, now=now, **variables
         )
     except TemplateError as exc:
+        raise_if_budget_spent(exc)  # (the call's time is up: not the template's failure)
         raise type(exc)(
             f"llama.cpp cannot set up this request: the template fails to render ({exc})",
             stage="render",
