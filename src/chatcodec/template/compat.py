@@ -56,7 +56,7 @@ from .environment import (
     new_environment,
     render_state,
 )
-from .render import ChatTemplate
+from .render import ChatTemplate, raise_if_budget_spent
 
 __all__ = [
     "LlamaCompatTemplate",
@@ -343,7 +343,8 @@ def _shows_marker(template: LlamaCompatTemplate, content: Any, as_text: bool = F
     not inside a dump of its block, ``'text': 'MARKER'`` or ``"text": "MARKER"``)."""
     try:
         rendered = template.render([{"role": "user", "content": content}])
-    except TemplateError:
+    except TemplateError as exc:
+        raise_if_budget_spent(exc)
         return False
     if as_text and (f"'text': '{_MARKER}" in rendered or f'"text": "{_MARKER}' in rendered):
         return False
