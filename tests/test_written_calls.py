@@ -27,6 +27,7 @@ from chatcodec.checkdata import check_turns
 from chatcodec.reply.auto import analysis_for
 from chatcodec.reply.auto.analysis import T_JSON, T_NONE
 from chatcodec.reply.auto.written import reads_back, written_forms
+from chatcodec.reply.select import handler_for
 from chatcodec.template.compat import LlamaCompatTemplate
 
 from .conftest import ORACLE, ROOT, TEMPLATES, read_jsonl
@@ -366,11 +367,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "llama.cpp's format does not read the call id first; its own parse fails there too "
         "(the parse corpus)",
     ),
-    "meetkai-functionary-medium-v3.2.jinja": (
-        "ok",
-        "fails",
-        "llama.cpp's Functionary v3.2 format does not read a second call after >>>",
-    ),
     # dev/templates
     "ggml-org-llama.cpp-llama-cpp-lfm2.jinja": (
         "fails",
@@ -653,3 +649,54 @@ def test_history_call_id_is_read() -> None:
         reference.parse(with_id)
     for calls in (("weather",), ("weather", "search")):
         assert round_trip(codec, calls) == "ok"
+
+
+# Functionary v3.2's way (its family's markers): each message after >>>, a call's too.
+FUNCTIONARY = """{{- bos_token + '<|start_header_id|>system<|end_header_id|>\\n\\nRespond as:\\n' }}
+{{- '>>>${recipient}\\n${content}\\nAvailable: ' }}
+{%- for tool in tools or [] %}{{- tool.function.name + ' ' }}{%- endfor %}{{- '<|eot_id|>' }}
+{%- for message in messages %}
+{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' }}
+{%- if message.role == 'assistant' %}
+{%- if message.content %}{{- '>>>all\\n' + message.content }}{%- endif %}
+{%- for call in message.tool_calls or [] %}
+{{- '>>>' + call.function.name + '\\n' + call.function.arguments }}
+{%- endfor %}
+{%- else %}{{- message.content }}{%- endif %}
+{{- '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n>>>' }}
+{%- endif %}"""
+
+
+def test_functionary_v32_calls_after_the_first_are_read_under_guaranteed() -> None:
+    """The template writes every call after ``>>>``, the content's too; llama.cpp's format
+    reads a call after another only bare, and a call after content not at all (the whole
+    reads as content). Under guaranteed both read, whole and streamed."""
+    codec = Codec(FUNCTIONARY, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+    assert handler_for(FUNCTIONARY) == "Functionary v3.2"
+    first = 'get_weather\n{"location": "Paris"}'
+    second = 'search_web\n{"query": "cafe"}'
+    want = [("get_weather", {"location": "Paris"}), ("search_web", {"query": "cafe"})]
+    replies = {f"{first}>>>{second}": "", f"all\nLet me look.>>>{first}>>>{second}": "Let me look."}
+    for policy in ("reference", "guaranteed"):
+        turn = codec.prepare([USER], tools=TOOLS, tool_call_id=0, policy=policy)
+        assert turn.parse(f"{first}{second}").tool_calls  # llama.cpp's bare calls read
+        for reply, content in replies.items():
+            if policy == "reference":
+                if content:
+                    assert turn.parse(reply).content == reply.removeprefix("all\n")
+                else:
+                    with pytest.raises(ReplyError):
+                        turn.parse(reply)
+                continue
+            message = turn.parse(reply)
+            assert message.content == content and not message.dropped
+            assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == want
+            stream = turn.stream()
+            for piece in reply:
+                stream.feed(piece)
+            assert stream.finish().message == message
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
+
