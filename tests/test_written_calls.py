@@ -361,12 +361,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "fails",
         "render_with_spans finds no span for the call turn",
     ),
-    "upstage-Solar-Open-100B.jinja": (
-        "fails",
-        "fails",
-        "llama.cpp's format does not read the call id first; its own parse fails there too "
-        "(the parse corpus)",
-    ),
     # dev/templates
     "ggml-org-llama.cpp-llama-cpp-lfm2.jinja": (
         "fails",
@@ -700,3 +694,64 @@ def test_functionary_v32_calls_after_the_first_are_read_under_guaranteed() -> No
     for calls in (("weather",), ("weather", "search")):
         assert round_trip(codec, calls) == "ok"
 
+
+# Solar Open's way with a call: <|tool_call:begin|>id<|tool_call:name|>name<|tool_call:args|>
+# {...}<|tool_call:end|>. The tools are listed in the system turn, so llama.cpp's analysis finds
+# no id position and takes the probe's id into the name's opening marker: no call reads.
+LEAD_ID = """{{- bos_token }}
+{%- if tools %}{{- '<|begin|>system<|content|>Tools: ' + tools | tojson + '<|end|>' }}{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'assistant' and message.tool_calls %}
+{{- '<|begin|>assistant<|tool_calls|>' }}
+{%- for call in message.tool_calls %}
+{{- '<|tool_call:begin|>' + call.id + '<|tool_call:name|>' + call.function.name }}
+{{- '<|tool_call:args|>' + call.function.arguments | tojson + '<|tool_call:end|>' }}
+{%- endfor %}
+{{- '<|calls|>' }}
+{%- else %}
+{{- '<|begin|>' + message.role + '<|content|>' + message.content + '<|end|>' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|begin|>assistant' }}{%- endif %}"""
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_a_call_id_before_the_name_is_read_under_guaranteed(
+    tiny_llama: Any, tool_choice: str
+) -> None:
+    """Under guaranteed the id the template writes before the name is read as the call's id
+    (any id, or none), the call streams, and the grammar writes one; under reference the
+    probe's id stays in the name's marker and no call reads."""
+    tokens = {"bos_token": "<s>", "eos_token": "</s>"}
+    assert analysis_for(LEAD_ID, tokens).tools.name_prefix.startswith("call00001")
+    derived = analysis_for(LEAD_ID, tokens, "guaranteed").tools
+    assert (derived.id_before_name, derived.id_suffix) == (True, "<|tool_call:name|>")
+    codec = Codec(LEAD_ID, bos_token="<s>", eos_token="</s>")
+    call = '<|tool_call:name|>get_weather<|tool_call:args|>{"location": "Paris"}<|tool_call:end|>'
+    replies = {
+        f"<|tool_calls|><|tool_call:begin|>a1b2c3d4e5{call}<|calls|>": "a1b2c3d4e5",
+        f"<|tool_calls|><|tool_call:begin|>{call}<|calls|>": None,
+    }
+    reference = codec.prepare([USER], tools=TOOLS, tool_choice=tool_choice)
+    turn = codec.prepare([USER], tools=TOOLS, tool_choice=tool_choice, policy="guaranteed")
+    for reply, call_id in replies.items():
+        with pytest.raises(ReplyError):
+            reference.parse(reply)
+        message = turn.parse(reply)
+        [read] = message.tool_calls
+        assert (read.name, json.loads(read.arguments)) == ("get_weather", {"location": "Paris"})
+        assert read.id == call_id or (call_id is None and read.id)
+        stream = turn.stream()
+        names = [d.tool_call.name for c in reply for d in stream.feed(c) if d.tool_call]
+        # a call with the model's own id is announced once its name is complete; one
+        # without waits for the end, as any format's whose calls may carry ids
+        assert [n for n in names if n] == (["get_weather"] if call_id else [])
+        assert stream.finish().message == message
+    grammar = turn.grammar
+    assert grammar is not None
+    prompt = "" if grammar.lazy else turn.generation_prompt
+    for reply in replies:
+        assert tiny_llama.verdict(grammar.gbnf, reply, prompt) == "accept"
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
+        assert round_trip(codec, calls, "reference") == "fails"

@@ -290,9 +290,14 @@ def _func(
     args: peg.Parser,
     atomic_peek: peg.Parser | None,
 ) -> peg.Parser:
+    lead: peg.Parser = peg.Eps()
+    if tl.id_before_name:  # the guaranteed policy's id before the name (Tools.id_before_name)
+        ident = peg.atomic_tag(t.TOOL_ID, peg.Until(tl.id_suffix))
+        lead = _seq(_lit(tl.id_prefix), ident, peg.Literal(tl.id_suffix))
     opener: peg.Parser = peg.atomic_tag(
         t.TOOL_OPEN,
         _seq(
+            lead,
             _lit(tl.name_prefix),
             tool_name(name),
             _lit(tl.name_suffix),

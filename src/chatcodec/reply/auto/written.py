@@ -37,6 +37,8 @@ from .analysis import (
     FUN_FIRST,
     FUN_SECOND,
     ID_BETWEEN,
+    ID_NONE,
+    ID_PRE,
     SECOND_CALL,
     T_JSON,
     T_NONE,
@@ -52,6 +54,7 @@ from .analysis import (
     tool_probe,
 )
 from .build import build_format
+from .diff import MARKER, segmentize
 
 __all__ = ["Written", "written_forms", "written_calls", "reads_back"]
 
@@ -179,8 +182,11 @@ def reads_back(template: ChatTemplate, analysis: Analysis, written: Written) -> 
     if prompt is None or bare is None or plain is None or ASSISTANT_MSG not in plain:
         return False
     opening = prompt[len(bare) :] if prompt.startswith(bare) else ""
-    # what ends a turn: each marker the template writes after an assistant turn's text
-    ends = plain[plain.rindex(ASSISTANT_MSG) + len(ASSISTANT_MSG) :].split()
+    # what ends a turn: each marker the template writes after an assistant turn's text, as
+    # a word and each marker of it (Solar Open's ``<|end|><|begin|>assistant``: a call turn
+    # ends on ``<|calls|>`` instead, and the next header follows)
+    words = plain[plain.rindex(ASSISTANT_MSG) + len(ASSISTANT_MSG) :].split()
+    ends = words + [m.value for w in words for m in segmentize(w) if m.type == MARKER]
     probes = [(FIRST_CALL,), (FIRST_CALL, SECOND_CALL)][: 1 + written.parallel]
     for calls in probes:
         text = r.render(tool_probe(*calls))
@@ -222,7 +228,9 @@ def _variants(template: ChatTemplate, analysis: Analysis, written: Written) -> I
     with the text the template writes between two calls; with the name ending where a call
     id between the name and the arguments opens (llama.cpp takes the id's closing marker as
     the name's too, so neither a call with an id nor one without reads); with a bare JSON
-    array's brackets as the section's markers (llama.cpp starts the calls at ``{``)."""
+    array's brackets as the section's markers (llama.cpp starts the calls at ``{``); with
+    the probe's call id, which llama.cpp takes into the name's opening marker when the
+    template writes the id before the name, read as an id (any id, then the marker)."""
     yield analysis
     separated = _separated(template, analysis, written)
     if separated is not None:
@@ -233,6 +241,19 @@ def _variants(template: ChatTemplate, analysis: Analysis, written: Written) -> I
     if tl.mode == T_JSON and tl.tools_array_wrapped and not tl.section_start:
         bare = replace(tl, section_start="[", section_end="]", tools_array_wrapped=False)
         yield replace(analysis, tools=bare)
+    before, id_, after = tl.name_prefix.partition(CALL_ID_001)
+    if id_ and after.strip() and tl.id_pos == ID_NONE:
+        lead = replace(
+            tl,
+            id_pos=ID_PRE,
+            id_prefix=before,
+            id_suffix=after,
+            name_prefix="",
+            id_before_name=True,
+        )
+        preserved = [*analysis.preserved_tokens]
+        preserved += [m for m in (before.strip(), after.strip()) if m and m not in preserved]
+        yield replace(analysis, tools=lead, preserved_tokens=preserved)
 
 
 def _separated(template: ChatTemplate, analysis: Analysis, written: Written) -> Analysis | None:
