@@ -362,12 +362,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "render_with_spans finds no span for the call turn",
     ),
     # dev/templates
-    "ggml-org-llama.cpp-llama-cpp-lfm2.jinja": (
-        "fails",
-        "fails",
-        "the calls are JSON in <|tool_call_start|>; llama.cpp's LFM2 format reads Python-style "
-        "calls only",
-    ),
     "ggml-org-llama.cpp-llama-cpp-microsoft-Phi-4-mini-instruct.jinja": (
         "fails",
         "fails",
@@ -755,3 +749,36 @@ def test_a_call_id_before_the_name_is_read_under_guaranteed(
     for calls in (("weather",), ("weather", "search")):
         assert round_trip(codec, calls) == "ok"
         assert round_trip(codec, calls, "reference") == "fails"
+
+
+def test_lfm2_json_calls_the_template_writes_are_read_under_guaranteed() -> None:
+    """llama.cpp's LFM2 family reads Python-style calls only; this LFM2 template writes its
+    calls as JSON in the family's markers. Under guaranteed both read, whole and streamed."""
+    source = (ROOT / "dev" / "templates" / "ggml-org-llama.cpp-llama-cpp-lfm2.jinja").read_text()
+    assert handler_for(source) == "LFM2"
+    codec = Codec(source, bos_token="<|startoftext|>", eos_token="<|im_end|>")
+    json_calls = (
+        '<|tool_call_start|>[{"name": "get_weather", "arguments": {"location": "Paris"}, '
+        '"id": "Wx1"}, {"name": "search_web", "arguments": {"query": "cafe"}}]<|tool_call_end|>'
+    )
+    python = '<|tool_call_start|>[get_weather(location="Paris"), search_web(query="cafe")]'
+    python += "<|tool_call_end|>"
+    want = [("get_weather", {"location": "Paris"}), ("search_web", {"query": "cafe"})]
+    reference = codec.prepare([USER], tools=TOOLS, tool_call_id=0, parallel_tool_calls=True)
+    turn = codec.prepare(
+        [USER], tools=TOOLS, tool_call_id=0, parallel_tool_calls=True, policy="guaranteed"
+    )
+    with pytest.raises(ReplyError):
+        reference.parse(json_calls)
+    for reply in (json_calls, python):
+        message = turn.parse(reply)
+        assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == want
+        assert not message.dropped
+        assert [c.name for c in reference.parse(python).tool_calls] == [n for n, _ in want]
+        stream = turn.stream()
+        for piece in reply:
+            stream.feed(piece)
+        assert stream.finish().message == message
+    assert turn.parse(json_calls).tool_calls[0].id == "Wx1"
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"

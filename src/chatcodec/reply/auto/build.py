@@ -36,7 +36,7 @@ from ..schema import parameters, value_types
 from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
 from .diff import trim
 
-__all__ = ["HANDLER", "build_format", "constraint_for"]
+__all__ = ["HANDLER", "build_format", "constraint_for", "json_call"]
 
 HANDLER = "auto"
 _SPACE = " \t\n\v\f\r"
@@ -166,6 +166,12 @@ def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser
             parts.append(_comma())
     parts += [peg.Space(), peg.atomic_tag(t.TOOL_CLOSE, peg.Literal("}"))]
     return peg.Tag(t.TOOL, peg.Seq(*parts))
+
+
+def json_call(tl: Tools, name: str) -> peg.Parser:
+    """One call of the tool ``name`` as the JSON object the analysis ``tl`` describes (flat
+    keys: ``{"name": ..., "arguments": ...}`` and the ids the template writes)."""
+    return _json_flat(tl, name, tl.name_field or "name", tl.args_field or "arguments")
 
 
 def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser:
