@@ -73,8 +73,8 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
         more = "calls" if request.parallel_tool_calls else "$"
         required = request.tool_choice == "required"
         content_until_call = TextMessage(all_header, "content", (">>>",), then="content_calls")
-        after_first = (CallMessage(choice, then=more),)
-        further = (CallMessage(choice, then="calls"),)
+        after_first: tuple[CallMessage, ...] = (CallMessage(choice, then=more),)
+        further: tuple[CallMessage, ...] = (CallMessage(choice, then="calls"),)
         if request.policy == "guaranteed":
             # the template writes each call after >>>, the content's too: read them so
             # (docs/differences.md, G3); llama.cpp reads a call after another only bare
