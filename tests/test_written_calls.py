@@ -367,12 +367,6 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "fails",
         "the turn's span (render_with_spans) ends after <|tool_call|>, before the call's JSON",
     ),
-    "huggingface-huggingface.js-e2e-meetkai-functionary-medium-v2.2.jinja": (
-        "fails",
-        "fails",
-        "each call is a message of its own (<|from|>assistant <|recipient|>name): no syntax "
-        "found, llama.cpp's or a written form's, reads a second call",
-    ),
     "huggingface-huggingface.js-automap-llama3.2-vision-90b.jinja": (
         "fails",
         "unrendered",
@@ -782,3 +776,31 @@ def test_lfm2_json_calls_the_template_writes_are_read_under_guaranteed() -> None
     assert turn.parse(json_calls).tool_calls[0].id == "Wx1"
     for calls in (("weather",), ("weather", "search")):
         assert round_trip(codec, calls) == "ok"
+
+
+def test_a_message_header_between_calls_is_read_under_guaranteed() -> None:
+    """functionary v2.2 writes each call as a message of its own: the header the generation
+    prompt ends with, ``<|from|>assistant\\n<|recipient|>``, comes again before each call's
+    name (after the empty content message the template writes for ``content: ""``). Under
+    guaranteed that header parts two calls; under reference no second call reads. A call
+    right after the prompt's own header still reads as content under both policies: the
+    section's opening marker is the prompt's last (docs/differences.md, G3)."""
+    name = "huggingface-huggingface.js-e2e-meetkai-functionary-medium-v2.2.jinja"
+    codec = Codec((ROOT / "dev" / "templates" / name).read_text(encoding="utf-8"))
+    first = 'get_weather\n<|content|>{"location": "Paris"}'
+    second = 'search_web\n<|content|>{"query": "cafe"}'
+    header = "\n<|from|>assistant\n<|recipient|>"
+    reply = f"all\n<|content|>{header}{first}{header}{second}"
+    want = [("get_weather", {"location": "Paris"}), ("search_web", {"query": "cafe"})]
+    turn = codec.prepare([USER], tools=TOOLS, tool_call_id=0, policy="guaranteed")
+    message = turn.parse(reply)
+    assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == want
+    assert turn.parse(first).tool_calls == ()
+    stream = turn.stream()
+    names = [d.tool_call.name for c in reply for d in stream.feed(c) if d.tool_call]
+    assert [n for n in names if n] == ["get_weather", "search_web"]
+    assert stream.finish().message == message
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
+    assert round_trip(codec, ("weather", "search"), "reference") == "fails"
+

@@ -236,6 +236,13 @@ def _variants(template: ChatTemplate, analysis: Analysis, written: Written) -> I
     if separated is not None:
         yield separated
     tl = analysis.tools
+    # a call of a section without per-call markers starts at its name: the separator is all
+    # the template writes before the second call's name (functionary v2.2 writes a message
+    # header, ``<|from|>assistant\n<|recipient|>``, the prompt's own, before each call)
+    if separated is not None and tl.section_start and not tl.per_call_start:
+        named = _separated(template, analysis, written, tl.name_prefix + FUN_FIRST)
+        if named is not None and named != separated:
+            yield named
     if tl.id_pos == ID_BETWEEN and tl.id_suffix and tl.name_suffix == tl.id_suffix:
         yield replace(analysis, tools=replace(tl, name_suffix=""))
     if tl.mode == T_JSON and tl.tools_array_wrapped and not tl.section_start:
@@ -256,10 +263,13 @@ def _variants(template: ChatTemplate, analysis: Analysis, written: Written) -> I
         yield replace(analysis, tools=lead, preserved_tokens=preserved)
 
 
-def _separated(template: ChatTemplate, analysis: Analysis, written: Written) -> Analysis | None:
+def _separated(
+    template: ChatTemplate, analysis: Analysis, written: Written, opener: str = ""
+) -> Analysis | None:
     """``analysis`` with the text the template writes between two calls (None where it writes
     one call a turn, or where the two-call render is not the one-call render with a second
-    call added: the calls are then not one after the other)."""
+    call added: the calls are then not one after the other). The second call starts with
+    ``opener``, where one is given: the shortest separator otherwise."""
     if not written.parallel:
         return None
     r = Renderer(template, written.text_arguments)
@@ -277,7 +287,7 @@ def _separated(template: ChatTemplate, analysis: Analysis, written: Written) -> 
             second = two[end + cut : end + added]
             for name, was in first.items():
                 second = second.replace(name, was)
-            if FUN_FIRST in second and one[:end].endswith(second):
+            if FUN_FIRST in second and second.startswith(opener) and one[:end].endswith(second):
                 tools = replace(analysis.tools, call_separator=two[end : end + cut])
                 return replace(analysis, tools=tools)
     return None
