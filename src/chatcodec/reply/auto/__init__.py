@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from ...errors import ReplyError
 from ...template.compat import LlamaCompatTemplate
+from ...template.render import ChatTemplate
 from ..description import ReplyFormat
 from ..prefill import Continuation
 from ..request import Policy, ReplyRequest
@@ -35,14 +36,14 @@ def _analysis(
     source: str, bos_token: str, eos_token: str, policy: Policy
 ) -> Analysis | AnalysisFailed:
     # probes are rendered as llama.cpp renders them (its conventions, its Jinja semantics)
-    template = LlamaCompatTemplate(
-        source, special_tokens={"bos_token": bos_token, "eos_token": eos_token}
-    )
+    tokens = {"bos_token": bos_token, "eos_token": eos_token}
+    template = LlamaCompatTemplate(source, special_tokens=tokens)
     if policy == "guaranteed":
         reference = _analysis(source, bos_token, eos_token, "reference")
         if isinstance(reference, AnalysisFailed):
             return reference
-        return written_calls(template, reference)
+        # the calls a template writes are looked for in transformers' renders too
+        return written_calls(template, reference, ChatTemplate(source, special_tokens=tokens))
     try:
         return analyze(template)
     except AnalysisFailed as exc:

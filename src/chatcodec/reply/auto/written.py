@@ -87,7 +87,9 @@ def written_forms(template: ChatTemplate) -> Iterator[Written]:
         yield Written(text_arguments, parallel)
 
 
-def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
+def written_calls(
+    template: ChatTemplate, reference: Analysis, rendered: ChatTemplate | None = None
+) -> Analysis:
     """The analysis whose calls read back what ``template`` writes in a past assistant turn
     (:func:`reads_back`): ``reference`` (llama.cpp's analysis) where it does; else the first
     of llama.cpp's and the written forms' call syntaxes that does, as found or with the text
@@ -96,8 +98,15 @@ def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
 
     Only the calls change: the reasoning, the content and the role markers stay llama.cpp's,
     so a reply without calls reads exactly as under the reference policy. A dict joined to a
-    string is written as Python, not JSON: the arguments are then probed as JSON text too."""
+    string is written as Python, not JSON: the arguments are then probed as JSON text too.
+
+    ``rendered`` is the template as transformers renders it (the render a model is trained
+    on): where llama.cpp's renderer writes no call (it refuses the probes, say), the calls
+    are looked for in its renders instead."""
     forms = list(written_forms(template))
+    if not forms and rendered is not None:
+        template = rendered
+        forms = list(written_forms(template))
     if not forms:
         return reference
     own = [(w, reference) for w in forms] if reference.tools.mode != T_NONE else []
