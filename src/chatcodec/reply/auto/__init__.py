@@ -16,6 +16,7 @@ from functools import lru_cache
 from ...errors import ReplyError
 from ...template.compat import LlamaCompatTemplate
 from ...template.environment import Limits, call_budget
+from ...template.render import ChatTemplate
 from ..description import ReplyFormat
 from ..prefill import Continuation
 from ..request import Policy, ReplyRequest
@@ -37,14 +38,16 @@ def _analysis(
 ) -> Analysis | AnalysisFailed:
     # probes are rendered as llama.cpp renders them (its conventions, its Jinja semantics),
     # under the caller's limits (a probe past the output limit fails as a direct render would)
-    template = LlamaCompatTemplate(
-        source, special_tokens={"bos_token": bos_token, "eos_token": eos_token}, limits=limits
-    )
+    tokens = {"bos_token": bos_token, "eos_token": eos_token}
+    template = LlamaCompatTemplate(source, special_tokens=tokens, limits=limits)
     if policy == "guaranteed":
         reference = _analysis(source, bos_token, eos_token, "reference", limits)
         if isinstance(reference, AnalysisFailed):
             return reference
-        return written_calls(template, reference)
+        # the calls a template writes are looked for in transformers' renders too
+        return written_calls(
+            template, reference, ChatTemplate(source, special_tokens=tokens, limits=limits)
+        )
     try:
         return analyze(template)
     except AnalysisFailed as exc:
