@@ -8,13 +8,13 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -24,19 +24,22 @@ from starlette.routing import Route
 from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
 from ..reply.request import Policy
+from . import anthropic
 from .chat import Reply, prepare
-from .engine import Engine, EngineError, EngineTimeout, Piece
+from .engine import Engine, EngineError, EngineTimeout, Generation, Piece
 from .errors import APIError, error_body
 from .schema import ChatRequest
 
 if TYPE_CHECKING:
     from ..codec import Codec
+    from ..reply.turn import Turn
 
 __all__ = ["ServeConfig", "create_app"]
 
 log = logging.getLogger("chatcodec.serve")
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 _WARM_MESSAGE = {"role": "user", "content": "Hello."}
 _WARM_TOOL = {
     "type": "function",
@@ -73,6 +76,8 @@ def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/models", server.models, methods=["GET"]),
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
+        Route("/v1/messages", server.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
     ]
     handlers: Mapping[Any, Any] = {
         APIError: _api_error,
@@ -92,18 +97,27 @@ def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
+    if anthropic.speaks(request.url.path):
+        return _error(request, exc.status, exc.message)
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return JSONResponse(error_body(exc.status_code, exc.detail), status_code=exc.status_code)
+    return _error(request, exc.status_code, exc.detail)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("internal error")
     message = f"internal error (a bug in chatcodec: please report it): {type(exc).__name__}"
-    return JSONResponse(error_body(500, message), status_code=500)
+    return _error(request, 500, message)
+
+
+def _error(request: Request, status: int, message: str) -> Response:
+    """An error answer in the shape of the API the request's path speaks."""
+    if anthropic.speaks(request.url.path):
+        return JSONResponse(anthropic.error_body(status, message), status_code=status)
+    return JSONResponse(error_body(status, message), status_code=status)
 
 
 class _Server:
@@ -147,11 +161,13 @@ class _Server:
             return
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
+        if "x-api-key" in request.headers:  # Anthropic's clients send the key so
+            scheme, token = "bearer", request.headers["x-api-key"]
         if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), key):
             raise APIError(401, "missing or wrong API key", code="invalid_api_key")
 
-    async def _body(self, request: Request) -> tuple[ChatRequest, int]:
-        """The request's body, validated, and its size in bytes."""
+    async def _body(self, request: Request, schema: type[M]) -> tuple[M, int]:
+        """The request's body, validated by ``schema``, and its size in bytes."""
         limit = self.config.max_body
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
@@ -168,7 +184,7 @@ class _Server:
         except ValueError as exc:  # malformed JSON, invalid UTF-8, an integer too long
             raise APIError(400, f"the request body is not valid JSON: {exc}") from None
         try:
-            return ChatRequest.model_validate(payload), len(data)
+            return schema.model_validate(payload), len(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or None
@@ -179,7 +195,54 @@ class _Server:
 
     async def chat(self, request: Request) -> Response:
         self._authorize(request)
-        body, size = await self._body(request)
+        body, size = await self._body(request, ChatRequest)
+        reply, pieces = await self._begin(request, body, size)
+        ident = f"chatcmpl-{secrets.token_hex(12)}"
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            events = _Events(self, ident, reply, include_usage)
+            return _streamed(events.run(pieces))
+        work = asyncio.ensure_future(self._complete(ident, reply, pieces))
+        return JSONResponse(await _unless_gone(request, work))
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's ``/v1/messages``: the chat turn its request means, written its way."""
+        self._authorize(request)
+        body, size = await self._body(request, anthropic.MessagesRequest)
+        log.debug("/v1/messages with %s", sorted(body.model_fields_set))
+        chat = anthropic.to_chat(body)
+        reply, pieces = await self._begin(request, chat, size, anthropic.call_ids())
+        writer = anthropic.Writer(self.config.model_name, reply, body.stop_sequences)
+        if body.stream:
+            return _streamed(writer.events(pieces))
+        return JSONResponse(
+            await _unless_gone(request, asyncio.ensure_future(writer.whole(pieces)))
+        )
+
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's ``/v1/messages/count_tokens``: the prompt's tokens, as the engine
+        counts them (its tokenizer, else the usage of a one-token generation)."""
+        self._authorize(request)
+        body, size = await self._body(request, anthropic.CountRequest)
+        _, generation = await self._prepare(anthropic.to_chat(body), size)
+        count = getattr(self.engine, "count_tokens", None)
+        if count is not None:
+            return JSONResponse({"input_tokens": await count(generation.prompt)})
+        probe = Generation(generation.prompt, max_tokens=1)
+        usage = None
+        try:
+            async for piece in self.engine.generate(probe):
+                usage = piece.usage or usage
+        except EngineError as exc:
+            raise anthropic.failure(exc) from None
+        if usage is None:
+            raise APIError(502, "the engine does not count the prompt's tokens")
+        return JSONResponse({"input_tokens": usage.prompt_tokens})
+
+    async def _prepare(
+        self, body: ChatRequest, size: int, call_ids: Callable[[int], str] | None = None
+    ) -> tuple[Turn, Generation]:
+        """The turn ``body`` asks of this server's model, and what to ask the engine."""
         if body.model != self.config.model_name:
             raise APIError(
                 404,
@@ -190,28 +253,29 @@ class _Server:
             )
         policy = body.policy or self.config.policy
         if size <= _SET_UP_INLINE:
-            turn, generation = prepare(self.codec, body, self.engine, policy)
+            turn, generation = prepare(self.codec, body, self.engine, policy, call_ids)
         else:  # a long conversation's render: off the event loop
             turn, generation = await asyncio.to_thread(
-                prepare, self.codec, body, self.engine, policy
+                prepare, self.codec, body, self.engine, policy, call_ids
             )
         if generation.max_tokens is None:
             generation = replace(generation, max_tokens=self.config.max_tokens_default)
+        return turn, generation
+
+    async def _begin(
+        self,
+        request: Request,
+        body: ChatRequest,
+        size: int,
+        call_ids: Callable[[int], str] | None = None,
+    ) -> tuple[Reply, AsyncIterator[Piece]]:
+        """The reply to ``body`` begun: its reader, and the engine's pieces once the first
+        came (an engine that fails at once is a status, not a stream)."""
+        turn, generation = await self._prepare(body, size, call_ids)
         reply = Reply(turn, generation.stop, streamed=body.stream)
         pieces = self.engine.generate(generation)
-        # an engine that fails at once is a status, not a stream
         first = await _unless_gone(request, asyncio.ensure_future(_first(pieces)))
-        ident = f"chatcmpl-{secrets.token_hex(12)}"
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            events = _Events(self, ident, reply, include_usage)
-            return StreamingResponse(
-                events.run(_chain(first, pieces)),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        work = asyncio.ensure_future(self._complete(ident, reply, _chain(first, pieces)))
-        return JSONResponse(await _unless_gone(request, work))
+        return reply, _chain(first, pieces)
 
     async def _complete(
         self, ident: str, reply: Reply, pieces: AsyncIterator[Piece]
@@ -258,6 +322,14 @@ class _Server:
         else:
             fields["reasoning"] = text
         return fields
+
+
+def _streamed(events: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 async def _unless_gone(request: Request, work: asyncio.Future[T]) -> T:
