@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 pytest.importorskip("starlette")
 anthropic = pytest.importorskip("anthropic")
@@ -64,11 +65,22 @@ def client_of(root: str, **kwargs: Any) -> Any:
     return anthropic.Anthropic(base_url=root.removesuffix("/v1"), max_retries=0, **kwargs)
 
 
+EVENT = TypeAdapter(anthropic.types.RawMessageStreamEvent)
+MESSAGE = TypeAdapter(anthropic.types.Message)
+
+
 def both(client: Any, **request: Any) -> tuple[Any, Any, list[str]]:
-    """The message whole and streamed (the SDK's accumulator), and the stream's event types."""
+    """The message whole and streamed (the SDK's accumulator), and the stream's event types.
+    The SDK builds its objects without checking them: each is checked here against its type."""
     whole = client.messages.create(**request)
+    MESSAGE.validate_python(whole.to_dict())
     with client.messages.stream(**request) as stream:
-        types = [event.type for event in stream]
+        types = []
+        for event in stream:
+            if event.type in ("text", "thinking", "input_json", "signature", "citation"):
+                continue  # the helper's own events, made from the raw ones
+            EVENT.validate_python(event.to_dict())
+            types.append(event.type)
         streamed = stream.get_final_message()
     return whole, streamed, types
 
@@ -453,6 +465,51 @@ def test_errors_are_in_anthropics_shape(standin: tuple[StandIn, str]) -> None:
             client.messages.create(**{**good, "model": "claude"})
         with pytest.raises(anthropic.AuthenticationError):
             client_of(root, api_key="wrong").messages.create(**good)
+
+
+def test_other_paths_and_methods_answer_in_anthropics_shape(standin: tuple[StandIn, str]) -> None:
+    _, url = standin
+    with served(plain_codec(), RemoteEngine(url)) as root:
+        error_of(httpx.get(f"{root}/messages"), 405, "invalid_request_error")
+        error_of(httpx.post(f"{root}/messages/batches", json={}), 404, "not_found_error")
+        error_of(httpx.post(f"{root}/messages", content=b"{"), 400, "invalid_request_error")
+        # the chat endpoint keeps OpenAI's shape
+        response = httpx.post(f"{root}/chat/completions", content=b"{")
+        assert response.status_code == 400 and set(response.json()) == {"error"}
+
+
+def test_tool_results_and_text_keep_their_order(standin: tuple[StandIn, str]) -> None:
+    """A user message's tool_result blocks are tool messages, its text a user message, in the
+    order sent; a result given as blocks is their text."""
+    engine, url = standin
+    reset(engine, "Done.")
+    template = (
+        "{% for m in messages %}{{ m.role }}"
+        "{% if m.tool_call_id %}[{{ m.tool_call_id }}]{% endif %}: {{ m.content }}\n"
+        "{% endfor %}"
+    )
+    call = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+    messages = [
+        {"role": "user", "content": "Go."},
+        {"role": "assistant", "content": [call, {**call, "id": "toolu_2"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "one"},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "content": [{"type": "text", "text": "two"}],
+                    "is_error": True,
+                },
+                {"type": "text", "text": "And now?"},
+            ],
+        },
+    ]
+    with served(Codec(template), RemoteEngine(url)) as root:
+        client_of(root).messages.create(model=MODEL, max_tokens=8, messages=messages)
+    prompt = engine.requests[-1]["prompt"]
+    assert prompt.endswith("tool[toolu_1]: one\ntool[toolu_2]: two\nuser: And now?\n")
 
 
 @needs_templates

@@ -24,8 +24,8 @@ from ..errors import ReplyError
 from ..reply.message import Delta, ToolCall
 from ..reply.stream import CallIdPrefix
 from .chat import Reply
-from .engine import EngineError, EngineTimeout, Piece
-from .errors import APIError
+from .engine import EngineError, Piece
+from .errors import APIError, failure
 from .schema import ChatRequest
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "Writer",
     "call_ids",
     "error_body",
-    "failure",
     "speaks",
     "to_chat",
 ]
@@ -305,15 +304,6 @@ def _assistant(content: list[Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the reply
-
-
-def failure(exc: Exception) -> APIError:
-    """The answer to a reply that failed: unreadable or the engine's fault."""
-    if isinstance(exc, ReplyError):
-        return APIError(502, str(exc), code="unparseable_reply")
-    if isinstance(exc, EngineTimeout):
-        return APIError(504, str(exc))
-    return APIError(502, str(exc))
 
 
 class Writer:

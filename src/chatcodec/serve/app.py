@@ -1,4 +1,6 @@
-"""The ASGI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``."""
+"""The ASGI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``; and the
+same turn in the agents' APIs: ``POST /v1/responses`` (OpenAI), ``POST /v1/messages`` and
+``/v1/messages/count_tokens`` (Anthropic)."""
 
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ from starlette.routing import Route
 from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
 from ..reply.request import Policy
-from . import anthropic
+from . import anthropic, responses
 from .chat import Reply, prepare
 from .engine import Engine, EngineError, EngineTimeout, Generation, Piece
-from .errors import APIError, error_body
+from .errors import APIError, error_body, failure
 from .schema import ChatRequest
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
         Route("/v1/messages", server.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
+        Route("/v1/responses", server.responses, methods=["POST"]),
     ]
     handlers: Mapping[Any, Any] = {
         APIError: _api_error,
@@ -126,6 +129,7 @@ class _Server:
         self.engine = engine
         self.config = config
         self.created = int(time.time())
+        self.store = responses.Store()
 
     def warm(self) -> None:
         """Prepare two small requests (without tools and with one) and read a reply to each,
@@ -219,6 +223,21 @@ class _Server:
             await _unless_gone(request, asyncio.ensure_future(writer.whole(pieces)))
         )
 
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's ``/v1/responses``: the chat turn its request means, written its way."""
+        self._authorize(request)
+        body, size = await self._body(request, responses.ResponsesRequest)
+        log.debug("/v1/responses with %s", sorted(body.model_fields_set))
+        messages = responses.conversation(body, self.store)
+        chat = responses.to_chat(body, messages)
+        reply, pieces = await self._begin(request, chat, size)
+        writer = responses.Writer(body, self.config.model_name, reply, messages, self.store)
+        if body.stream:
+            return _streamed(writer.events(pieces))
+        return JSONResponse(
+            await _unless_gone(request, asyncio.ensure_future(writer.whole(pieces)))
+        )
+
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's ``/v1/messages/count_tokens``: the prompt's tokens, as the engine
         counts them (its tokenizer, else the usage of a one-token generation)."""
@@ -234,7 +253,7 @@ class _Server:
             async for piece in self.engine.generate(probe):
                 usage = piece.usage or usage
         except EngineError as exc:
-            raise anthropic.failure(exc) from None
+            raise failure(exc) from None
         if usage is None:
             raise APIError(502, "the engine does not count the prompt's tokens")
         return JSONResponse({"input_tokens": usage.prompt_tokens})

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["APIError", "error_body"]
+from ..errors import ReplyError
+from .engine import EngineTimeout
+
+__all__ = ["APIError", "error_body", "failure"]
 
 _TYPES = {
     400: "invalid_request_error",
@@ -39,3 +42,13 @@ def error_body(
 ) -> dict[str, Any]:
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def failure(exc: Exception) -> APIError:
+    """The answer to a reply that failed: unreadable (``ReplyError``), or the engine's fault
+    (an ``EngineError``: 504 when it timed out, else 502)."""
+    if isinstance(exc, ReplyError):
+        return APIError(502, str(exc), code="unparseable_reply")
+    if isinstance(exc, EngineTimeout):
+        return APIError(504, str(exc))
+    return APIError(502, str(exc))
