@@ -336,11 +336,14 @@ def test_errors_are_in_openais_shape(standin: tuple[StandIn, str]) -> None:
         good = {"model": MODEL, "input": "Hi"}
         assert error_of(httpx.post(post, json=good), 401)["code"] == "invalid_api_key"
         assert httpx.post(post, json=good, headers=key).status_code == 200
-        web = {"type": "web_search"}
-        assert (
-            error_of(httpx.post(post, json={**good, "tools": [web]}, headers=key), 400)["param"]
-            == "tools"
-        )
+        for kind in ("web_search", "custom", "local_shell"):
+            tools = [WEATHER, {"type": kind, "name": "x"}]
+            error = error_of(httpx.post(post, json={**good, "tools": tools}, headers=key), 400)
+            assert error["param"] == "tools[1].type" and repr(kind) in error["message"]
+        # a function tool without its name is named by the schema, not taken for another type
+        nameless = {"type": "function", "parameters": {}}
+        error = error_of(httpx.post(post, json={**good, "tools": [nameless]}, headers=key), 400)
+        assert error["param"] == "tools" and "name" in error["message"]
         image = {"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}
         error = error_of(httpx.post(post, json={**good, "input": [image]}, headers=key), 400)
         assert "input_image" in error["message"]

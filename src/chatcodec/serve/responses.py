@@ -15,7 +15,14 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from ..errors import ReplyError
 from ..reply.message import AssistantMessage, Delta
@@ -107,6 +114,21 @@ class FunctionTool(_Strict):
     strict: bool | None = None
 
 
+class OtherTool(BaseModel):
+    """A tool of another type (``custom``, ``web_search``, ``local_shell``, ...): a 400
+    naming its type (`to_chat`), never a silent drop."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+    @field_validator("type")
+    @classmethod
+    def _not_function(cls, value: str) -> str:
+        if value == "function":
+            raise ValueError("a function tool is checked as one")
+        return value
+
+
 class NamedFunction(_Strict):
     type: Literal["function"]
     name: str
@@ -144,7 +166,7 @@ class ResponsesRequest(_Strict):
     model: str
     input: Annotated[list[Item], BeforeValidator(_input)]
     instructions: str | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[FunctionTool | OtherTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
@@ -276,10 +298,19 @@ def to_chat(request: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatRe
         "temperature": request.temperature,
         "top_p": request.top_p,
     }
+    for i, tool in enumerate(request.tools or ()):
+        if not isinstance(tool, FunctionTool):
+            raise APIError(
+                400,
+                f"tools[{i}] is a {tool.type!r} tool: this server offers the model function "
+                "tools only",
+                f"tools[{i}].type",
+            )
     if request.tools:
         body["tools"] = [
             {"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})}
             for t in request.tools
+            if isinstance(t, FunctionTool)
         ]
     choice = request.tool_choice
     if isinstance(choice, NamedFunction):
