@@ -1,4 +1,6 @@
-"""The ASGI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``."""
+"""The ASGI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``; and the
+same turn in the agents' APIs: ``POST /v1/responses`` (OpenAI), ``POST /v1/messages`` and
+``/v1/messages/count_tokens`` (Anthropic)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,13 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -24,9 +26,10 @@ from starlette.routing import Route
 from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
 from ..reply.request import Policy
+from . import anthropic, responses
 from .chat import Reply, prepare
 from .engine import Engine, EngineError, Generation, Piece
-from .errors import APIError, error_body
+from .errors import APIError, error_body, failure
 from .schema import ChatRequest
 
 if TYPE_CHECKING:
@@ -38,6 +41,7 @@ __all__ = ["ServeConfig", "create_app"]
 log = logging.getLogger("chatcodec.serve")
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 _WARM_MESSAGE = {"role": "user", "content": "Hello."}
 _WARM_TOOL = {
     "type": "function",
@@ -75,6 +79,9 @@ def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/models", server.models, methods=["GET"]),
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
+        Route("/v1/messages", server.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
+        Route("/v1/responses", server.responses, methods=["POST"]),
     ]
     handlers: Mapping[Any, Any] = {
         APIError: _api_error,
@@ -97,21 +104,31 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     # a body left unread (too large, too slow) ends the connection: the client cannot go on
     # trickling the rest into it
     headers = {"Connection": "close"} if exc.status in (408, 413) else None
+    if anthropic.speaks(request.url.path):
+        body = anthropic.error_body(exc.status, exc.message)
+        return JSONResponse(body, status_code=exc.status, headers=headers)
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return JSONResponse(error_body(exc.status_code, exc.detail), status_code=exc.status_code)
+    return _error(request, exc.status_code, exc.detail)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("internal error")
-    return JSONResponse(error_body(500, _bug_message(exc)), status_code=500)
+    return _error(request, 500, _bug_message(exc))
 
 
 def _bug_message(exc: Exception) -> str:
     return f"internal error (a bug in chatcodec: please report it): {type(exc).__name__}"
+
+
+def _error(request: Request, status: int, message: str) -> Response:
+    """An error answer in the shape of the API the request's path speaks."""
+    if anthropic.speaks(request.url.path):
+        return JSONResponse(anthropic.error_body(status, message), status_code=status)
+    return JSONResponse(error_body(status, message), status_code=status)
 
 
 class _Server:
@@ -120,6 +137,7 @@ class _Server:
         self.engine = engine
         self.config = config
         self.created = int(time.time())
+        self.store = responses.Store()
 
     def warm(self) -> None:
         """Prepare two small requests (without tools and with one) and read a reply to each,
@@ -155,11 +173,13 @@ class _Server:
             return
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
+        if "x-api-key" in request.headers:  # Anthropic's clients send the key so
+            scheme, token = "bearer", request.headers["x-api-key"]
         if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), key):
             raise APIError(401, "missing or wrong API key", code="invalid_api_key")
 
-    async def _body(self, request: Request) -> ChatRequest:
-        """The request's body, validated."""
+    async def _body(self, request: Request, schema: type[M]) -> M:
+        """The request's body, validated by ``schema``."""
         limit = self.config.max_body
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
@@ -181,7 +201,7 @@ class _Server:
         except ValueError as exc:  # malformed JSON, invalid UTF-8, an integer too long
             raise APIError(400, f"the request body is not valid JSON: {exc}") from None
         try:
-            return ChatRequest.model_validate(payload)
+            return schema.model_validate(payload)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or None
@@ -192,7 +212,69 @@ class _Server:
 
     async def chat(self, request: Request) -> Response:
         self._authorize(request)
-        body = await self._body(request)
+        body = await self._body(request, ChatRequest)
+        reply, pieces = await self._begin(request, body)
+        ident = f"chatcmpl-{secrets.token_hex(12)}"
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            events = _Events(self, ident, reply, include_usage)
+            return _streamed(events.run(pieces))
+        work = asyncio.ensure_future(self._complete(ident, reply, pieces))
+        return JSONResponse(await _unless_gone(request, work))
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's ``/v1/messages``: the chat turn its request means, written its way."""
+        self._authorize(request)
+        body = await self._body(request, anthropic.MessagesRequest)
+        log.debug("/v1/messages with %s", sorted(body.model_fields_set))
+        chat = anthropic.to_chat(body)
+        reply, pieces = await self._begin(request, chat, anthropic.call_ids())
+        writer = anthropic.Writer(self.config.model_name, reply, body.stop_sequences)
+        if body.stream:
+            return _streamed(writer.events(pieces))
+        return JSONResponse(
+            await _unless_gone(request, asyncio.ensure_future(writer.whole(pieces)))
+        )
+
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's ``/v1/responses``: the chat turn its request means, written its way."""
+        self._authorize(request)
+        body = await self._body(request, responses.ResponsesRequest)
+        log.debug("/v1/responses with %s", sorted(body.model_fields_set))
+        messages = responses.conversation(body, self.store)
+        chat = responses.to_chat(body, messages)
+        reply, pieces = await self._begin(request, chat)
+        writer = responses.Writer(body, self.config.model_name, reply, messages, self.store)
+        if body.stream:
+            return _streamed(writer.events(pieces))
+        return JSONResponse(
+            await _unless_gone(request, asyncio.ensure_future(writer.whole(pieces)))
+        )
+
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's ``/v1/messages/count_tokens``: the prompt's tokens, as the engine
+        counts them (its tokenizer, else the usage of a one-token generation)."""
+        self._authorize(request)
+        body = await self._body(request, anthropic.CountRequest)
+        _, generation = await self._prepare(anthropic.to_chat(body))
+        count = getattr(self.engine, "count_tokens", None)
+        if count is not None:
+            return JSONResponse({"input_tokens": await count(generation.prompt)})
+        probe = Generation(generation.prompt, max_tokens=1)
+        usage = None
+        try:
+            async for piece in self.engine.generate(probe):
+                usage = piece.usage or usage
+        except EngineError as exc:
+            raise failure(exc) from None
+        if usage is None:
+            raise APIError(502, "the engine does not count the prompt's tokens")
+        return JSONResponse({"input_tokens": usage.prompt_tokens})
+
+    async def _prepare(
+        self, body: ChatRequest, call_ids: Callable[[int], str] | None = None
+    ) -> tuple[Turn, Generation]:
+        """The turn ``body`` asks of this server's model, and what to ask the engine."""
         if body.model != self.config.model_name:
             raise APIError(
                 404,
@@ -201,29 +283,27 @@ class _Server:
                 "model",
                 "model_not_found",
             )
-        turn, generation = await self._set_up(body)
+        return await self._set_up(body, call_ids)
+
+    async def _begin(
+        self, request: Request, body: ChatRequest, call_ids: Callable[[int], str] | None = None
+    ) -> tuple[Reply, AsyncIterator[Piece]]:
+        """The reply to ``body`` begun: its reader, and the engine's pieces once the first
+        came (an engine that fails at once is a status, not a stream)."""
+        turn, generation = await self._prepare(body, call_ids)
         reply = Reply(turn, generation.stop, streamed=body.stream)
         pieces = self.engine.generate(generation)
-        # an engine that fails at once is a status, not a stream
         first = await _unless_gone(request, asyncio.ensure_future(_first(pieces)))
-        ident = f"chatcmpl-{secrets.token_hex(12)}"
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            events = _Events(self, ident, reply, include_usage)
-            return StreamingResponse(
-                events.run(_chain(first, pieces)),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        work = asyncio.ensure_future(self._complete(ident, reply, _chain(first, pieces)))
-        return JSONResponse(await _unless_gone(request, work))
+        return reply, _chain(first, pieces)
 
-    async def _set_up(self, body: ChatRequest) -> tuple[Turn, Generation]:
+    async def _set_up(
+        self, body: ChatRequest, call_ids: Callable[[int], str] | None
+    ) -> tuple[Turn, Generation]:
         """``prepare`` for ``body`` on a worker thread, so that no request's setup holds up
         the event loop (the other streams, ``/health``), within ``timeout``: a setup that
         takes longer is answered with a 504 (its thread runs on to its end, unheard)."""
         policy = body.policy or self.config.policy
-        work = asyncio.to_thread(prepare, self.codec, body, self.engine, policy)
+        work = asyncio.to_thread(prepare, self.codec, body, self.engine, policy, call_ids)
         timeout = self.config.timeout
         try:
             turn, generation = await asyncio.wait_for(work, timeout)
@@ -239,10 +319,8 @@ class _Server:
         try:
             async for _ in reply.deltas(pieces):
                 pass
-        except ReplyError as exc:
-            raise APIError(502, str(exc), code="unparseable_reply") from None
-        except EngineError as exc:
-            raise _engine_fault(exc) from None
+        except (ReplyError, EngineError) as exc:
+            raise failure(exc) from None
         assert reply.message is not None
         message = self.reasoning(reply.message.to_openai())
         out: dict[str, Any] = {
@@ -288,6 +366,14 @@ async def _read(request: Request, limit: int) -> bytearray:
     return data
 
 
+def _streamed(events: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
 async def _unless_gone(request: Request, work: asyncio.Future[T]) -> T:
     """``work``'s result; ``work`` cancelled (and the engine's generation with it) when the
     client disconnects first."""
@@ -316,13 +402,7 @@ async def _first(pieces: AsyncIterator[Piece]) -> Piece | None:
     except StopAsyncIteration:
         return None
     except EngineError as exc:
-        raise _engine_fault(exc) from None
-
-
-def _engine_fault(exc: EngineError) -> APIError:
-    """The answer to an engine's failure: its status (502; 504 for a timeout; 400 for a
-    request the engine refuses), code and param."""
-    return APIError(exc.status, str(exc), exc.param, exc.code)
+        raise failure(exc) from None
 
 
 async def _chain(first: Piece | None, pieces: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
@@ -379,10 +459,8 @@ class _Events:
                 events = self.deltas(deltas)
                 if events:
                     yield events
-        except ReplyError as exc:
-            yield _event(error_body(502, str(exc), code="unparseable_reply"))
-        except EngineError as exc:
-            yield _event(_engine_fault(exc).body())
+        except (ReplyError, EngineError) as exc:
+            yield _event(failure(exc).body())
         except Exception as exc:  # a bug: the stream still ends in its shape
             log.exception("internal error")
             yield _event(error_body(500, _bug_message(exc)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +40,15 @@ _KWARGS_OK = frozenset({"enable_thinking"})
 
 
 def prepare(
-    codec: Codec, request: ChatRequest, engine: Engine, policy: Policy = "guaranteed"
+    codec: Codec,
+    request: ChatRequest,
+    engine: Engine,
+    policy: Policy = "guaranteed",
+    call_ids: Callable[[int], str] | None = None,
 ) -> tuple[Turn, Generation]:
     """The codec's turn for ``request`` read under ``policy``, and what to ask the engine;
-    APIError (400) for anything the template, the codec or the engine cannot do."""
+    APIError (400) for anything the template, the codec or the engine cannot do.
+    ``call_ids`` names the calls the model gives no id (None: ``call_<random>_<index>``)."""
     field_name = request.unsupported()
     if field_name is not None:
         raise APIError(400, f"{field_name} is not supported by this server", field_name)
@@ -62,7 +67,7 @@ def prepare(
             )
     if request.reasoning_effort is not None:
         kwargs["reasoning_effort"] = request.reasoning_effort
-    turn = _turn(codec, request, tools, kwargs, policy)
+    turn = _turn(codec, request, tools, kwargs, policy, call_ids)
     for text, where in ((turn.prompt, "messages"), ("".join(request.stops()), "stop")):
         try:
             text.encode("utf-8")
@@ -92,6 +97,7 @@ def _turn(
     tools: list[dict[str, Any]] | None,
     kwargs: dict[str, Any],
     policy: Policy,
+    call_ids: Callable[[int], str] | None,
 ) -> Turn:
     template = codec.template_for(tools)
     _check_roles(template.source, request)
@@ -117,7 +123,7 @@ def _turn(
                 parallel_tool_calls=request.parallel_tool_calls,
                 continue_final_message=request.continue_final_message,
                 response_format=response_format,
-                tool_call_id=None,
+                tool_call_id=call_ids,
                 policy=policy,
                 **kwargs,
             )
@@ -250,7 +256,9 @@ class Reply:
 
     A reply the engine cut short (``finish_reason`` ``length``) keeps that reason, calls or
     not; a call it cut inside is left out of the whole message (its arguments are not
-    complete) and logged. Streamed, what was sent of it stands."""
+    complete) and logged. Streamed, what was sent of it stands. ``stop_string`` is the stop
+    string that ended the reply, when one did and it is known (the engine said which, or it
+    reached the reply and was cut here)."""
 
     turn: Turn
     stops: tuple[str, ...]
@@ -259,6 +267,7 @@ class Reply:
     usage: Usage | None = None
     message: AssistantMessage | None = None
     calls: int = 0
+    stop_string: str | None = None
     _scanner: StopScanner = field(init=False)
 
     def __post_init__(self) -> None:
@@ -281,8 +290,10 @@ class Reply:
             if piece.finish_reason is not None:
                 self.finish_reason = piece.finish_reason
                 self.usage = piece.usage
+                self.stop_string = piece.stop
         if scanner.stopped:
             self.finish_reason = "stop"
+            self.stop_string = scanner.found
         whole.append(scanner.finish())
         text = "".join(whole)
         out = self._counted(stream.feed(text)) if text else []

@@ -64,11 +64,13 @@ class Generation:
 @dataclass(frozen=True)
 class Piece:
     """Text the engine generated; the last piece of a generation has a ``finish_reason``
-    (``"stop"`` or ``"length"``) and, when the engine counts them, the ``usage``."""
+    (``"stop"`` or ``"length"``) and, when the engine counts them, the ``usage`` and the
+    ``stop`` string that ended it (when one did and the engine says which)."""
 
     text: str
     finish_reason: str | None = None
     usage: Usage | None = None
+    stop: str | None = None
 
 
 class EngineError(Exception):

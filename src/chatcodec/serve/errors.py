@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["APIError", "error_body"]
+from ..errors import ReplyError
+from .engine import EngineError
+
+__all__ = ["APIError", "error_body", "failure"]
 
 _TYPES = {
     400: "invalid_request_error",
@@ -40,3 +43,14 @@ def error_body(
 ) -> dict[str, Any]:
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def failure(exc: Exception) -> APIError:
+    """The answer to a reply that failed: unreadable (``ReplyError``: 502,
+    ``unparseable_reply``), or the engine's fault (an ``EngineError``: its status, code and
+    param; 502, 504 when it timed out, 400 for a request it refuses)."""
+    if isinstance(exc, EngineError):
+        return APIError(exc.status, str(exc), exc.param, exc.code)
+    if isinstance(exc, ReplyError):
+        return APIError(502, str(exc), code="unparseable_reply")
+    return APIError(502, str(exc))

@@ -177,6 +177,10 @@ class LlamaEngine:
         if not start.cancelled() and start.exception() is None:
             self._executor.submit(self.lib.llama_sampler_free, start.result().sampler)
 
+    async def count_tokens(self, text: str) -> int:
+        """How many tokens ``text`` is (read as `tokenize` reads it)."""
+        return len(await self._run(self.tokenize, text))
+
     # ------------------------------------------------------------------ on the worker thread
 
     def tokenize(self, text: str) -> list[int]:
@@ -237,15 +241,18 @@ class LlamaEngine:
         stops = job.stops
         if job.count >= job.max_tokens:
             text = self._last(job)
-            return Piece(text, "stop" if stops.stopped else "length", job.usage())
+            if stops.stopped:
+                return Piece(text, "stop", job.usage(), stops.found)
+            return Piece(text, "length", job.usage())
         token = lib.llama_sampler_sample(job.sampler, self.context, -1)
         if lib.llama_vocab_is_eog(self.vocab, token):
-            return Piece(self._last(job), "stop", job.usage())
+            text = self._last(job)
+            return Piece(text, "stop", job.usage(), stops.found)
         job.count += 1
         job.pending = token
         text = stops.feed(job.decoder.decode(self.piece(token)))
         if stops.stopped:  # a stop string ends the generation here, as llama-server's do
-            return Piece(text, "stop", job.usage())
+            return Piece(text, "stop", job.usage(), stops.found)
         return Piece(text)
 
     @staticmethod

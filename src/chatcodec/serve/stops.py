@@ -16,6 +16,7 @@ class StopScanner:
         self.firsts = frozenset(s[0] for s in self.stops)
         self.held = ""
         self.stopped = False
+        self.found: str | None = None  # the stop string met (the earliest, then the first given)
 
     def feed(self, text: str) -> str:
         """The text now known to come before any stop; sets ``stopped`` at a stop string."""
@@ -27,6 +28,7 @@ class StopScanner:
         cut = min((i for i in (buffer.find(s) for s in self.stops) if i >= 0), default=-1)
         if cut >= 0:
             self.stopped = True
+            self.found = next(s for s in self.stops if buffer.find(s) == cut)
             self.held = ""
             return buffer[:cut]
         keep = self._tail(buffer)
