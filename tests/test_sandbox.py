@@ -620,6 +620,109 @@ def test_pure_python_filters_are_capped(source: str, request_data: dict[str, Any
     assert "pure-Python" in str(caught.value)
 
 
+# Codecs, Markup methods and filters that loop in Python inside one call: each payload is
+# just past its cap (small inputs, small limits), and must be refused before the call runs
+SMALL = Limits(max_seconds=5, max_output_chars=100_000)
+_LONG_NAME = chr(0x1FBA9)  # its `\\N{...}` escape is 92 chars long
+UNINTERRUPTIBLE_PAYLOADS: list[tuple[str, str, Limits, str]] = [
+    # punycode is quadratic in distinct characters; idna runs it per label
+    ("punycode-encode", "{{ ('\u4e00' * 513).encode('punycode') }}", SMALL, "limited to 512"),
+    ("punycode-decode", "{{ ('a-' * 257).encode().decode('punycode') }}", SMALL, "limited to 512"),
+    ("idna-encode", "{{ ('a.' * 257).encode('idna') }}", SMALL, "limited to 512"),
+    ("idna-decode", "{{ ('a.' * 257).encode().decode('idna') }}", SMALL, "limited to 512"),
+    # Markup.striptags copies the text once per tag: 20,000 tags in 60,000 chars
+    ("striptags-filter", "{{ ('<a>' * 20000)|striptags }}", SMALL, "chars copied"),
+    ("striptags-method", "{{ (('<a>' * 20000)|safe).striptags() }}", SMALL, "chars copied"),
+    ("striptags-entities", "{{ ('&amp;' * 65537)|striptags }}", Limits(), "limited to 65536"),
+    # Markup's methods loop in Python over parts, lines, entities, items and fields
+    ("markup-split", "{{ ((',' * 65536)|safe).split(',') }}", SMALL, "limited to 65536"),
+    ("markup-splitlines", "{{ (('\n' * 65537)|safe).splitlines() }}", SMALL, "limited to 65536"),
+    ("markup-unescape", "{{ (('&' * 65537)|safe).unescape() }}", SMALL, "limited to 65536"),
+    ("markup-join", "{{ (''|safe).join(['a'] * 65537) }}", SMALL, "limited to 65536"),
+    ("markup-printf", "{{ (('%s' * 32769)|safe) % (('a',) * 32769) }}", SMALL, "limited to 65536"),
+    ("markup-indent", "{{ ('\n' * 65537)|safe|indent(width='') }}", SMALL, "limited to 65536"),
+    # |indent goes line by line in Python
+    (
+        "indent-lines",
+        "{{ ('\n' * 1048576)|indent(width='') }}",
+        Limits(max_seconds=5, max_output_chars=2_000_000),
+        "limited to 1048576",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "limits", "message"),
+    [
+        pytest.param(source, limits, message, id=name)
+        for name, source, limits, message in UNINTERRUPTIBLE_PAYLOADS
+    ],
+)
+def test_uninterruptible_calls_are_capped(
+    source: str, limits: Limits, message: str, request_data: dict[str, Any]
+) -> None:
+    with pytest.raises(TemplateLimitError) as caught:
+        _render(ChatTemplate(source, limits=limits), request_data)
+    assert caught.value.kind == "LimitExceeded"
+    assert "pure-Python" in str(caught.value)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "('" + _LONG_NAME + "' * 100000).encode('ascii', 'namereplace')",
+        "('\\x00' * 100000).encode('unicode_escape')",
+        "('\\x00' * 100000).encode('utf-32')",
+        "('\u00e9' * 50000).encode().decode('ascii', 'backslashreplace')",
+    ],
+)
+def test_codec_growth_is_refused_before_allocating(call: str, request_data: dict[str, Any]) -> None:
+    # namereplace writes 92 chars for some characters, unicode_escape 4 to 10 bytes for each:
+    # the whole output was built before its size was checked (9.2 MB here, 1.4 GB for a
+    # string at the default limit). Now it is measured in pieces first.
+    template = ChatTemplate("{{ " + call + " }}", limits=SMALL)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateLimitError) as caught:
+            _render(template, request_data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, f"the render allocated {peak} bytes before refusing"
+    assert "encoded or decoded text past the output limit" in str(caught.value)
+
+
+MEASURED = Limits(max_seconds=5, max_output_chars=1_000_000)
+
+
+def test_codecs_below_their_bounds_give_pythons_results(request_data: dict[str, Any]) -> None:
+    text = "münchen.例え.com " * 30
+    calls = {
+        "('" + text[:100] + "').encode('idna')": text[:100].encode("idna"),
+        "('" + "ü例" * 200 + "').encode('punycode')": ("ü例" * 200).encode("punycode"),
+        "('a-' * 256).encode().decode('punycode')": ("a-" * 256).encode().decode("punycode"),
+        "('" + text + "' * 100).encode('unicode_escape')": (text * 100).encode("unicode_escape"),
+        "('" + text + "' * 100).encode('utf-16')": (text * 100).encode("utf-16"),
+        "('" + text + "' * 100).encode('utf-7')": (text * 100).encode("utf-7"),
+        "('" + text + "' * 100).encode('ascii', 'namereplace')": (text * 100).encode(
+            "ascii", "namereplace"
+        ),
+        "('" + text + "' * 100).encode().decode('ascii', 'backslashreplace')": (
+            (text * 100).encode().decode("ascii", "backslashreplace")
+        ),
+        "('" + text + "' * 100).encode().decode('utf-8')": text * 100,
+    }
+    for call, want in calls.items():
+        # over 1,000,000 / 92 chars: the output is measured in pieces before the call
+        template = ChatTemplate("{{ " + call + " }}", limits=MEASURED)
+        assert _render(template, request_data) == str(want), call
+    failing = ChatTemplate("{{ ('ab' * 20000 ~ '\u00e9').encode('ascii') }}", limits=SMALL)
+    with pytest.raises(TemplateError) as caught:
+        _render(failing, request_data)
+    assert "position 40000" in str(caught.value)  # the call's own error, as Python raises it
+
+
 def test_undefined_error_shows_a_huge_key_cut_short(request_data: dict[str, Any]) -> None:
     source = S + "{{ messages[[s] * 1000].x }}"
     with pytest.raises(TemplateError) as caught:
@@ -658,6 +761,12 @@ SAME_AS_JINJA: list[str] = [
     "{{ ('a&b ü ' * 20000)|urlencode|length }}",
     "{{ (('word ' * 30000 ~ '\\n') * 3)|wordwrap(13)|length }}",
     "{{ (('word ' * 30000 ~ '\\r\\n\\n') * 3)|wordwrap(7, wrapstring='<br>')|length }}",
+    "{{ ('<b>x</b> &amp; <!-- c --> y ' * 300)|striptags }} {{ (('<i>a</i>' * 300)|safe).striptags() }}",
+    "{{ ((',a' * 3000)|safe).split(',')|length }} {{ (('a\\nb' * 3000)|safe).splitlines()|last }}",
+    "{{ (('&lt;' * 3000)|safe).unescape()|length }} {{ ('-'|safe).join(items) }}",
+    "{{ (('%s<' * 40)|safe) % (('<',) * 40) }} {{ (('a\\n' * 3000)|safe|indent(2))|length }}",
+    "{{ (('ab-cd ' * 20000)|safe|title)|length }} {{ (('a.com ' * 20000)|safe|urlize)|length }}",
+    "{{ (('a\\n\\n' * 30000)|indent(first=true, blank=true))|length }}",
     "{{ items|map('upper')|first }} {{ 'x'.encode() * 3 }} {{ '%s%d'.encode() % ('a'.encode(), 1) }}",
     # the loop object's values (read by a shortcut of the sandbox's getattr)
     "{% for m in messages + messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"

@@ -11,6 +11,7 @@ filters is bounded, so a hostile template cannot hang or exhaust the caller.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import json
 import re
@@ -261,6 +262,10 @@ def _check_printf(fmt: str | bytes | bytearray, args: Any) -> None:
         fmt = bytes(fmt).decode("latin-1")
     if "%" not in fmt:
         return
+    if isinstance(fmt, Markup):  # wraps each argument and prints each field through Python
+        _refuse_markup_items(
+            fmt.count("%") + (len(args) if isinstance(args, tuple) else 1), "Markup's %"
+        )
     if len(fmt) > _BIG:  # parsing megabytes of specs in Python would outlast the deadline
         wide = fmt.encode("utf-8", "surrogatepass").translate(_WIDE_BYTES).find(b"000000")
         if wide >= 0 or "*" in fmt:
@@ -496,6 +501,8 @@ def _check_join(
         elif isinstance(item, CONTAINERS):
             size += _text_size(item)
     _refuse_growth(size, "joined strings")
+    if isinstance(owner, Markup):  # escapes each item, calling Python for each
+        _refuse_markup_items(len(items), "Markup.join")
     return (items,)
 
 
@@ -518,6 +525,121 @@ def _check_to_bytes(owner: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return args
 
 
+# Codecs written in Python: punycode is quadratic in the distinct characters of its input,
+# idna runs punycode and stringprep per label. One call's input (chars or bytes) is capped:
+# at the cap, the worst input takes about 0.1 s (benchmarks/sandbox.py)
+_PURE_PYTHON_CODECS = frozenset({"punycode", "idna"})
+_CODEC_INPUT = 512
+# the most units a codec and error handler make of one unit they are given: namereplace
+# writes `\N{...}` for a character with an 88-char name; a decoder at most `\xNN` per byte
+_ENCODE_GROWTH = 92
+_DECODE_GROWTH = 4
+_CODEC_PIECE = 1 << 12  # the pieces an output that could pass the limit is measured in
+
+
+def _check_codec(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    # `text.encode(...)`, `data.decode(...)`: a pure-Python codec is capped by input size;
+    # when the output could pass the limit (unicode_escape writes 10 bytes per character,
+    # namereplace 92), the output is measured first, piece by piece, with the clock read
+    # between pieces. The call itself is left to raise its own errors.
+    encoding = args[0] if args else kwargs.get("encoding", "utf-8")
+    errors = args[1] if len(args) > 1 else kwargs.get("errors", "strict")
+    if not isinstance(encoding, str) or not isinstance(errors, str):
+        return args
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        return args
+    if name in _PURE_PYTHON_CODECS and len(owner) > _CODEC_INPUT:
+        raise LimitExceeded(
+            f"{name} of {len(owner)} chars or bytes: it is a pure-Python codec that cannot be "
+            f"interrupted, limited to {_CODEC_INPUT}"
+        )
+    growth = _ENCODE_GROWTH if isinstance(owner, str) else _DECODE_GROWTH
+    if len(owner) * growth > render_state.max_chars:
+        _measure_coded(owner, name, errors)
+    return args
+
+
+def _measure_coded(owner: str | bytes, name: str, errors: str) -> None:
+    # the length of owner.encode(name, errors) (or .decode), refused as soon as it passes the
+    # limit; an input the codec refuses is left to the call, whose error is the one to show
+    if isinstance(owner, str):
+        code: Callable[[Any, bool], Any] = codecs.getincrementalencoder(name)(errors).encode
+    else:
+        code = codecs.getincrementaldecoder(name)(errors).decode
+    size = 0
+    try:
+        for start in range(0, len(owner), _CODEC_PIECE):
+            _check_deadline()
+            end = start + _CODEC_PIECE
+            size += len(code(owner[start:end], end >= len(owner)))
+            _refuse_growth(size, "encoded or decoded text")
+    except (UnicodeError, LookupError, TypeError):
+        return
+
+
+# markupsafe's Markup (what |safe, |e, |escape, |forceescape and |xmlattr return) loops in
+# Python over what some of its methods make: one call's items (parts, lines, entities,
+# joined items, printf fields) are capped, about 0.1-0.25 s at the cap
+_MARKUP_ITEMS = 1 << 16
+# Markup.striptags (and |striptags) copies the whole text once per tag or comment it removes
+_STRIP_WORK = 1 << 30  # chars copied: about 0.1 s
+
+
+def _refuse_markup_items(items: int, what: str) -> None:
+    if items > _MARKUP_ITEMS:
+        raise LimitExceeded(
+            f"{what} of {items} items: it is a pure-Python loop that cannot be interrupted, "
+            f"limited to {_MARKUP_ITEMS}"
+        )
+
+
+def _markup_parts(method: str) -> Callable[..., tuple[Any, ...]]:
+    # Markup.split/rsplit/splitlines make a Markup of each part of str's own split
+    split = getattr(str, method)
+
+    def check(owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        if isinstance(owner, Markup):
+            try:
+                parts = len(split(owner, *args, **kwargs))
+            except (TypeError, ValueError):
+                return args  # the call raises its own error
+            _refuse_markup_items(parts, f"Markup.{method}")
+        return args
+
+    return check
+
+
+def _check_unescape(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    if isinstance(owner, Markup):  # html.unescape calls Python once per `&`
+        _refuse_markup_items(owner.count("&"), "Markup.unescape")
+    return args
+
+
+def _check_striptags(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    if isinstance(owner, Markup):
+        _refuse_stripping(owner)
+    return args
+
+
+def _refuse_stripping(text: str) -> None:
+    # Markup.striptags: a copy of the text per tag or comment removed, then an unescape
+    tags = text.count("<")
+    if tags * len(text) > _STRIP_WORK:
+        raise LimitExceeded(
+            f"striptags of {len(text)} chars with {tags} tags: it is a pure-Python loop that "
+            f"cannot be interrupted, limited to {_STRIP_WORK} chars copied"
+        )
+    _refuse_markup_items(text.count("&"), "striptags' unescape")
+
+
 _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "center": _check_pad,
     "ljust": _check_pad,
@@ -528,6 +650,13 @@ _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "join": _check_join,
     "translate": _check_translate,
     "to_bytes": _check_to_bytes,
+    "encode": _check_codec,
+    "decode": _check_codec,
+    "split": _markup_parts("split"),
+    "rsplit": _markup_parts("rsplit"),
+    "splitlines": _markup_parts("splitlines"),
+    "unescape": _check_unescape,
+    "striptags": _check_striptags,
 }
 _LOOP_GUARD = "__chatcodec_loop_guard"
 # the guard of a loop whose walk a watched render may follow (template/resume.py marks them)
@@ -932,6 +1061,26 @@ def _filter_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = Fa
     step = width if isinstance(width, int) else len(width) if isinstance(width, str) else 0
     lines = s.count("\n") + 1 if isinstance(s, str) else 1
     _refuse_growth(step * lines + (len(s) if isinstance(s, str) else 0), "indented text")
+    # it indents line by line in Python (a Markup's lines through Markup's own methods)
+    cap = _MARKUP_ITEMS if isinstance(s, Markup) else _INDENT_LINES
+    if isinstance(s, str) and len(s) >= cap:
+        lines = len(s.splitlines()) + 1
+        if lines > cap:
+            raise LimitExceeded(
+                f"|indent of {lines} lines: it is a pure-Python loop that cannot be "
+                f"interrupted, limited to {cap}"
+            )
+
+
+def _filter_striptags(value: Any) -> tuple[Any, ...] | None:
+    # |striptags prints its value and strips the text with Markup.striptags
+    if hasattr(value, "__html__") and not isinstance(value, str):
+        return None  # an object with its own markup (a template makes none but Markup)
+    if isinstance(value, CONTAINERS) and not _is_input(value):
+        _check_printed(value, "passed |striptags a value")
+    text = str(value)
+    _refuse_stripping(text)
+    return (text,)
 
 
 def _filter_wordwrap(
@@ -1051,6 +1200,7 @@ def _filter_batch(value: Any, linecount: Any, fill_with: Any = None) -> None:
 _FILTER_CHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
     "center": _filter_center,
     "indent": _filter_indent,
+    "striptags": _filter_striptags,
     "wordwrap": _filter_wordwrap,
     "replace": _filter_replace,
     "join": _filter_join,
@@ -1095,6 +1245,7 @@ _PURE_PYTHON: dict[str, int] = {
 _PURE_TEXT = frozenset({"title", "wordwrap", "urlencode", "urlize"})
 _PURE_ITEMS = frozenset({"sort", "dictsort", "groupby", "xmlattr"})
 _JSON_INDENT_NODES = 1 << 17  # json.dumps(indent=...) runs a pure-Python encoder
+_INDENT_LINES = 1 << 20  # lines |indent takes (about 0.1 s)
 _WRAP_WORK = 1 << 32  # chars textwrap may copy while cutting long words (~0.3 s)
 _SMALL = 16
 
@@ -1186,7 +1337,7 @@ def _pieces(text: str, breaks: re.Pattern[str] | None) -> Iterator[str]:
 def _piecewise(
     name: str, func: Callable[..., Any], args: tuple[Any, ...], at: int, kwargs: dict[str, Any]
 ) -> Any:
-    text = args[at]
+    text = args[at]  # (a Markup's slices are Markups: urlize escapes a str, not a Markup)
     parts = []
     for piece in _pieces(text, _PIECE_BREAKS[name]):
         if name == "wordwrap" and len(piece) > _WRAP_LINE and "\n" not in piece:
@@ -1225,7 +1376,7 @@ def _guard_filter(func: Callable[..., Any], name: str = "") -> Callable[..., Any
             except TypeError:
                 pass  # arguments the filter itself will refuse, with its own message
         if prepare and len(args) > at:
-            if type(args[at]) is not str:
+            if not isinstance(args[at], str):  # (a Markup is text like a str)
                 args = _prepare_value(name, args, at)
             elif piecewise and len(args[at]) > _PIECE:
                 return _check_size(_piecewise(name, func, args, at, kwargs))
