@@ -693,6 +693,20 @@ def test_codec_growth_is_refused_before_allocating(call: str, request_data: dict
     assert "encoded or decoded text past the output limit" in str(caught.value)
 
 
+def test_bytes_hex_is_refused_before_allocating(request_data: dict[str, Any]) -> None:
+    # `data.hex('-')` writes 3 chars per byte: 300,000 here, refused before they are written
+    template = ChatTemplate("{{ ('x' * 100000).encode().hex('-') }}", limits=SMALL)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateLimitError) as caught:
+            _render(template, request_data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 300_000, f"the render allocated {peak} bytes before refusing"
+    assert "wrote bytes as hex past the output limit" in str(caught.value)
+
+
 MEASURED = Limits(max_seconds=5, max_output_chars=1_000_000)
 
 

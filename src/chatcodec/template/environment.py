@@ -525,6 +525,13 @@ def _check_to_bytes(owner: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return args
 
 
+def _check_hex(owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    # `data.hex()` writes 2 chars per byte, 3 with a separator
+    if isinstance(owner, bytes):
+        _refuse_growth(len(owner) * (3 if args or kwargs else 2), "wrote bytes as hex")
+    return args
+
+
 # Codecs written in Python: punycode is quadratic in the distinct characters of its input,
 # idna runs punycode and stringprep per label. One call's input (chars or bytes) is capped:
 # at the cap, the worst input takes about 0.1 s (benchmarks/sandbox.py)
@@ -652,6 +659,7 @@ _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "to_bytes": _check_to_bytes,
     "encode": _check_codec,
     "decode": _check_codec,
+    "hex": _check_hex,
     "split": _markup_parts("split"),
     "rsplit": _markup_parts("rsplit"),
     "splitlines": _markup_parts("splitlines"),
