@@ -695,7 +695,7 @@ def test_codec_growth_is_refused_before_allocating(call: str, request_data: dict
 
 def test_bytes_hex_is_refused_before_allocating(request_data: dict[str, Any]) -> None:
     # `data.hex('-')` writes 3 chars per byte: 300,000 here, refused before they are written
-    template = ChatTemplate("{{ ('x' * 100000).encode().hex('-') }}", limits=SMALL)
+    template = ChatTemplate("{{ (('x' * 4000).encode() * 25).hex('-') }}", limits=SMALL)
     tracemalloc.start()
     try:
         with pytest.raises(TemplateLimitError) as caught:
@@ -708,6 +708,50 @@ def test_bytes_hex_is_refused_before_allocating(request_data: dict[str, Any]) ->
 
 
 MEASURED = Limits(max_seconds=5, max_output_chars=1_000_000)
+# 63,000 chars: coded in 4,096-char pieces when an error handler is named
+_MIXED = "münchen.例え.com \x00 \U0010ffff\\ \u00e9" * 3000
+_CODED = [
+    ("encode", "ascii", "namereplace"),
+    ("encode", "ascii", "backslashreplace"),
+    ("encode", "ascii", "xmlcharrefreplace"),
+    ("encode", "latin-1", "replace"),
+    ("encode", "cp1252", "ignore"),
+    ("encode", "shift_jis", "namereplace"),
+    ("encode", "iso2022_jp", "backslashreplace"),
+    ("encode", "utf-16", "strict"),
+    ("encode", "utf-32", "backslashreplace"),
+    ("encode", "utf-8-sig", "strict"),
+    ("encode", "unicode_escape", "strict"),
+    ("decode", "ascii", "backslashreplace"),
+    ("decode", "utf-8", "strict"),
+    ("decode", "cp1252", "replace"),
+    ("decode", "utf-16-le", "surrogatepass"),
+    ("decode", "shift_jis", "replace"),
+    ("decode", "utf-16-le", "replace"),
+    ("decode", "utf-8-sig", "replace"),
+]
+# these run whole (their incremental coders give another output): refused past the limit
+_WHOLE = [("encode", "utf-7", "strict"), ("decode", "utf-16", "replace")]
+
+
+@pytest.mark.parametrize(("way", "encoding", "errors"), _CODED + _WHOLE)
+def test_codecs_in_pieces_give_pythons_results(way: str, encoding: str, errors: str) -> None:
+    # the template compares its result with Python's (as latin-1 text, for bytes)
+    if way == "encode":
+        want = _MIXED.encode(encoding, errors).decode("latin-1")
+        call = f"text.encode('{encoding}', '{errors}').decode('latin-1')"
+    else:
+        want = _MIXED.encode("utf-8").decode(encoding, errors)
+        call = f"text.encode('utf-8').decode('{encoding}', '{errors}')"
+    # (over 600,000 / 10 chars: even a strict call is coded in pieces)
+    template = ChatTemplate("{{ " + call + " == want }}", limits=Limits(10, 600_000))
+    messages = [{"role": "user", "content": "x"}]
+    if (way, encoding, errors) in _WHOLE:
+        tight = ChatTemplate("{{ " + call + " == want }}", limits=Limits(10, 300_000))
+        with pytest.raises(TemplateLimitError):
+            tight.render(messages, text=_MIXED, want=want)
+        template = ChatTemplate("{{ " + call + " == want }}", limits=Limits(10, 4_000_000))
+    assert template.render(messages, text=_MIXED, want=want) == "True"
 
 
 def test_codecs_below_their_bounds_give_pythons_results(request_data: dict[str, Any]) -> None:
@@ -817,3 +861,13 @@ def test_the_callers_containers_are_printed_as_passed(request_data: dict[str, An
     repeated = ChatTemplate("{{ ([custom] * 100)|tojson|length }}", limits=TIGHT)
     with pytest.raises(TemplateLimitError):
         repeated.render(messages, custom=[long_text] * 4)
+
+
+def test_whole_codecs_with_an_error_handler_are_capped(request_data: dict[str, Any]) -> None:
+    # utf-16's decoder runs whole: with an error handler, Python calls back per bad unit
+    source = "{{ ('ab' * 131073).encode().decode('utf-16', 'replace')|length }}"
+    with pytest.raises(TemplateLimitError) as caught:
+        _render(ChatTemplate(source, limits=Limits(5, 2_000_000)), request_data)
+    assert "limited to 262144" in str(caught.value)
+    below = "{{ ('ab' * 131072).encode().decode('utf-16', 'replace')|length }}"
+    assert _render(ChatTemplate(below, limits=Limits(5, 2_000_000)), request_data) == "131072"

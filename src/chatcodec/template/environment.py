@@ -537,55 +537,75 @@ def _check_hex(owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tup
 # at the cap, the worst input takes about 0.1 s (benchmarks/sandbox.py)
 _PURE_PYTHON_CODECS = frozenset({"punycode", "idna"})
 _CODEC_INPUT = 512
-# the most units a codec and error handler make of one unit they are given: namereplace
-# writes `\N{...}` for a character with an 88-char name; a decoder at most `\xNN` per byte
-_ENCODE_GROWTH = 92
+# the most units a codec and error handler make of one unit they are given: an encoder 10
+# (unicode_escape's `\U0010ffff`, xmlcharrefreplace's `&#1114111;`), namereplace 92 (`\N{...}`
+# for a character with an 88-char name); a decoder 4 (backslashreplace's `\xNN` per byte)
+_ENCODE_GROWTH = 10
+_NAMEREPLACE_GROWTH = 92
 _DECODE_GROWTH = 4
 _CODEC_PIECE = 1 << 12  # the pieces an output that could pass the limit is measured in
 
 
-def _check_codec(
-    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Any, ...]:
-    # `text.encode(...)`, `data.decode(...)`: a pure-Python codec is capped by input size;
-    # when the output could pass the limit (unicode_escape writes 10 bytes per character,
-    # namereplace 92), the output is measured first, piece by piece, with the clock read
-    # between pieces. The call itself is left to raise its own errors.
+_CODING = frozenset({"encode", "decode"})
+# codecs whose incremental coder does not give one call's output (utf-7's encoder closes its
+# base64 run at every piece; the BOM-reading utf-16 and utf-32 decoders): they run whole, so
+# an output that could pass the limit is refused, and so is a long input with an error
+# handler (which Python calls back once per bad character)
+_WHOLE_ENCODERS = frozenset({"utf-7"})
+_WHOLE_DECODERS = frozenset({"utf-16", "utf-32"})
+_CALLED_BACK = 1 << 18
+
+
+def _coded(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # `text.encode(...)`, `data.decode(...)`, as Python's own call gives them. A pure-Python
+    # codec is capped by input size. A long input is coded in pieces (the codec's incremental
+    # coder, which gives the same output), with the clock read and the output's size checked
+    # between pieces, when the output could pass the limit (unicode_escape writes 10 bytes
+    # per character, namereplace 92) or an error handler may call back once per character.
+    # An input the pieces refuse goes to the call itself, whose error is the one to show.
+    owner = method.__self__
     encoding = args[0] if args else kwargs.get("encoding", "utf-8")
     errors = args[1] if len(args) > 1 else kwargs.get("errors", "strict")
-    if not isinstance(encoding, str) or not isinstance(errors, str):
-        return args
     try:
         name = codecs.lookup(encoding).name
-    except LookupError:
-        return args
+    except (LookupError, TypeError):
+        return method(*args, **kwargs)
     if name in _PURE_PYTHON_CODECS and len(owner) > _CODEC_INPUT:
         raise LimitExceeded(
             f"{name} of {len(owner)} chars or bytes: it is a pure-Python codec that cannot be "
             f"interrupted, limited to {_CODEC_INPUT}"
         )
     growth = _ENCODE_GROWTH if isinstance(owner, str) else _DECODE_GROWTH
-    if len(owner) * growth > render_state.max_chars:
-        _measure_coded(owner, name, errors)
-    return args
-
-
-def _measure_coded(owner: str | bytes, name: str, errors: str) -> None:
-    # the length of owner.encode(name, errors) (or .decode), refused as soon as it passes the
-    # limit; an input the codec refuses is left to the call, whose error is the one to show
-    if isinstance(owner, str):
-        code: Callable[[Any, bool], Any] = codecs.getincrementalencoder(name)(errors).encode
-    else:
-        code = codecs.getincrementaldecoder(name)(errors).decode
+    if errors == "namereplace":
+        growth = _NAMEREPLACE_GROWTH
+    if len(owner) <= _CODEC_PIECE or (
+        errors == "strict" and len(owner) * growth <= render_state.max_chars
+    ):
+        return method(*args, **kwargs)
+    if name in (_WHOLE_ENCODERS if isinstance(owner, str) else _WHOLE_DECODERS):
+        _refuse_growth(len(owner) * growth, "encoded or decoded text")
+        if errors != "strict" and len(owner) > _CALLED_BACK:
+            raise LimitExceeded(
+                f"{name} with errors={errors!r} of {len(owner)} chars or bytes: Python calls the "
+                f"handler back per character, limited to {_CALLED_BACK}"
+            )
+        return method(*args, **kwargs)
+    parts: list[Any] = []
     size = 0
     try:
+        if isinstance(owner, str):
+            code: Callable[[Any, bool], Any] = codecs.getincrementalencoder(name)(errors).encode
+        else:
+            code = codecs.getincrementaldecoder(name)(errors).decode
         for start in range(0, len(owner), _CODEC_PIECE):
             _check_deadline()
             end = start + _CODEC_PIECE
-            size += len(code(owner[start:end], end >= len(owner)))
+            parts.append(code(owner[start:end], end >= len(owner)))
+            size += len(parts[-1])
             _refuse_growth(size, "encoded or decoded text")
     except (UnicodeError, LookupError, TypeError):
-        return
+        return method(*args, **kwargs)
+    return parts[0][:0].join(parts)
 
 
 # markupsafe's Markup (what |safe, |e, |escape, |forceescape and |xmlattr return) loops in
@@ -657,8 +677,6 @@ _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "join": _check_join,
     "translate": _check_translate,
     "to_bytes": _check_to_bytes,
-    "encode": _check_codec,
-    "decode": _check_codec,
     "hex": _check_hex,
     "split": _markup_parts("split"),
     "rsplit": _markup_parts("rsplit"),
@@ -968,12 +986,22 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         _check_deadline()
+        kind = type(__obj)
+        if (
+            kind is _BUILTIN_METHOD
+            and __obj.__name__ in _CODING
+            and isinstance(__obj.__self__, (str, bytes))
+        ):
+            # `text.encode(...)`: a builtin method of a plain value, which is_safe_callable
+            # passes and Context.call would call as it is (see _call_plain)
+            kwargs.pop("_block_vars", None)
+            kwargs.pop("_loop_vars", None)
+            return _check_size(_coded(__obj, args, kwargs))
         check = _STRING_METHOD_CHECKS.get(getattr(__obj, "__name__", None))  # type: ignore[arg-type]
         if check is not None:
             owner = getattr(__obj, "__self__", None)
             if isinstance(owner, (str, bytes, int)):
                 args = check(owner, args, kwargs)
-        kind = type(__obj)
         if kind is _BUILTIN_METHOD:
             key = (type(__obj.__self__), __obj.__name__)
             if key in __self._plain_methods:
