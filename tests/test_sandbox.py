@@ -620,6 +620,167 @@ def test_pure_python_filters_are_capped(source: str, request_data: dict[str, Any
     assert "pure-Python" in str(caught.value)
 
 
+# Codecs, Markup methods and filters that loop in Python inside one call: each payload is
+# just past its cap (small inputs, small limits), and must be refused before the call runs
+SMALL = Limits(max_seconds=5, max_output_chars=100_000)
+_LONG_NAME = chr(0x1FBA9)  # its `\\N{...}` escape is 92 chars long
+UNINTERRUPTIBLE_PAYLOADS: list[tuple[str, str, Limits, str]] = [
+    # punycode is quadratic in distinct characters; idna runs it per label
+    ("punycode-encode", "{{ ('\u4e00' * 513).encode('punycode') }}", SMALL, "limited to 512"),
+    ("punycode-decode", "{{ ('a-' * 257).encode().decode('punycode') }}", SMALL, "limited to 512"),
+    ("idna-encode", "{{ ('a.' * 257).encode('idna') }}", SMALL, "limited to 512"),
+    ("idna-decode", "{{ ('a.' * 257).encode().decode('idna') }}", SMALL, "limited to 512"),
+    # Markup.striptags copies the text once per tag: 20,000 tags in 60,000 chars
+    ("striptags-filter", "{{ ('<a>' * 20000)|striptags }}", SMALL, "chars copied"),
+    ("striptags-method", "{{ (('<a>' * 20000)|safe).striptags() }}", SMALL, "chars copied"),
+    ("striptags-entities", "{{ ('&amp;' * 65537)|striptags }}", Limits(), "limited to 65536"),
+    # Markup's methods loop in Python over parts, lines, entities, items and fields
+    ("markup-split", "{{ ((',' * 65536)|safe).split(',') }}", SMALL, "limited to 65536"),
+    ("markup-splitlines", "{{ (('\n' * 65537)|safe).splitlines() }}", SMALL, "limited to 65536"),
+    ("markup-unescape", "{{ (('&' * 65537)|safe).unescape() }}", SMALL, "limited to 65536"),
+    ("markup-join", "{{ (''|safe).join(['a'] * 65537) }}", SMALL, "limited to 65536"),
+    ("markup-printf", "{{ (('%s' * 32769)|safe) % (('a',) * 32769) }}", SMALL, "limited to 65536"),
+    ("markup-indent", "{{ ('\n' * 65537)|safe|indent(width='') }}", SMALL, "limited to 65536"),
+    # |indent goes line by line in Python
+    (
+        "indent-lines",
+        "{{ ('\n' * 1048576)|indent(width='') }}",
+        Limits(max_seconds=5, max_output_chars=2_000_000),
+        "limited to 1048576",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "limits", "message"),
+    [
+        pytest.param(source, limits, message, id=name)
+        for name, source, limits, message in UNINTERRUPTIBLE_PAYLOADS
+    ],
+)
+def test_uninterruptible_calls_are_capped(
+    source: str, limits: Limits, message: str, request_data: dict[str, Any]
+) -> None:
+    with pytest.raises(TemplateLimitError) as caught:
+        _render(ChatTemplate(source, limits=limits), request_data)
+    assert caught.value.kind == "LimitExceeded"
+    assert "pure-Python" in str(caught.value)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "('" + _LONG_NAME + "' * 100000).encode('ascii', 'namereplace')",
+        "('\\x00' * 100000).encode('unicode_escape')",
+        "('\\x00' * 100000).encode('utf-32')",
+        "('\u00e9' * 50000).encode().decode('ascii', 'backslashreplace')",
+    ],
+)
+def test_codec_growth_is_refused_before_allocating(call: str, request_data: dict[str, Any]) -> None:
+    # namereplace writes 92 chars for some characters, unicode_escape 4 to 10 bytes for each:
+    # the whole output was built before its size was checked (9.2 MB here, 1.4 GB for a
+    # string at the default limit). Now it is measured in pieces first.
+    template = ChatTemplate("{{ " + call + " }}", limits=SMALL)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateLimitError) as caught:
+            _render(template, request_data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, f"the render allocated {peak} bytes before refusing"
+    assert "encoded or decoded text past the output limit" in str(caught.value)
+
+
+def test_bytes_hex_is_refused_before_allocating(request_data: dict[str, Any]) -> None:
+    # `data.hex('-')` writes 3 chars per byte: 300,000 here, refused before they are written
+    template = ChatTemplate("{{ (('x' * 4000).encode() * 25).hex('-') }}", limits=SMALL)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateLimitError) as caught:
+            _render(template, request_data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 300_000, f"the render allocated {peak} bytes before refusing"
+    assert "wrote bytes as hex past the output limit" in str(caught.value)
+
+
+MEASURED = Limits(max_seconds=5, max_output_chars=1_000_000)
+# 63,000 chars: coded in 4,096-char pieces when an error handler is named
+_MIXED = "münchen.例え.com \x00 \U0010ffff\\ \u00e9" * 3000
+_CODED = [
+    ("encode", "ascii", "namereplace"),
+    ("encode", "ascii", "backslashreplace"),
+    ("encode", "ascii", "xmlcharrefreplace"),
+    ("encode", "latin-1", "replace"),
+    ("encode", "cp1252", "ignore"),
+    ("encode", "shift_jis", "namereplace"),
+    ("encode", "iso2022_jp", "backslashreplace"),
+    ("encode", "utf-16", "strict"),
+    ("encode", "utf-32", "backslashreplace"),
+    ("encode", "utf-8-sig", "strict"),
+    ("encode", "unicode_escape", "strict"),
+    ("decode", "ascii", "backslashreplace"),
+    ("decode", "utf-8", "strict"),
+    ("decode", "cp1252", "replace"),
+    ("decode", "utf-16-le", "surrogatepass"),
+    ("decode", "shift_jis", "replace"),
+    ("decode", "utf-16-le", "replace"),
+    ("decode", "utf-8-sig", "replace"),
+]
+# these run whole (their incremental coders give another output): refused past the limit
+_WHOLE = [("encode", "utf-7", "strict"), ("decode", "utf-16", "replace")]
+
+
+@pytest.mark.parametrize(("way", "encoding", "errors"), _CODED + _WHOLE)
+def test_codecs_in_pieces_give_pythons_results(way: str, encoding: str, errors: str) -> None:
+    # the template compares its result with Python's (as latin-1 text, for bytes)
+    if way == "encode":
+        want = _MIXED.encode(encoding, errors).decode("latin-1")
+        call = f"text.encode('{encoding}', '{errors}').decode('latin-1')"
+    else:
+        want = _MIXED.encode("utf-8").decode(encoding, errors)
+        call = f"text.encode('utf-8').decode('{encoding}', '{errors}')"
+    # (over 600,000 / 10 chars: even a strict call is coded in pieces)
+    template = ChatTemplate("{{ " + call + " == want }}", limits=Limits(10, 600_000))
+    messages = [{"role": "user", "content": "x"}]
+    if (way, encoding, errors) in _WHOLE:
+        tight = ChatTemplate("{{ " + call + " == want }}", limits=Limits(10, 300_000))
+        with pytest.raises(TemplateLimitError):
+            tight.render(messages, text=_MIXED, want=want)
+        template = ChatTemplate("{{ " + call + " == want }}", limits=Limits(10, 4_000_000))
+    assert template.render(messages, text=_MIXED, want=want) == "True"
+
+
+def test_codecs_below_their_bounds_give_pythons_results(request_data: dict[str, Any]) -> None:
+    text = "münchen.例え.com " * 30
+    calls = {
+        "('" + text[:100] + "').encode('idna')": text[:100].encode("idna"),
+        "('" + "ü例" * 200 + "').encode('punycode')": ("ü例" * 200).encode("punycode"),
+        "('a-' * 256).encode().decode('punycode')": ("a-" * 256).encode().decode("punycode"),
+        "('" + text + "' * 100).encode('unicode_escape')": (text * 100).encode("unicode_escape"),
+        "('" + text + "' * 100).encode('utf-16')": (text * 100).encode("utf-16"),
+        "('" + text + "' * 100).encode('utf-7')": (text * 100).encode("utf-7"),
+        "('" + text + "' * 100).encode('ascii', 'namereplace')": (text * 100).encode(
+            "ascii", "namereplace"
+        ),
+        "('" + text + "' * 100).encode().decode('ascii', 'backslashreplace')": (
+            (text * 100).encode().decode("ascii", "backslashreplace")
+        ),
+        "('" + text + "' * 100).encode().decode('utf-8')": text * 100,
+    }
+    for call, want in calls.items():
+        # over 1,000,000 / 92 chars: the output is measured in pieces before the call
+        template = ChatTemplate("{{ " + call + " }}", limits=MEASURED)
+        assert _render(template, request_data) == str(want), call
+    failing = ChatTemplate("{{ ('ab' * 20000 ~ '\u00e9').encode('ascii') }}", limits=SMALL)
+    with pytest.raises(TemplateError) as caught:
+        _render(failing, request_data)
+    assert "position 40000" in str(caught.value)  # the call's own error, as Python raises it
+
+
 def test_undefined_error_shows_a_huge_key_cut_short(request_data: dict[str, Any]) -> None:
     source = S + "{{ messages[[s] * 1000].x }}"
     with pytest.raises(TemplateError) as caught:
@@ -658,6 +819,12 @@ SAME_AS_JINJA: list[str] = [
     "{{ ('a&b ü ' * 20000)|urlencode|length }}",
     "{{ (('word ' * 30000 ~ '\\n') * 3)|wordwrap(13)|length }}",
     "{{ (('word ' * 30000 ~ '\\r\\n\\n') * 3)|wordwrap(7, wrapstring='<br>')|length }}",
+    "{{ ('<b>x</b> &amp; <!-- c --> y ' * 300)|striptags }} {{ (('<i>a</i>' * 300)|safe).striptags() }}",
+    "{{ ((',a' * 3000)|safe).split(',')|length }} {{ (('a\\nb' * 3000)|safe).splitlines()|last }}",
+    "{{ (('&lt;' * 3000)|safe).unescape()|length }} {{ ('-'|safe).join(items) }}",
+    "{{ (('%s<' * 40)|safe) % (('<',) * 40) }} {{ (('a\\n' * 3000)|safe|indent(2))|length }}",
+    "{{ (('ab-cd ' * 20000)|safe|title)|length }} {{ (('a.com ' * 20000)|safe|urlize)|length }}",
+    "{{ (('a\\n\\n' * 30000)|indent(first=true, blank=true))|length }}",
     "{{ items|map('upper')|first }} {{ 'x'.encode() * 3 }} {{ '%s%d'.encode() % ('a'.encode(), 1) }}",
     # the loop object's values (read by a shortcut of the sandbox's getattr)
     "{% for m in messages + messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"
@@ -694,3 +861,13 @@ def test_the_callers_containers_are_printed_as_passed(request_data: dict[str, An
     repeated = ChatTemplate("{{ ([custom] * 100)|tojson|length }}", limits=TIGHT)
     with pytest.raises(TemplateLimitError):
         repeated.render(messages, custom=[long_text] * 4)
+
+
+def test_whole_codecs_with_an_error_handler_are_capped(request_data: dict[str, Any]) -> None:
+    # utf-16's decoder runs whole: with an error handler, Python calls back per bad unit
+    source = "{{ ('ab' * 131073).encode().decode('utf-16', 'replace')|length }}"
+    with pytest.raises(TemplateLimitError) as caught:
+        _render(ChatTemplate(source, limits=Limits(5, 2_000_000)), request_data)
+    assert "limited to 262144" in str(caught.value)
+    below = "{{ ('ab' * 131072).encode().decode('utf-16', 'replace')|length }}"
+    assert _render(ChatTemplate(below, limits=Limits(5, 2_000_000)), request_data) == "131072"

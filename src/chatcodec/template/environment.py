@@ -11,6 +11,7 @@ filters is bounded, so a hostile template cannot hang or exhaust the caller.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import json
@@ -318,6 +319,10 @@ def _check_printf(fmt: str | bytes | bytearray, args: Any) -> None:
         fmt = bytes(fmt).decode("latin-1")
     if "%" not in fmt:
         return
+    if isinstance(fmt, Markup):  # wraps each argument and prints each field through Python
+        _refuse_markup_items(
+            fmt.count("%") + (len(args) if isinstance(args, tuple) else 1), "Markup's %"
+        )
     if len(fmt) > _BIG:  # parsing megabytes of specs in Python would outlast the deadline
         wide = fmt.encode("utf-8", "surrogatepass").translate(_WIDE_BYTES).find(b"000000")
         if wide >= 0 or "*" in fmt:
@@ -553,6 +558,8 @@ def _check_join(
         elif isinstance(item, CONTAINERS):
             size += _text_size(item)
     _refuse_growth(size, "joined strings")
+    if isinstance(owner, Markup):  # escapes each item, calling Python for each
+        _refuse_markup_items(len(items), "Markup.join")
     return (items,)
 
 
@@ -575,6 +582,148 @@ def _check_to_bytes(owner: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return args
 
 
+def _check_hex(owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    # `data.hex()` writes 2 chars per byte, 3 with a separator
+    if isinstance(owner, bytes):
+        _refuse_growth(len(owner) * (3 if args or kwargs else 2), "wrote bytes as hex")
+    return args
+
+
+# Codecs written in Python: punycode is quadratic in the distinct characters of its input,
+# idna runs punycode and stringprep per label. One call's input (chars or bytes) is capped:
+# at the cap, the worst input takes about 0.1 s (benchmarks/sandbox.py)
+_PURE_PYTHON_CODECS = frozenset({"punycode", "idna"})
+_CODEC_INPUT = 512
+# the most units a codec and error handler make of one unit they are given: an encoder 10
+# (unicode_escape's `\U0010ffff`, xmlcharrefreplace's `&#1114111;`), namereplace 92 (`\N{...}`
+# for a character with an 88-char name); a decoder 4 (backslashreplace's `\xNN` per byte)
+_ENCODE_GROWTH = 10
+_NAMEREPLACE_GROWTH = 92
+_DECODE_GROWTH = 4
+_CODEC_PIECE = 1 << 12  # the pieces an output that could pass the limit is measured in
+
+
+_CODING = frozenset({"encode", "decode"})
+# codecs whose incremental coder does not give one call's output (utf-7's encoder closes its
+# base64 run at every piece; the BOM-reading utf-16 and utf-32 decoders): they run whole, so
+# an output that could pass the limit is refused, and so is a long input with an error
+# handler (which Python calls back once per bad character)
+_WHOLE_ENCODERS = frozenset({"utf-7"})
+_WHOLE_DECODERS = frozenset({"utf-16", "utf-32"})
+_CALLED_BACK = 1 << 18
+
+
+def _coded(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # `text.encode(...)`, `data.decode(...)`, as Python's own call gives them. A pure-Python
+    # codec is capped by input size. A long input is coded in pieces (the codec's incremental
+    # coder, which gives the same output), with the clock read and the output's size checked
+    # between pieces, when the output could pass the limit (unicode_escape writes 10 bytes
+    # per character, namereplace 92) or an error handler may call back once per character.
+    # An input the pieces refuse goes to the call itself, whose error is the one to show.
+    owner = method.__self__
+    encoding = args[0] if args else kwargs.get("encoding", "utf-8")
+    errors = args[1] if len(args) > 1 else kwargs.get("errors", "strict")
+    try:
+        name = codecs.lookup(encoding).name
+    except (LookupError, TypeError):
+        return method(*args, **kwargs)
+    if name in _PURE_PYTHON_CODECS and len(owner) > _CODEC_INPUT:
+        raise LimitExceeded(
+            f"{name} of {len(owner)} chars or bytes: it is a pure-Python codec that cannot be "
+            f"interrupted, limited to {_CODEC_INPUT}"
+        )
+    growth = _ENCODE_GROWTH if isinstance(owner, str) else _DECODE_GROWTH
+    if errors == "namereplace":
+        growth = _NAMEREPLACE_GROWTH
+    if len(owner) <= _CODEC_PIECE or (
+        errors == "strict" and len(owner) * growth <= render_state.max_chars
+    ):
+        return method(*args, **kwargs)
+    if name in (_WHOLE_ENCODERS if isinstance(owner, str) else _WHOLE_DECODERS):
+        _refuse_growth(len(owner) * growth, "encoded or decoded text")
+        if errors != "strict" and len(owner) > _CALLED_BACK:
+            raise LimitExceeded(
+                f"{name} with errors={errors!r} of {len(owner)} chars or bytes: Python calls the "
+                f"handler back per character, limited to {_CALLED_BACK}"
+            )
+        return method(*args, **kwargs)
+    parts: list[Any] = []
+    size = 0
+    try:
+        if isinstance(owner, str):
+            code: Callable[[Any, bool], Any] = codecs.getincrementalencoder(name)(errors).encode
+        else:
+            code = codecs.getincrementaldecoder(name)(errors).decode
+        for start in range(0, len(owner), _CODEC_PIECE):
+            _check_deadline()
+            end = start + _CODEC_PIECE
+            parts.append(code(owner[start:end], end >= len(owner)))
+            size += len(parts[-1])
+            _refuse_growth(size, "encoded or decoded text")
+    except (UnicodeError, LookupError, TypeError):
+        return method(*args, **kwargs)
+    return parts[0][:0].join(parts)
+
+
+# markupsafe's Markup (what |safe, |e, |escape, |forceescape and |xmlattr return) loops in
+# Python over what some of its methods make: one call's items (parts, lines, entities,
+# joined items, printf fields) are capped, about 0.1-0.25 s at the cap
+_MARKUP_ITEMS = 1 << 16
+# Markup.striptags (and |striptags) copies the whole text once per tag or comment it removes
+_STRIP_WORK = 1 << 30  # chars copied: about 0.1 s
+
+
+def _refuse_markup_items(items: int, what: str) -> None:
+    if items > _MARKUP_ITEMS:
+        raise LimitExceeded(
+            f"{what} of {items} items: it is a pure-Python loop that cannot be interrupted, "
+            f"limited to {_MARKUP_ITEMS}"
+        )
+
+
+def _markup_parts(method: str) -> Callable[..., tuple[Any, ...]]:
+    # Markup.split/rsplit/splitlines make a Markup of each part of str's own split
+    split = getattr(str, method)
+
+    def check(owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        if isinstance(owner, Markup):
+            try:
+                parts = len(split(owner, *args, **kwargs))
+            except (TypeError, ValueError):
+                return args  # the call raises its own error
+            _refuse_markup_items(parts, f"Markup.{method}")
+        return args
+
+    return check
+
+
+def _check_unescape(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    if isinstance(owner, Markup):  # html.unescape calls Python once per `&`
+        _refuse_markup_items(owner.count("&"), "Markup.unescape")
+    return args
+
+
+def _check_striptags(
+    owner: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    if isinstance(owner, Markup):
+        _refuse_stripping(owner)
+    return args
+
+
+def _refuse_stripping(text: str) -> None:
+    # Markup.striptags: a copy of the text per tag or comment removed, then an unescape
+    tags = text.count("<")
+    if tags * len(text) > _STRIP_WORK:
+        raise LimitExceeded(
+            f"striptags of {len(text)} chars with {tags} tags: it is a pure-Python loop that "
+            f"cannot be interrupted, limited to {_STRIP_WORK} chars copied"
+        )
+    _refuse_markup_items(text.count("&"), "striptags' unescape")
+
+
 _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "center": _check_pad,
     "ljust": _check_pad,
@@ -585,6 +734,12 @@ _STRING_METHOD_CHECKS: dict[str, Callable[..., tuple[Any, ...]]] = {
     "join": _check_join,
     "translate": _check_translate,
     "to_bytes": _check_to_bytes,
+    "hex": _check_hex,
+    "split": _markup_parts("split"),
+    "rsplit": _markup_parts("rsplit"),
+    "splitlines": _markup_parts("splitlines"),
+    "unescape": _check_unescape,
+    "striptags": _check_striptags,
 }
 _LOOP_GUARD = "__chatcodec_loop_guard"
 # the guard of a loop whose walk a watched render may follow (template/resume.py marks them)
@@ -888,12 +1043,22 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         _check_deadline()
+        kind = type(__obj)
+        if (
+            kind is _BUILTIN_METHOD
+            and __obj.__name__ in _CODING
+            and isinstance(__obj.__self__, (str, bytes))
+        ):
+            # `text.encode(...)`: a builtin method of a plain value, which is_safe_callable
+            # passes and Context.call would call as it is (see _call_plain)
+            kwargs.pop("_block_vars", None)
+            kwargs.pop("_loop_vars", None)
+            return _check_size(_coded(__obj, args, kwargs))
         check = _STRING_METHOD_CHECKS.get(getattr(__obj, "__name__", None))  # type: ignore[arg-type]
         if check is not None:
             owner = getattr(__obj, "__self__", None)
             if isinstance(owner, (str, bytes, int)):
                 args = check(owner, args, kwargs)
-        kind = type(__obj)
         if kind is _BUILTIN_METHOD:
             key = (type(__obj.__self__), __obj.__name__)
             if key in __self._plain_methods:
@@ -989,6 +1154,26 @@ def _filter_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = Fa
     step = width if isinstance(width, int) else len(width) if isinstance(width, str) else 0
     lines = s.count("\n") + 1 if isinstance(s, str) else 1
     _refuse_growth(step * lines + (len(s) if isinstance(s, str) else 0), "indented text")
+    # it indents line by line in Python (a Markup's lines through Markup's own methods)
+    cap = _MARKUP_ITEMS if isinstance(s, Markup) else _INDENT_LINES
+    if isinstance(s, str) and len(s) >= cap:
+        lines = len(s.splitlines()) + 1
+        if lines > cap:
+            raise LimitExceeded(
+                f"|indent of {lines} lines: it is a pure-Python loop that cannot be "
+                f"interrupted, limited to {cap}"
+            )
+
+
+def _filter_striptags(value: Any) -> tuple[Any, ...] | None:
+    # |striptags prints its value and strips the text with Markup.striptags
+    if hasattr(value, "__html__") and not isinstance(value, str):
+        return None  # an object with its own markup (a template makes none but Markup)
+    if isinstance(value, CONTAINERS) and not _is_input(value):
+        _check_printed(value, "passed |striptags a value")
+    text = str(value)
+    _refuse_stripping(text)
+    return (text,)
 
 
 def _filter_wordwrap(
@@ -1108,6 +1293,7 @@ def _filter_batch(value: Any, linecount: Any, fill_with: Any = None) -> None:
 _FILTER_CHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
     "center": _filter_center,
     "indent": _filter_indent,
+    "striptags": _filter_striptags,
     "wordwrap": _filter_wordwrap,
     "replace": _filter_replace,
     "join": _filter_join,
@@ -1152,6 +1338,7 @@ _PURE_PYTHON: dict[str, int] = {
 _PURE_TEXT = frozenset({"title", "wordwrap", "urlencode", "urlize"})
 _PURE_ITEMS = frozenset({"sort", "dictsort", "groupby", "xmlattr"})
 _JSON_INDENT_NODES = 1 << 17  # json.dumps(indent=...) runs a pure-Python encoder
+_INDENT_LINES = 1 << 20  # lines |indent takes (about 0.1 s)
 _WRAP_WORK = 1 << 32  # chars textwrap may copy while cutting long words (~0.3 s)
 _SMALL = 16
 
@@ -1243,7 +1430,7 @@ def _pieces(text: str, breaks: re.Pattern[str] | None) -> Iterator[str]:
 def _piecewise(
     name: str, func: Callable[..., Any], args: tuple[Any, ...], at: int, kwargs: dict[str, Any]
 ) -> Any:
-    text = args[at]
+    text = args[at]  # (a Markup's slices are Markups: urlize escapes a str, not a Markup)
     parts = []
     for piece in _pieces(text, _PIECE_BREAKS[name]):
         if name == "wordwrap" and len(piece) > _WRAP_LINE and "\n" not in piece:
@@ -1282,7 +1469,7 @@ def _guard_filter(func: Callable[..., Any], name: str = "") -> Callable[..., Any
             except TypeError:
                 pass  # arguments the filter itself will refuse, with its own message
         if prepare and len(args) > at:
-            if type(args[at]) is not str:
+            if not isinstance(args[at], str):  # (a Markup is text like a str)
                 args = _prepare_value(name, args, at)
             elif piecewise and len(args[at]) > _PIECE:
                 return _check_size(_piecewise(name, func, args, at, kwargs))
