@@ -282,6 +282,7 @@ class Codec:
         from .reply.request import POLICIES, ReplyRequest
         from .reply.select import describe, template_context
         from .reply.turn import Turn
+        from .schema_bounds import SchemaWork, schema_work
         from .template.capabilities import tool_call_support
 
         messages, tools = _request_lists(messages, tools)
@@ -296,6 +297,9 @@ class Codec:
         choice, reply_tools = _tool_choice(tool_choice, tools, policy)
         call_id = _call_ids(tool_call_id)
         json_schema = _json_schema(response_format, policy)
+        work = SchemaWork()  # one count of schema work for the whole call
+        with schema_work(work):
+            _check_schemas(tools, response_format, json_schema)
         mode = _continuation(messages, continue_final_message)
         # the continued message is left out of the render
         final = messages[-1] if mode != "none" and messages else None
@@ -312,21 +316,22 @@ class Codec:
         )
         if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
             parallel_tool_calls = tool_call_support(template).parallel  # cached per template
-        fmt = describe(
-            ReplyRequest(
-                template.source,
-                generation_prompt,
-                tools=reply_tools,
-                tool_choice=choice,
-                parallel_tool_calls=parallel_tool_calls,
-                reasoning_format=reasoning_format,
-                enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
-                special_tokens=template.special_tokens,
-                json_schema=json_schema,
-                continue_final_message=mode if continuing else "none",
-                policy=policy,  # type: ignore[arg-type]  # checked above
+        with schema_work(work):
+            fmt = describe(
+                ReplyRequest(
+                    template.source,
+                    generation_prompt,
+                    tools=reply_tools,
+                    tool_choice=choice,
+                    parallel_tool_calls=parallel_tool_calls,
+                    reasoning_format=reasoning_format,
+                    enable_thinking=bool(context.get("enable_thinking", enable_thinking)),
+                    special_tokens=template.special_tokens,
+                    json_schema=json_schema,
+                    continue_final_message=mode if continuing else "none",
+                    policy=policy,  # type: ignore[arg-type]  # checked above
+                )
             )
-        )
         if final is not None and continuing:
             generation_prompt = _prefill(fmt, final, mode, generation_prompt, llama_without)
             prompt += generation_prompt
@@ -600,6 +605,24 @@ def _json_schema(
             )
         return None
     return dict(schema) if schema else {"type": "object"}
+
+
+def _check_schemas(
+    tools: Sequence[Mapping[str, Any]] | None,
+    response_format: Mapping[str, Any] | None,
+    json_schema: Mapping[str, Any] | None,
+) -> None:
+    """Each tool's parameters and the response schema within the schema bounds (a
+    RequestError naming the path where one nests too deeply), before anything reads them."""
+    from .schema_bounds import check_schema
+
+    for i, tool in enumerate(tools or ()):
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and isinstance(function.get("parameters"), Mapping):
+            check_schema(function["parameters"], f"tools[{i}].function.parameters")
+    if json_schema is not None and response_format is not None:
+        wrapper = "json_schema." if response_format.get("type") == "json_schema" else ""
+        check_schema(json_schema, f"response_format.{wrapper}schema")
 
 
 def _as_tokenizer(source: Any, origin: str | None) -> Tokenizer:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GrammarError
+from ..schema_bounds import spend
 from .floats import format_double
 
 __all__ = [
@@ -387,6 +388,7 @@ class _Reader:
         return node
 
     def node(self, schema: Any, path: str) -> SchemaNode:
+        spend()
         if not isinstance(schema, Mapping):
             raise _fail(path, "schema must be an object")
         if "$ref" in schema:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import GrammarError, GrammarWarning
+from ..schema_bounds import spend
 from .document import (
     INT64_MAX,
     INT64_MIN,
@@ -187,6 +188,7 @@ class GrammarBuilder:
 
     def visit(self, node: SchemaNode, name: str) -> str:
         """Add the rules of ``node`` under ``name`` ("" for the root); the name matching it."""
+        spend()
         if name in _RESERVED:
             rule_name = name + "-"
         else:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..grammar.constraint import Grammar
+from ..schema_bounds import schema_work
 from .description import ReplyFormat
 from .message import AssistantMessage, Delta
 from .stream import DEFAULT_CALL_IDS, ReplyStream
@@ -30,14 +31,17 @@ class Turn:
     @cached_property
     def grammar(self) -> Grammar | None:
         """The grammar llama.cpp would sample this reply under (None where it sets none): its
-        GBNF text and sampler setup; ``GrammarError`` when a schema cannot be converted."""
+        GBNF text and sampler setup; ``GrammarError`` when a schema cannot be converted, a
+        ``RequestError`` when its schemas take more than the schema work bound to convert."""
         c = self.format.constraint
         if not c.grammar:
             return None
         if c.build_gbnf is None:
             raise ValueError(f"this {self.handler!r} reply format carries no grammar builder")
+        with schema_work():
+            gbnf = c.build_gbnf()
         return Grammar(
-            c.build_gbnf(),
+            gbnf,
             c.lazy,
             c.triggers,
             c.preserved_tokens,
