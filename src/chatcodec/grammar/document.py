@@ -175,9 +175,13 @@ class SchemaDocument:
 def read_schema(schema: Any) -> SchemaDocument:
     """Read a JSON schema as llama.cpp does; ``GrammarError`` where llama.cpp throws.
 
-    The message is llama.cpp's (``JSON schema error at #/properties/x: ...``).
+    The message is llama.cpp's (``JSON schema error at #/properties/x: ...``). A schema nesting
+    past Python's stack is a ``GrammarError`` too (llama.cpp's stack overflows: a crash).
     """
-    return _Reader(schema).read()
+    try:
+        return _Reader(schema).read()
+    except RecursionError:
+        raise _fail("#", "the schema nests too deeply") from None
 
 
 def _fail(path: str, message: str) -> GrammarError:

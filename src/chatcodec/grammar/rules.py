@@ -24,6 +24,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..schema_bounds import (
+    MAX_SCHEMA_DEPTH,
+    RefAnswers,
+    pointer_keys,
+    schema_path,
+    spend,
+    too_deep,
+)
 from .document import (
     AllOfNode,
     AnyNode,
@@ -34,14 +42,6 @@ from .document import (
     SchemaNode,
     StringNode,
     read_schema,
-)
-from ..schema_bounds import (
-    MAX_SCHEMA_DEPTH,
-    RefAnswers,
-    pointer_keys,
-    schema_path,
-    spend,
-    too_deep,
 )
 from .gbnf import class_char, repetition
 from .schema import GrammarBuilder, format_literal
