@@ -217,7 +217,7 @@ def test_spend_counts_only_inside_an_open_count() -> None:
         spend(MAX_SCHEMA_WORK)
         with schema_work() as inner:  # one call, one count
             assert inner is work
-            with pytest.raises(RequestError, match="more than 250,000 steps"):
+            with pytest.raises(RequestError, match=f"more than {MAX_SCHEMA_WORK:,} steps"):
                 spend()
 
 

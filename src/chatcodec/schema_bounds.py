@@ -42,8 +42,9 @@ __all__ = [
 # far above real schemas (a tool's parameters rarely nest ten levels), far below the ~1,000
 # Python frames a walk may use
 MAX_SCHEMA_DEPTH = 100
-# schema nodes one call may visit: a schema of ~20,000 nodes walked a few times fits
-MAX_SCHEMA_WORK = 250_000
+# schema nodes one call may visit: a schema of ~10,000 nodes walked a few times fits; the
+# worst schema is refused within about a second of CPU (benchmarks/schemas.py)
+MAX_SCHEMA_WORK = 100_000
 
 T = TypeVar("T")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_$-]+")
@@ -58,21 +59,6 @@ class SchemaWork:
         # answers kept for the call, by the id of the schema they are about (the schema is
         # kept beside them, so that no id is reused while the call runs)
         self.answers: dict[tuple[str, int], tuple[Any, Any]] = {}
-
-
-def call_answers(kind: str, subject: Any, make: Callable[[], T]) -> T:
-    """The object ``make`` builds for ``subject``, built once per open count (a walker that
-    keeps its answers, shared by every question the call asks of one schema); a new one
-    outside any."""
-    work = _current.get()
-    if work is None:
-        return make()
-    key = (kind, id(subject))
-    kept = work.answers.get(key)
-    if kept is None or kept[0] is not subject:
-        kept = (subject, make())
-        work.answers[key] = kept
-    return kept[1]  # type: ignore[no-any-return]
 
 
 _current: ContextVar[SchemaWork | None] = ContextVar("chatcodec_schema_work", default=None)
@@ -93,6 +79,21 @@ def schema_work(work: SchemaWork | None = None) -> Iterator[SchemaWork]:
         yield work
     finally:
         _current.reset(token)
+
+
+def call_answers(kind: str, subject: Any, make: Callable[[], T]) -> T:
+    """The object ``make`` builds for ``subject``, built once per open count (a walker that
+    keeps its answers, shared by every question the call asks of one schema); a new one
+    outside any."""
+    work = _current.get()
+    if work is None:
+        return make()
+    key = (kind, id(subject))
+    kept = work.answers.get(key)
+    if kept is None or kept[0] is not subject:
+        kept = (subject, make())
+        work.answers[key] = kept
+    return kept[1]  # type: ignore[no-any-return]  # made by ``make`` for this kind
 
 
 def spend(nodes: int = 1) -> None:
