@@ -9,8 +9,9 @@ schema bounds' promises (docs/security.md, "Schemas"):
 
 - ``Codec.prepare`` and ``turn.grammar`` return, or raise a ``RequestError`` (a bound, or a
   schema they refuse) or a ``GrammarError`` (a schema llama.cpp cannot convert); nothing else;
-- the schema work each counts stays within ``MAX_SCHEMA_WORK``, and a schema whose ``$ref``s
-  make no cycle costs ``prepare`` work in proportion to its size (each ``$ref`` walked once);
+- the schema work each counts stays within its limit (``LIMIT`` here, below the default
+  limit so that a case refused for its work stays short), and a schema whose ``$ref``s make
+  no cycle costs ``prepare`` work in proportion to its size (each ``$ref`` walked once);
 - as a safety net only, a case uses less than a generous CPU time.
 
 A long run:
@@ -31,7 +32,7 @@ from typing import Any
 import pytest
 
 from chatcodec import Codec, GrammarError, RequestError
-from chatcodec.schema_bounds import MAX_SCHEMA_WORK, schema_work
+from chatcodec.schema_bounds import SchemaWork, schema_work
 
 from .conftest import template_source
 
@@ -48,6 +49,8 @@ TEMPLATES = (
 )
 INLINE = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{{ tools | tojson }}"
 USER = [{"role": "user", "content": "hi"}]
+# the steps each call may take here (the default is 100,000 and more)
+LIMIT = 30_000
 # work per JSON node of the request's schemas, for a schema without a cycle of $refs
 WORK_PER_NODE = 16
 # the safety net: CPU seconds per case, far above what a case needs (the machine is shared)
@@ -203,20 +206,20 @@ def test_every_schema_prepares_or_is_refused_in_bounded_work(case: int) -> None:
         options = {"response_format": {"type": "json_schema", "json_schema": {"schema": response}}}
     policy = rng.choice(["reference", "guaranteed"])
     started = time.process_time()
-    with schema_work() as setup:
+    with schema_work(SchemaWork(LIMIT)) as setup:
         try:
             turn = codec.prepare(USER, tools=tools, policy=policy, **options)
         except (RequestError, GrammarError):
             turn = None
-    assert setup.spent <= MAX_SCHEMA_WORK + 1
+    assert setup.spent <= LIMIT + 1
     if not schemas.cyclic and response is None:
         # each $ref walked once: the work is in proportion to the schema's size
         assert setup.spent <= WORK_PER_NODE * _nodes(parameters), (setup.spent, case)
     if turn is not None:
-        with schema_work() as grammar:
+        with schema_work(SchemaWork(LIMIT)) as grammar:
             try:
                 turn.grammar  # noqa: B018
             except (RequestError, GrammarError):
                 pass
-        assert grammar.spent <= MAX_SCHEMA_WORK + 1
+        assert grammar.spent <= LIMIT + 1
     assert time.process_time() - started < CPU_SECONDS

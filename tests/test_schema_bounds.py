@@ -22,10 +22,12 @@ from chatcodec.reply.schema import may_be_string, value_types
 from chatcodec.schema_bounds import (
     MAX_SCHEMA_DEPTH,
     MAX_SCHEMA_WORK,
+    SCHEMA_WORK_PER_NODE,
     SchemaWork,
     check_schema,
     schema_work,
     spend,
+    work_limit,
 )
 
 from .conftest import template_source
@@ -247,3 +249,41 @@ def test_an_all_of_that_inlines_doubling_objects_runs_out_of_budget_in_the_gramm
     with schema_work(work), pytest.raises(RequestError, match="more than 5,000 steps"):
         turn.grammar  # noqa: B018
     assert work.spent == 5_001
+
+
+def test_the_work_limit_grows_with_the_request_schemas() -> None:
+    # objects and arrays: the parameters, properties, a, b, the $defs; n and its enum list
+    # twice (once where $defs holds them, once through the $ref)
+    parameters = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"$ref": "#/$defs/n"}},
+        "$defs": {"n": {"enum": [1, 2]}},
+    }
+    assert check_schema(parameters, "p") == 9
+    turn = codec_of("Qwen-Qwen2.5-7B-Instruct.jinja").prepare(USER, tools=[tool(parameters)])
+    assert turn.schema_work_limit == work_limit(9) == MAX_SCHEMA_WORK + SCHEMA_WORK_PER_NODE * 9
+
+
+def test_a_large_request_of_real_shape_fits_its_limit() -> None:
+    # twelve tools of forty parameters sharing models in rings: work in proportion to size
+    models = {
+        f"M{i}": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "integer", "minimum": 0},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "next": {"anyOf": [{"$ref": f"#/$defs/M{i // 4 * 4 + (i + 1) % 4}"}, {}]},
+            },
+        }
+        for i in range(12)
+    }
+    kinds = [{"type": "string"}, {"enum": ["a", "b"]}, {"type": ["integer", "null"]}]
+    tools = []
+    for t in range(12):
+        props = {
+            f"p{p}": kinds[p % 3] if p % 4 else {"$ref": f"#/$defs/M{p % 12}"} for p in range(40)
+        }
+        tools.append(tool({"type": "object", "properties": props, "$defs": models}, f"t{t}"))
+    for name in ("Qwen3-Coder.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja"):
+        turn = codec_of(name).prepare(USER, tools=tools, tool_choice="required")
+        assert turn.grammar is not None

@@ -282,7 +282,7 @@ class Codec:
         from .reply.request import POLICIES, ReplyRequest
         from .reply.select import describe, template_context
         from .reply.turn import Turn
-        from .schema_bounds import SchemaWork, schema_work
+        from .schema_bounds import SchemaWork, schema_work, work_limit
         from .template.capabilities import tool_call_support
 
         messages, tools = _request_lists(messages, tools)
@@ -297,9 +297,8 @@ class Codec:
         choice, reply_tools = _tool_choice(tool_choice, tools, policy)
         call_id = _call_ids(tool_call_id)
         json_schema = _json_schema(response_format, policy)
-        work = SchemaWork()  # one count of schema work for the whole call
-        with schema_work(work):
-            _check_schemas(tools, response_format, json_schema)
+        # one count of schema work for the call, its limit in proportion to the schemas
+        work = SchemaWork(work_limit(_check_schemas(tools, response_format, json_schema)))
         mode = _continuation(messages, continue_final_message)
         # the continued message is left out of the render
         final = messages[-1] if mode != "none" and messages else None
@@ -343,6 +342,7 @@ class Codec:
             handler=fmt.handler,
             format=fmt,
             call_id=call_id,
+            schema_work_limit=work.limit,
         )
 
 
@@ -611,18 +611,21 @@ def _check_schemas(
     tools: Sequence[Mapping[str, Any]] | None,
     response_format: Mapping[str, Any] | None,
     json_schema: Mapping[str, Any] | None,
-) -> None:
+) -> int:
     """Each tool's parameters and the response schema within the schema bounds (a
-    RequestError naming the path where one nests too deeply), before anything reads them."""
+    RequestError naming the path where one nests too deeply), before anything reads them;
+    the number of their nodes."""
     from .schema_bounds import check_schema
 
+    nodes = 0
     for i, tool in enumerate(tools or ()):
         function = tool.get("function") if isinstance(tool, Mapping) else None
         if isinstance(function, Mapping) and isinstance(function.get("parameters"), Mapping):
-            check_schema(function["parameters"], f"tools[{i}].function.parameters")
+            nodes += check_schema(function["parameters"], f"tools[{i}].function.parameters")
     if json_schema is not None and response_format is not None:
         wrapper = "json_schema." if response_format.get("type") == "json_schema" else ""
-        check_schema(json_schema, f"response_format.{wrapper}schema")
+        nodes += check_schema(json_schema, f"response_format.{wrapper}schema")
+    return nodes
 
 
 def _as_tokenizer(source: Any, origin: str | None) -> Tokenizer:

@@ -9,9 +9,12 @@ Three bounds keep the setup of a request short whatever its schemas say:
   the path where it does (each object, array and ``$ref`` is one level).
 - The walkers that follow ``$ref``s (what a parameter's type is, whether it may be a string)
   keep each answer once it is known, and stop at ``MAX_SCHEMA_DEPTH`` ``$ref``s in a row.
-- ``schema_work()`` opens a count of the schema nodes one call visits; past
-  ``MAX_SCHEMA_WORK`` the call is a ``RequestError``. ``Codec.prepare`` and ``Turn.grammar``
-  each open one. Outside one, ``spend`` counts nothing.
+- ``schema_work()`` opens a count of the steps one call takes over schemas (a node visited,
+  a grammar rule written). Past its limit the call is a ``RequestError``. ``Codec.prepare``
+  and ``Turn.grammar`` each open one, of ``work_limit(nodes)`` steps: ``MAX_SCHEMA_WORK``
+  plus ``SCHEMA_WORK_PER_NODE`` per node of the request's schemas. Work in proportion to a
+  schema's size always fits; work that grows faster (a graph walked once per path) does
+  not. Outside an open count, ``spend`` counts nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from .errors import RequestError
 __all__ = [
     "MAX_SCHEMA_DEPTH",
     "MAX_SCHEMA_WORK",
+    "SCHEMA_WORK_PER_NODE",
+    "work_limit",
     "SchemaWork",
     "schema_work",
     "call_answers",
@@ -42,16 +47,24 @@ __all__ = [
 # far above real schemas (a tool's parameters rarely nest ten levels), far below the ~1,000
 # Python frames a walk may use
 MAX_SCHEMA_DEPTH = 100
-# schema nodes one call may visit: a schema of ~10,000 nodes walked a few times fits; the
-# worst schema is refused within about a second of CPU (benchmarks/schemas.py)
+# the steps any call may take over its schemas, and the steps each node of the request's
+# schemas adds: work in proportion to the schemas fits (a request of real shape takes ~4
+# steps per node), and the worst small schema is refused within a second of CPU
+# (benchmarks/schemas.py)
 MAX_SCHEMA_WORK = 100_000
+SCHEMA_WORK_PER_NODE = 8
 
 T = TypeVar("T")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_$-]+")
 
 
+def work_limit(nodes: int) -> int:
+    """The steps a call may take over schemas of ``nodes`` nodes in all."""
+    return MAX_SCHEMA_WORK + SCHEMA_WORK_PER_NODE * nodes
+
+
 class SchemaWork:
-    """The count of schema nodes visited so far in one call, and its limit."""
+    """The count of steps taken over schemas so far in one call, and its limit."""
 
     def __init__(self, limit: int = MAX_SCHEMA_WORK) -> None:
         self.limit = limit
@@ -96,17 +109,18 @@ def call_answers(kind: str, subject: Any, make: Callable[[], T]) -> T:
     return kept[1]  # type: ignore[no-any-return]  # made by ``make`` for this kind
 
 
-def spend(nodes: int = 1) -> None:
-    """Count ``nodes`` visited; a ``RequestError`` once the open count passes its limit."""
+def spend(steps: int = 1) -> None:
+    """Count ``steps``; a ``RequestError`` once the open count passes its limit."""
     work = _current.get()
     if work is None:
         return
-    work.spent += nodes
+    work.spent += steps
     if work.spent > work.limit:
         raise RequestError(
             f"the request's tool and response schemas take more than {work.limit:,} steps to "
-            "set up (each schema node visited is one step): simplify the schemas, or split "
-            "the $defs that refer to each other"
+            "set up (a node visited or a grammar rule written is one step; the limit grows "
+            "with the schemas' size): $defs that refer to each other on many paths cost "
+            "more than their size, simplify them"
         )
 
 
@@ -209,15 +223,17 @@ def _pointer(root: Any, ref: str) -> tuple[Any, list[str | int]] | None:
     return node, keys
 
 
-def check_schema(schema: Any, where: str) -> None:
+def check_schema(schema: Any, where: str) -> int:
     """Walk ``schema`` (a tool's ``parameters``, a ``response_format`` schema) once, each
-    ``$ref`` target once, counting its nodes (``spend``); a ``RequestError`` naming the path
-    (from ``where``) where it nests deeper than ``MAX_SCHEMA_DEPTH`` levels.
+    ``$ref`` target once; the number of objects and arrays in it. A ``RequestError`` naming
+    the path (from ``where``) where it nests deeper than ``MAX_SCHEMA_DEPTH`` levels.
 
     A ``$ref`` continues the path at its target: the levels under a target count from the
     ``$ref``, and a target walked before counts as deep as it was then (a cycle ends where
     it started)."""
-    _Check(schema, where).walk(schema, 0, [])
+    check = _Check(schema, where)
+    check.walk(schema, 0, [])
+    return check.nodes
 
 
 class _Check:
@@ -226,6 +242,7 @@ class _Check:
         self.where = where
         # levels under each $ref target, by id once walked; None while it is being walked
         self.heights: dict[int, int | None] = {}
+        self.nodes = 0
 
     def fail(self, keys: Sequence[str | int]) -> RequestError:
         return too_deep(schema_path(self.where, keys))
@@ -238,7 +255,7 @@ class _Check:
             children = enumerate(node)
         else:
             return 0
-        spend()
+        self.nodes += 1
         if depth >= MAX_SCHEMA_DEPTH:
             raise self.fail(keys)
         height = 0

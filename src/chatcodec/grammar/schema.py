@@ -157,6 +157,7 @@ class GrammarBuilder:
 
     def add_rule(self, name: str, body: str) -> str:
         """Store ``body`` under ``name`` (sanitised, renamed on a clash); the name used."""
+        spend()  # a rule costs about what a visit does: both count (schema_bounds)
         name = _INVALID_RULE_CHARS.sub("-", name)
         if self.rules.get(name, body) == body:
             self.rules[name] = body

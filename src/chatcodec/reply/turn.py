@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..grammar.constraint import Grammar
-from ..schema_bounds import schema_work
+from ..schema_bounds import MAX_SCHEMA_WORK, SchemaWork, schema_work
 from .description import ReplyFormat
 from .message import AssistantMessage, Delta
 from .stream import DEFAULT_CALL_IDS, ReplyStream
@@ -19,7 +19,8 @@ __all__ = ["Turn"]
 class Turn:
     """``prompt`` goes to the backend, which must stop at ``stop``; ``parse``/``stream`` read
     the reply as llama.cpp would (``generation_prompt`` + reply). ``call_id(index)`` names
-    the tool calls the model gives no id of its own."""
+    the tool calls the model gives no id of its own. ``schema_work_limit`` bounds the steps
+    deriving ``grammar`` may take over the request's schemas (docs/security.md)."""
 
     prompt: str
     generation_prompt: str
@@ -27,6 +28,8 @@ class Turn:
     handler: str
     format: ReplyFormat
     call_id: Callable[[int], str] = DEFAULT_CALL_IDS
+    # the steps deriving the grammar may take over the request's schemas (schema_bounds)
+    schema_work_limit: int = MAX_SCHEMA_WORK
 
     @cached_property
     def grammar(self) -> Grammar | None:
@@ -38,7 +41,7 @@ class Turn:
             return None
         if c.build_gbnf is None:
             raise ValueError(f"this {self.handler!r} reply format carries no grammar builder")
-        with schema_work():
+        with schema_work(SchemaWork(self.schema_work_limit)):
             gbnf = c.build_gbnf()
         return Grammar(
             gbnf,
