@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from .errors import RequestError
 
@@ -39,6 +40,8 @@ __all__ = [
     "RefAnswers",
     "pointer_keys",
     "spend",
+    "spend_on",
+    "with_type",
     "check_schema",
     "schema_path",
     "too_deep",
@@ -122,6 +125,23 @@ def spend(steps: int = 1) -> None:
             "with the schemas' size): $defs that refer to each other on many paths cost "
             "more than their size, simplify them"
         )
+
+
+def spend_on(schema: Mapping[str, Any]) -> None:
+    """Count a visit of ``schema``: one step, and one per member and per item of a list or
+    object it holds (what reading its keywords may cost: a long ``enum`` or ``required``)."""
+    steps = 1 + len(schema)
+    for value in schema.values():
+        if isinstance(value, (list, Mapping)):
+            steps += len(value)
+    spend(steps)
+
+
+def with_type(schema: Mapping[str, Any], kind: Any) -> Mapping[str, Any]:
+    """``{**schema, "type": kind}`` as a view, made in constant time: one entry of a ``type``
+    list read as the schema's type (a copy per entry costs the schema's size each time)."""
+    # a ChainMap writes only to its first mapping; the schema is only read
+    return ChainMap({"type": kind}, cast("MutableMapping[str, Any]", schema))
 
 
 def schema_path(where: str, keys: Sequence[str | int]) -> str:
@@ -225,14 +245,16 @@ def _pointer(root: Any, ref: str) -> tuple[Any, list[str | int]] | None:
 
 def check_schema(schema: Any, where: str) -> int:
     """Walk ``schema`` (a tool's ``parameters``, a ``response_format`` schema) once, each
-    ``$ref`` target once; the number of objects and arrays in it. A ``RequestError`` naming
-    the path (from ``where``) where it nests deeper than ``MAX_SCHEMA_DEPTH`` levels.
+    ``$ref`` target once; the number of JSON values in it (each object, array, member value
+    and item). A ``RequestError`` naming the path (from ``where``) where it nests deeper
+    than ``MAX_SCHEMA_DEPTH`` levels.
 
     A ``$ref`` continues the path at its target: the levels under a target count from the
     ``$ref``, and a target walked before counts as deep as it was then (a cycle ends where
     it started)."""
     check = _Check(schema, where)
-    check.walk(schema, 0, [])
+    if isinstance(schema, (Mapping, list)):
+        check.walk(schema, 0, [])
     return check.nodes
 
 
@@ -248,22 +270,19 @@ class _Check:
         return too_deep(schema_path(self.where, keys))
 
     def walk(self, node: Any, depth: int, keys: list[str | int]) -> int:
-        """The levels at and under ``node`` (0 for a scalar)."""
-        if isinstance(node, Mapping):
-            children: Any = node.items()
-        elif isinstance(node, list):
-            children = enumerate(node)
-        else:
-            return 0
+        """The levels at and under ``node`` (an object or an array)."""
         self.nodes += 1
         if depth >= MAX_SCHEMA_DEPTH:
             raise self.fail(keys)
+        children: Any = node.items() if isinstance(node, Mapping) else enumerate(node)
         height = 0
         for key, child in children:
-            if key == "$ref" and isinstance(node, Mapping) and isinstance(child, str):
-                height = max(height, self.ref(child, depth, keys))
-            elif isinstance(child, (Mapping, list)):
+            if isinstance(child, (Mapping, list)):
                 height = max(height, self.walk(child, depth + 1, [*keys, key]))
+                continue
+            self.nodes += 1
+            if key == "$ref" and isinstance(child, str) and isinstance(node, Mapping):
+                height = max(height, self.ref(child, depth, keys))
         return height + 1
 
     def ref(self, ref: str, depth: int, keys: list[str | int]) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GrammarError
-from ..schema_bounds import spend
+from ..schema_bounds import spend_on, with_type
 from .floats import format_double
 
 __all__ = [
@@ -392,9 +392,9 @@ class _Reader:
         return node
 
     def node(self, schema: Any, path: str) -> SchemaNode:
-        spend()
         if not isinstance(schema, Mapping):
             raise _fail(path, "schema must be an object")
+        spend_on(schema)
         if "$ref" in schema:
             return self.ref(schema["$ref"], path)
         if "oneOf" in schema or "anyOf" in schema:
@@ -405,8 +405,9 @@ class _Reader:
             if not kind:
                 raise _fail(path, "type must not be empty")
             # {"type": [a, b], ...} reads as {"anyOf": [{"type": a, ...}, {"type": b, ...}]}
+            # (each a view of the schema with its own type, not a copy of every member)
             return AnyOfNode(
-                [self.node({**schema, "type": t}, f"{path}/type/{i}") for i, t in enumerate(kind)]
+                [self.node(with_type(schema, t), f"{path}/type/{i}") for i, t in enumerate(kind)]
             )
         if "const" in schema:
             return ConstNode(schema["const"])

@@ -207,6 +207,7 @@ class GrammarBuilder:
         if isinstance(node, ConstNode):
             return self.add_rule(rule_name, format_literal(dump_json(node.value)))
         if isinstance(node, EnumNode):
+            spend(len(node.values))
             values = " | ".join(format_literal(dump_json(v)) for v in node.values)
             return self.add_rule(rule_name, f"({values})")
         if isinstance(node, ObjectNode):
@@ -281,11 +282,13 @@ class GrammarBuilder:
             if isinstance(component, RefNode):
                 return
             if isinstance(component, ObjectNode):
+                spend(len(component.properties))
                 for prop in component.properties:
                     properties.append((prop.name, prop.schema))
                     if is_required:
                         required.add(prop.name)
             elif isinstance(component, EnumNode):
+                spend(len(component.values))
                 for value in component.values:
                     literal = format_literal(dump_json(value))
                     enum_counts[literal] = enum_counts.get(literal, 0) + 1

@@ -16,8 +16,9 @@ from ..schema_bounds import (
     call_answers,
     pointer_keys,
     schema_path,
-    spend,
+    spend_on,
     too_deep,
+    with_type,
 )
 
 __all__ = [
@@ -74,7 +75,7 @@ class SchemaTypes:
 
     Each ``$ref``'s answer is kept once it does not depend on the ``$ref``s being walked
     above it (a cycle cut short there), so the answers are llama.cpp's and the work is that
-    of the document's size. Every node visited is counted (``schema_bounds.spend``); a walk
+    of the document's size. Every node visited is counted (``schema_bounds.spend_on``); a walk
     deeper than ``MAX_SCHEMA_DEPTH`` is a ``RequestError`` naming the ``$ref`` it was in.
     """
 
@@ -90,8 +91,8 @@ class SchemaTypes:
         open (``schema_bounds.schema_work``), so every question shares its answers."""
         return call_answers("schema-types", root, lambda: cls(root))
 
-    def _deeper(self, depth: int) -> int:
-        spend()
+    def _deeper(self, schema: Mapping[str, Any], depth: int) -> int:
+        spend_on(schema)
         if depth >= MAX_SCHEMA_DEPTH:
             within = self._types.within() or self._strings.within()
             raise too_deep(schema_path(self.where, pointer_keys(within)))
@@ -103,7 +104,7 @@ class SchemaTypes:
         """The JSON types a value may take (llama.cpp: a schema without a type allows all)."""
         if not isinstance(schema, Mapping):
             return ALL_TYPES
-        depth = self._deeper(depth)
+        depth = self._deeper(schema, depth)
         if "$ref" in schema:
             ref = schema["$ref"]
             if not isinstance(ref, str):
@@ -123,13 +124,14 @@ class SchemaTypes:
             # each type of the list read as the schema's type (no copy of the schema made)
             out = frozenset()
             for one in kind:
+                spend_on(schema)  # each type reads the schema again
                 out |= self._typed_types(schema, one, depth)
             return out
         return self._typed_types(schema, kind, depth)
 
     def _typed_types(self, schema: Mapping[str, Any], kind: Any, depth: int) -> frozenset[str]:
         if isinstance(kind, list):  # a list inside a type list
-            return self.value_types({**schema, "type": kind}, depth)
+            return self.value_types(with_type(schema, kind), depth)
         if "const" in schema:
             return frozenset({_json_type(schema["const"])})
         if "enum" in schema and isinstance(schema["enum"], list):
@@ -169,7 +171,7 @@ class SchemaTypes:
         is; a schema without any type is *not* a string."""
         if not isinstance(schema, Mapping):
             return False
-        depth = self._deeper(depth)
+        depth = self._deeper(schema, depth)
         if "$ref" in schema:
             ref = schema["$ref"]
             if not isinstance(ref, str):
@@ -185,12 +187,16 @@ class SchemaTypes:
                 return isinstance(alts, list) and any(self.may_be_string(a, depth) for a in alts)
         kind = schema.get("type")
         if isinstance(kind, list):
-            return any(self._typed_string(schema, one, depth) for one in kind)
+            for one in kind:
+                spend_on(schema)  # each type reads the schema again
+                if self._typed_string(schema, one, depth):
+                    return True
+            return False
         return self._typed_string(schema, kind, depth)
 
     def _typed_string(self, schema: Mapping[str, Any], kind: Any, depth: int) -> bool:
         if isinstance(kind, list):  # a list inside a type list
-            return self.may_be_string({**schema, "type": kind}, depth)
+            return self.may_be_string(with_type(schema, kind), depth)
         if "const" in schema:
             return isinstance(schema["const"], str)
         if "enum" in schema:
