@@ -6,7 +6,7 @@ schemas found to stall or crash it (issue 37), and for a large schema of real sh
 Each row is one ``Codec.prepare`` (template compiled beforehand) and then ``turn.grammar``,
 in CPU time (the fastest of ``--rounds``), with what it ended in and the schema work each
 counted (``chatcodec.schema_bounds``: at most ``MAX_SCHEMA_WORK`` plus
-``SCHEMA_WORK_PER_NODE`` per node of the request's schemas, each). Needs the shared
+``SCHEMA_WORK_PER_NODE`` per JSON value of the request's schemas, each). Needs the shared
 templates beside the checkout (``../shared/chat_templates``).
 
 Rows:
@@ -170,7 +170,7 @@ def main() -> None:
     ]
     print(
         f"MAX_SCHEMA_DEPTH = {MAX_SCHEMA_DEPTH}, work limit = {MAX_SCHEMA_WORK:,} + "
-        f"{SCHEMA_WORK_PER_NODE} per schema node"
+        f"{SCHEMA_WORK_PER_NODE} per JSON value of the schemas"
     )
     header = f"{'schema':<16} {'template':<26} {'CPU s':>7} {'setup':>8} {'grammar':>8}  outcome"
     print(header)

@@ -9,10 +9,11 @@ Three bounds keep the setup of a request short whatever its schemas say:
   the path where it does (each object, array and ``$ref`` is one level).
 - The walkers that follow ``$ref``s (what a parameter's type is, whether it may be a string)
   keep each answer once it is known, and stop at ``MAX_SCHEMA_DEPTH`` ``$ref``s in a row.
-- ``schema_work()`` opens a count of the steps one call takes over schemas (a node visited,
-  a grammar rule written). Past its limit the call is a ``RequestError``. ``Codec.prepare``
-  and ``Turn.grammar`` each open one, of ``work_limit(nodes)`` steps: ``MAX_SCHEMA_WORK``
-  plus ``SCHEMA_WORK_PER_NODE`` per node of the request's schemas. Work in proportion to a
+- ``schema_work()`` opens a count of the steps one call takes over schemas (``spend_on`` a
+  schema object read: one, plus its members and list items; ``spend`` a grammar rule
+  written). Past its limit the call is a ``RequestError``. ``Codec.prepare`` and
+  ``Turn.grammar`` each open one, of ``work_limit(nodes)`` steps: ``MAX_SCHEMA_WORK`` plus
+  ``SCHEMA_WORK_PER_NODE`` per JSON value of the request's schemas. Work in proportion to a
   schema's size always fits; work that grows faster (a graph walked once per path) does
   not. Outside an open count, ``spend`` counts nothing.
 """
@@ -50,10 +51,10 @@ __all__ = [
 # far above real schemas (a tool's parameters rarely nest ten levels), far below the ~1,000
 # Python frames a walk may use
 MAX_SCHEMA_DEPTH = 100
-# the steps any call may take over its schemas, and the steps each node of the request's
-# schemas adds: work in proportion to the schemas fits (a request of real shape takes ~4
-# steps per node), and the worst small schema is refused within a second of CPU
-# (benchmarks/schemas.py)
+# the steps any call may take over its schemas, and the steps each JSON value of the
+# request's schemas adds: work in proportion to the schemas fits (a request of real shape
+# takes ~4 steps per value), and the worst small schema is refused within half a second
+# of CPU (benchmarks/schemas.py)
 MAX_SCHEMA_WORK = 100_000
 SCHEMA_WORK_PER_NODE = 8
 
@@ -121,9 +122,9 @@ def spend(steps: int = 1) -> None:
     if work.spent > work.limit:
         raise RequestError(
             f"the request's tool and response schemas take more than {work.limit:,} steps to "
-            "set up (a node visited or a grammar rule written is one step; the limit grows "
-            "with the schemas' size): $defs that refer to each other on many paths cost "
-            "more than their size, simplify them"
+            "set up (the limit grows with the schemas' size): $defs that refer to each "
+            "other on many paths, or type lists over large schemas, cost more than their "
+            "size; simplify them"
         )
 
 
