@@ -5,7 +5,7 @@ Each case is a tool schema (and now and then a ``response_format`` schema) assem
 nesting, ``anyOf`` / ``oneOf`` / ``allOf``, type lists, enums, consts, patterns, bounds (some
 fractional, negative or huge), and now and then a ``$ref`` that names nothing. Prepared on
 templates of several reply families (and one inline template), every case must keep the
-schema bounds' promises (docs/security.md, "Schemas"):
+schema bounds' promises (docs/security.md, "Request schemas"):
 
 - ``Codec.prepare`` and ``turn.grammar`` return, or raise a ``RequestError`` (a bound, or a
   schema they refuse) or a ``GrammarError`` (a schema llama.cpp cannot convert); nothing else;

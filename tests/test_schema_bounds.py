@@ -1,4 +1,4 @@
-"""A request's tool and response schemas are bounded work (issue 37, "Schemas").
+"""A request's tool and response schemas are bounded work (issue 37, "Schemas"; docs/security.md, "Request schemas").
 
 ``$defs`` that each refer twice to the next level made the XML-parameter families' type walk
 double its work per level (18.7 s at depth 20 on main), and a ``$ref`` chain of ~500 raised a

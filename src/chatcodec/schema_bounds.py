@@ -1,4 +1,4 @@
-"""Bounds on the work a request's JSON schemas can cause (docs/security.md, "Schemas").
+"""Bounds on the work a request's JSON schemas can cause (docs/security.md, "Request schemas").
 
 A tool's ``parameters`` and a ``response_format`` schema are the caller's data, and a small one
 can describe a large graph: ``$defs`` that refer to each other, chains of ``$ref``s, cycles.
@@ -8,7 +8,7 @@ Three bounds keep the setup of a request short whatever its schemas say:
   once. A schema nesting deeper than ``MAX_SCHEMA_DEPTH`` levels is a ``RequestError`` naming
   the path where it does (each object, array and ``$ref`` is one level).
 - The walkers that follow ``$ref``s (what a parameter's type is, whether it may be a string)
-  keep each answer once it is known, and stop at ``MAX_SCHEMA_DEPTH`` ``$ref``s in a row.
+  keep each answer once it is known, and stop ``MAX_SCHEMA_DEPTH`` levels down.
 - ``schema_work()`` opens a count of the steps one call takes over schemas (``spend_on`` a
   schema object read: one, plus its members and list items; ``spend`` a grammar rule
   written). Past its limit the call is a ``RequestError``. ``Codec.prepare`` and

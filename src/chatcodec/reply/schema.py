@@ -3,7 +3,7 @@ types, whether it may be a string, where a local ``$ref`` points.
 
 llama.cpp follows a ``$ref`` again on every path that reaches it, which doubles its work per
 level of ``$defs`` that each refer twice to the next. ``SchemaTypes`` gives the same answers
-with each ``$ref`` walked once (docs/security.md, "Schemas")."""
+with each ``$ref`` walked once (docs/security.md, "Request schemas")."""
 
 from __future__ import annotations
 
