@@ -245,7 +245,10 @@ def test_a_column_of_json_text_is_decoded_once_from_parquet_as_from_json_lines(
     lines = _run(*args, str(tmp_path / "row.jsonl"))
     assert parquet.stdout == lines.stdout
     assert parquet.returncode == lines.returncode == 2
-    assert _lines(lines.stdout)[0]["error"]["message"].startswith("Tools should either be")
+    assert _lines(lines.stdout)[0]["error"] == {
+        "type": "UsageError",
+        "message": "the row's tools must be a list, not str",
+    }
 
 
 def test_a_parquet_output_holds_the_result_lines(checkpoint: Path, tmp_path: Path) -> None:

@@ -521,8 +521,8 @@ def test_a_template_that_refuses_the_warm_up_requests_still_serves(
 
 
 def test_small_and_long_conversations_are_set_up_alike(standin: tuple[StandIn, str]) -> None:
-    """A body up to 16 KiB is set up on the event loop, a longer one on a worker thread:
-    both send the engine the template's prompt and read its reply."""
+    """A small body and a long one (past 16 KiB, where setup used to change threads) both
+    send the engine the template's prompt and read its reply."""
     engine, url = standin
     reset(engine, "Sunny.")
     with served(plain_codec(), RemoteEngine(url)) as root:
@@ -606,18 +606,20 @@ def test_an_unparseable_reply_ends_the_stream_with_an_error_event(
     with served(qwen(), RemoteEngine(url)) as root:
         response = post(root, body)
         assert response.status_code == 200
-        events = [json.loads(e.removeprefix("data: ")) for e in response.text.split("\n\n") if e]
-        # the content before the call went out; then the error, and nothing after it
+        *events, done = [e.removeprefix("data: ") for e in response.text.split("\n\n") if e]
+        events = [json.loads(e) for e in events]
+        # the content before the call went out; then the error, and [DONE] after it
         assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
         assert set(events[-1]) == {"error"} and events[-1]["error"]["code"] == "unparseable_reply"
+        assert done == "[DONE]"
         error_of(post(root, {**body, "stream": False}), 502)
 
 
 def sse_events(response: Any) -> list[dict[str, Any]]:
     assert response.status_code == 200, response.text
     lines = [e.removeprefix("data: ") for e in response.text.split("\n\n") if e]
-    assert lines[-1] == "[DONE]" or set(json.loads(lines[-1])) == {"error"}
-    return [json.loads(e) for e in lines if e != "[DONE]"]
+    assert lines[-1] == "[DONE]"  # after the last chunk or after an error event
+    return [json.loads(e) for e in lines[:-1]]
 
 
 def test_guaranteed_reads_an_unparseable_reply_as_content(
@@ -1086,3 +1088,128 @@ def test_a_schema_past_the_bounds_is_a_400_naming_its_path(
         error = error_of(post(root, {"model": MODEL, "messages": USER, "response_format": rf}), 400)
         assert error["param"] == "response_format"
         assert error["message"].startswith("response_format.json_schema.schema.$defs.l97: ")
+
+
+# ------------------------------------------------------- what agents' clients send (issue 36)
+
+
+def test_text_blocks_are_joined_for_a_template_that_takes_strings(
+    standin: tuple[StandIn, str],
+) -> None:
+    """Content sent as text blocks reaches a template that reads strings as llama.cpp hands it
+    over: the blocks' text joined by newlines. A dump of the blocks never enters the prompt,
+    and a block such a template cannot show is a 400 naming it."""
+    engine, url = standin
+    reset(engine, "Sunny.")
+    blocks = [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
+    messages = [{"role": "system", "content": blocks}, {"role": "user", "content": blocks}]
+    with served(plain_codec(), RemoteEngine(url)) as root:
+        engine.requests.clear()
+        assert post(root, {"model": MODEL, "messages": messages}).status_code == 200
+        assert engine.requests[0]["prompt"] == "system: one\ntwo\nuser: one\ntwo\n"
+        image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+        body = {"model": MODEL, "messages": [{"role": "user", "content": [*blocks, image]}]}
+        error = error_of(post(root, body), 400)
+        assert error["param"] == "messages[0].content[2]" and "image_url" in error["message"]
+    # a template that reads the blocks itself gets them as sent
+    typed = (
+        "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}"
+        "{% for b in m.content %}[{{ b.type }}:{{ b.text }}]{% endfor %}{% endif %}{% endfor %}"
+    )
+    with served(Codec(typed), RemoteEngine(url)) as root:
+        engine.requests.clear()
+        body = {"model": MODEL, "messages": [{"role": "user", "content": blocks}]}
+        assert post(root, body).status_code == 200
+        assert engine.requests[0]["prompt"] == "[text:one][text:two]"
+
+
+def test_qwen3_takes_user_text_as_blocks(standin: tuple[StandIn, str]) -> None:
+    """Qwen Code sends the user's text as blocks; Qwen3's template calls ``startswith`` on
+    content, so the blocks are joined before it renders (a 400 before)."""
+    engine, url = standin
+    reset(engine, "Sunny.")
+    codec = Codec(template_source("Qwen-Qwen3-0.6B.jinja"), eos_token="<|im_end|>")
+    blocks = [{"type": "text", "text": "What's the weather"}, {"type": "text", "text": "in Paris?"}]
+    with served(codec, RemoteEngine(url)) as root:
+        engine.requests.clear()
+        body = {"model": MODEL, "messages": [{"role": "user", "content": blocks}]}
+        assert post(root, body).status_code == 200
+        joined = [{"role": "user", "content": "What's the weather\nin Paris?"}]
+        assert engine.requests[0]["prompt"] == codec.prepare(joined).prompt
+
+
+def test_fields_that_change_nothing_locally_are_accepted(standin: tuple[StandIn, str]) -> None:
+    engine, url = standin
+    reset(engine, "Sunny.")
+    good = {"model": MODEL, "messages": USER}
+    harmless = {
+        "store": False,
+        "metadata": {"run": "7"},
+        "service_tier": "auto",
+        "prompt_cache_key": "k",
+        "safety_identifier": "u1",
+        "verbosity": "low",
+        "modalities": ["text"],
+    }
+    with served(plain_codec(), RemoteEngine(url)) as root:
+        for name, value in harmless.items():
+            response = post(root, {**good, name: value})
+            assert response.status_code == 200, (name, response.text)
+        error = error_of(post(root, {**good, "modalities": ["text", "audio"]}), 400)
+        assert error["param"] == "modalities"
+
+
+def test_top_k_min_p_and_the_default_max_tokens_reach_a_remote_engine(
+    standin: tuple[StandIn, str],
+) -> None:
+    engine, url = standin
+    reset(engine, "Sunny.")
+    good = {"model": MODEL, "messages": USER}
+    with served(plain_codec(), RemoteEngine(url), max_tokens_default=64) as root:
+        engine.requests.clear()
+        assert post(root, {**good, "top_k": 20, "min_p": 0.05}).status_code == 200
+        sent = engine.requests[0]
+        assert (sent["top_k"], sent["min_p"], sent["max_tokens"]) == (20, 0.05, 64)
+        engine.requests.clear()
+        assert post(root, {**good, "max_tokens": 7}).status_code == 200
+        assert engine.requests[0]["max_tokens"] == 7 and "top_k" not in engine.requests[0]
+        assert error_of(post(root, {**good, "top_k": -1}), 400)["param"] == "top_k"
+        assert error_of(post(root, {**good, "min_p": 2}), 400)["param"] == "min_p"
+
+
+def test_allowed_tools_offers_only_those_and_custom_tools_are_named(
+    standin: tuple[StandIn, str],
+) -> None:
+    """``allowed_tools`` narrows what is offered: the template shows only the allowed tools
+    and the grammar admits only their calls, under the choice's mode. A custom (free-form)
+    tool is a 400 naming it, never a silent drop."""
+    engine, url = standin
+    clock = {"type": "function", "function": {"name": "get_time", "parameters": {}}}
+    reset(engine, '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+    allowed = {
+        "type": "allowed_tools",
+        "allowed_tools": {
+            "mode": "required",
+            "tools": [{"type": "function", "function": {"name": "get_time"}}],
+        },
+    }
+    good = {"model": MODEL, "messages": USER, "tools": [WEATHER, clock]}
+    with served(qwen(), RemoteEngine(url, kind="llama")) as root:
+        engine.requests.clear()
+        reply = post(root, {**good, "tool_choice": allowed}).json()
+        assert reply["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
+        sent = engine.requests[0]
+        assert "get_time" in sent["prompt"] and "get_weather" not in sent["prompt"]
+        assert "tool-get-time" in sent["grammar"] and "get-weather" not in sent["grammar"]
+        wrong = {
+            **allowed,
+            "allowed_tools": {
+                "mode": "auto",
+                "tools": [{"type": "function", "function": {"name": "nope"}}],
+            },
+        }  # noqa: E501
+        error = error_of(post(root, {**good, "tool_choice": wrong}), 400)
+        assert error["param"] == "tool_choice.allowed_tools.tools[0]"
+        custom = {"type": "custom", "custom": {"name": "shell", "description": "Runs a command"}}
+        error = error_of(post(root, {**good, "tools": [custom]}), 400)
+        assert error["param"] == "tools[0].type" and "custom" in error["message"]

@@ -117,14 +117,11 @@ def check_error(
 def check_stream(response: Any) -> str:
     """How the stream ended (its finish reason, or an error event) once its shape is checked."""
     events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
-    assert events, "an empty stream"
-    payloads = [json.loads(e) for e in events if e != "[DONE]"]
+    assert events[-1] == "[DONE]"  # after the last chunk, or after an error event
+    payloads = [json.loads(e) for e in events[:-1]]
     error = "error" in payloads[-1]
     if error:  # a reply that turned out unparseable: the stream ends so
-        assert events[-1] != "[DONE]"
         payloads.pop()
-    else:
-        assert events[-1] == "[DONE]"
     chunks = [ChatCompletionChunk.model_validate(p) for p in payloads]
     assert chunks[0].choices[0].delta.role == "assistant"
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]

@@ -174,6 +174,44 @@ def test_a_json_schema_response_format_validates(client: Any) -> None:
     jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_longer_than_the_context_is_a_400(client: Any, stream: bool) -> None:
+    """The request's fault, not the engine's: OpenAI's context_length_exceeded, before any
+    stream begins; the engine serves the next request."""
+    long = [{"role": "user", "content": "word " * 500}]  # a token a byte: past 2,048
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=long, max_tokens=4, stream=stream)
+    error = caught.value
+    assert error.status_code == 400
+    assert (error.type, error.code, error.param) == (
+        "invalid_request_error",
+        "context_length_exceeded",
+        "messages",
+    )
+    assert "context holds 2048 tokens" in error.message
+    reply = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4)
+    assert reply.choices[0].finish_reason in ("length", "stop")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_grammar_llama_cpp_cannot_parse_is_a_400_naming_the_schema(
+    client: Any, stream: bool
+) -> None:
+    """A schema whose grammar repeats a rule a billion times: llama.cpp's grammar parser
+    refuses it (its limit is 2,000), which is the request's fault."""
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 1_000_000_000}
+    response_format = {"type": "json_schema", "json_schema": {"name": "many", "schema": schema}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=USER, response_format=response_format, stream=stream
+        )
+    error = caught.value
+    assert error.status_code == 400 and error.type == "invalid_request_error"
+    assert "grammar" in error.message and "response_format" in error.message
+    reply = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4)
+    assert reply.choices[0].finish_reason in ("length", "stop")
+
+
 def test_max_tokens_ends_with_length(client: Any) -> None:
     reply = client.chat.completions.create(
         model=MODEL, messages=USER, max_tokens=1, temperature=0.0
@@ -182,6 +220,39 @@ def test_max_tokens_ends_with_length(client: Any) -> None:
     assert usage is not None and usage.completion_tokens <= 1
     assert reply.choices[0].finish_reason in ("length", "stop")
     assert (reply.choices[0].finish_reason == "length") == (usage.completion_tokens == 1)
+
+
+def test_the_default_max_tokens_holds_in_process(gguf: Path) -> None:
+    """``--max-tokens-default`` limits a request that sets none on the in-process engine too
+    (the JSON schema asks for more tokens than the default, so the reply cannot end first)."""
+    codec = chatcodec.load(str(gguf))
+    schema = {"type": "object", "properties": {"unit": UNIT}, "required": ["unit"]}
+    response_format = {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}
+    engine = LlamaEngine(gguf, n_ctx=512, n_threads=1)  # the app closes it when it stops
+    app = create_app(codec, engine, ServeConfig(MODEL, max_tokens_default=4))
+    with ServerThread(app) as thread:
+        client = openai.OpenAI(base_url=thread.url + "/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model=MODEL, messages=USER, response_format=response_format, seed=2
+        )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None and reply.usage.completion_tokens == 4
+
+
+def test_top_k_and_min_p_are_honoured_in_process(client: Any) -> None:
+    """``top_k: 1`` and ``min_p: 1`` each keep only the likeliest token: at temperature 1,
+    whatever the seed, the reply is the greedy one."""
+    body: dict[str, Any] = {"model": MODEL, "messages": USER, "max_tokens": 12}
+    greedy = client.chat.completions.create(**body, temperature=0.0).choices[0].message.content
+    drawn = {
+        client.chat.completions.create(**body, seed=seed).choices[0].message.content
+        for seed in range(4)
+    }
+    assert drawn != {greedy}  # the seeds alone do give other replies
+    for kept in ({"top_k": 1}, {"min_p": 1.0}):
+        for seed in range(3):
+            reply = client.chat.completions.create(**body, seed=seed, extra_body=kept)
+            assert reply.choices[0].message.content == greedy, (kept, seed)
 
 
 def test_usage_comes_when_the_requests_stop_string_ends_the_reply(client: Any) -> None:
@@ -288,14 +359,15 @@ def test_a_prompt_past_the_timeout_is_an_engine_timeout(gguf: Path) -> None:
         with pytest.raises(EngineTimeout, match="reading the prompt"):
             async for _ in engine.generate(Generation("x" * 3900, max_tokens=1)):
                 pass
-        await asyncio.sleep(1.0)  # the abandoned start still holds the worker thread until then
         return await last_piece(engine)
 
     assert run_and_close(engine, run).finish_reason in ("stop", "length")
 
 
 async def last_piece(engine: LlamaEngine) -> Piece:
-    """The last piece of a short generation: the engine still serves."""
+    """The last piece of a short generation: the engine still serves. The timeout is lifted
+    first: the abandoned work may still hold the model for a while on a loaded machine."""
+    engine.timeout = None
     async for piece in engine.generate(Generation("hello", max_tokens=2)):  # noqa: B007
         pass
     return piece
@@ -587,10 +659,10 @@ def _message_of(response: Any, streamed: bool) -> tuple[dict[str, Any] | None, s
         choice = response.json()["choices"][0]
         return choice["message"], choice["finish_reason"]
     events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
-    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    assert events[-1] == "[DONE]"  # after the last chunk, or after an error event
+    chunks = [json.loads(e) for e in events[:-1]]
     if "error" in chunks[-1]:
         return None, None
-    assert events[-1] == "[DONE]"
     content, calls, finish = "", {}, None
     for chunk in chunks:
         for choice in chunk["choices"]:

@@ -27,6 +27,7 @@ from chatcodec.checkdata import check_turns
 from chatcodec.reply.auto import analysis_for
 from chatcodec.reply.auto.analysis import T_JSON, T_NONE
 from chatcodec.reply.auto.written import reads_back, written_forms
+from chatcodec.reply.select import handler_for
 from chatcodec.template.compat import LlamaCompatTemplate
 
 from .conftest import ORACLE, ROOT, TEMPLATES, read_jsonl
@@ -360,40 +361,11 @@ EXCUSED: dict[str, tuple[str, str, str]] = {
         "fails",
         "render_with_spans finds no span for the call turn",
     ),
-    "upstage-Solar-Open-100B.jinja": (
-        "fails",
-        "fails",
-        "llama.cpp's format does not read the call id first; its own parse fails there too "
-        "(the parse corpus)",
-    ),
-    "meetkai-functionary-medium-v3.2.jinja": (
-        "ok",
-        "fails",
-        "llama.cpp's Functionary v3.2 format does not read a second call after >>>",
-    ),
     # dev/templates
-    "ggml-org-llama.cpp-llama-cpp-lfm2.jinja": (
-        "fails",
-        "fails",
-        "the calls are JSON in <|tool_call_start|>; llama.cpp's LFM2 format reads Python-style "
-        "calls only",
-    ),
     "ggml-org-llama.cpp-llama-cpp-microsoft-Phi-4-mini-instruct.jinja": (
         "fails",
         "fails",
         "the turn's span (render_with_spans) ends after <|tool_call|>, before the call's JSON",
-    ),
-    "huggingface-huggingface.js-e2e-meetkai-functionary-medium-v2.2.jinja": (
-        "fails",
-        "fails",
-        "each call is a message of its own (<|from|>assistant <|recipient|>name): no syntax "
-        "found, llama.cpp's or a written form's, reads a second call",
-    ),
-    "huggingface-huggingface.js-automap-llama3.2-vision-90b.jinja": (
-        "fails",
-        "unrendered",
-        "llama.cpp's renderer refuses the probes (the template loops over a string content), "
-        "so neither llama.cpp's analysis nor the written calls' probes see a call",
     ),
 }
 
@@ -653,3 +625,213 @@ def test_history_call_id_is_read() -> None:
         reference.parse(with_id)
     for calls in (("weather",), ("weather", "search")):
         assert round_trip(codec, calls) == "ok"
+
+
+# Functionary v3.2's way (its family's markers): each message after >>>, a call's too.
+FUNCTIONARY = """{{- bos_token + '<|start_header_id|>system<|end_header_id|>\\n\\nRespond as:\\n' }}
+{{- '>>>${recipient}\\n${content}\\nAvailable: ' }}
+{%- for tool in tools or [] %}{{- tool.function.name + ' ' }}{%- endfor %}{{- '<|eot_id|>' }}
+{%- for message in messages %}
+{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' }}
+{%- if message.role == 'assistant' %}
+{%- if message.content %}{{- '>>>all\\n' + message.content }}{%- endif %}
+{%- for call in message.tool_calls or [] %}
+{{- '>>>' + call.function.name + '\\n' + call.function.arguments }}
+{%- endfor %}
+{%- else %}{{- message.content }}{%- endif %}
+{{- '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n>>>' }}
+{%- endif %}"""
+
+
+def test_functionary_v32_calls_after_the_first_are_read_under_guaranteed() -> None:
+    """The template writes every call after ``>>>``, the content's too; llama.cpp's format
+    reads a call after another only bare, and a call after content not at all (the whole
+    reads as content). Under guaranteed both read, whole and streamed."""
+    codec = Codec(FUNCTIONARY, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+    assert handler_for(FUNCTIONARY) == "Functionary v3.2"
+    first = 'get_weather\n{"location": "Paris"}'
+    second = 'search_web\n{"query": "cafe"}'
+    want = [("get_weather", {"location": "Paris"}), ("search_web", {"query": "cafe"})]
+    replies = {f"{first}>>>{second}": "", f"all\nLet me look.>>>{first}>>>{second}": "Let me look."}
+    for policy in ("reference", "guaranteed"):
+        turn = codec.prepare([USER], tools=TOOLS, tool_call_id=0, policy=policy)
+        assert turn.parse(f"{first}{second}").tool_calls  # llama.cpp's bare calls read
+        for reply, content in replies.items():
+            if policy == "reference":
+                if content:
+                    assert turn.parse(reply).content == reply.removeprefix("all\n")
+                else:
+                    with pytest.raises(ReplyError):
+                        turn.parse(reply)
+                continue
+            message = turn.parse(reply)
+            assert message.content == content and not message.dropped
+            assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == want
+            stream = turn.stream()
+            for piece in reply:
+                stream.feed(piece)
+            assert stream.finish().message == message
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
+
+
+# Solar Open's way with a call: <|tool_call:begin|>id<|tool_call:name|>name<|tool_call:args|>
+# {...}<|tool_call:end|>. The tools are listed in the system turn, so llama.cpp's analysis finds
+# no id position and takes the probe's id into the name's opening marker: no call reads.
+LEAD_ID = """{{- bos_token }}
+{%- if tools %}{{- '<|begin|>system<|content|>Tools: ' + tools | tojson + '<|end|>' }}{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'assistant' and message.tool_calls %}
+{{- '<|begin|>assistant<|tool_calls|>' }}
+{%- for call in message.tool_calls %}
+{{- '<|tool_call:begin|>' + call.id + '<|tool_call:name|>' + call.function.name }}
+{{- '<|tool_call:args|>' + call.function.arguments | tojson + '<|tool_call:end|>' }}
+{%- endfor %}
+{{- '<|calls|>' }}
+{%- else %}
+{{- '<|begin|>' + message.role + '<|content|>' + message.content + '<|end|>' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|begin|>assistant' }}{%- endif %}"""
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_a_call_id_before_the_name_is_read_under_guaranteed(
+    tiny_llama: Any, tool_choice: str
+) -> None:
+    """Under guaranteed the id the template writes before the name is read as the call's id
+    (any id, or none), the call streams, and the grammar writes one; under reference the
+    probe's id stays in the name's marker and no call reads."""
+    tokens = {"bos_token": "<s>", "eos_token": "</s>"}
+    assert analysis_for(LEAD_ID, tokens).tools.name_prefix.startswith("call00001")
+    derived = analysis_for(LEAD_ID, tokens, "guaranteed").tools
+    assert (derived.id_before_name, derived.id_suffix) == (True, "<|tool_call:name|>")
+    codec = Codec(LEAD_ID, bos_token="<s>", eos_token="</s>")
+    call = '<|tool_call:name|>get_weather<|tool_call:args|>{"location": "Paris"}<|tool_call:end|>'
+    replies = {
+        f"<|tool_calls|><|tool_call:begin|>a1b2c3d4e5{call}<|calls|>": "a1b2c3d4e5",
+        f"<|tool_calls|><|tool_call:begin|>{call}<|calls|>": None,
+    }
+    reference = codec.prepare([USER], tools=TOOLS, tool_choice=tool_choice)
+    turn = codec.prepare([USER], tools=TOOLS, tool_choice=tool_choice, policy="guaranteed")
+    for reply, call_id in replies.items():
+        with pytest.raises(ReplyError):
+            reference.parse(reply)
+        message = turn.parse(reply)
+        [read] = message.tool_calls
+        assert (read.name, json.loads(read.arguments)) == ("get_weather", {"location": "Paris"})
+        assert read.id == call_id or (call_id is None and read.id)
+        stream = turn.stream()
+        names = [d.tool_call.name for c in reply for d in stream.feed(c) if d.tool_call]
+        # a call with the model's own id is announced once its name is complete; one
+        # without waits for the end, as any format's whose calls may carry ids
+        assert [n for n in names if n] == (["get_weather"] if call_id else [])
+        assert stream.finish().message == message
+    grammar = turn.grammar
+    assert grammar is not None
+    prompt = "" if grammar.lazy else turn.generation_prompt
+    for reply in replies:
+        assert tiny_llama.verdict(grammar.gbnf, reply, prompt) == "accept"
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
+        assert round_trip(codec, calls, "reference") == "fails"
+
+
+def test_lfm2_json_calls_the_template_writes_are_read_under_guaranteed() -> None:
+    """llama.cpp's LFM2 family reads Python-style calls only; this LFM2 template writes its
+    calls as JSON in the family's markers. Under guaranteed both read, whole and streamed."""
+    source = (ROOT / "dev" / "templates" / "ggml-org-llama.cpp-llama-cpp-lfm2.jinja").read_text()
+    assert handler_for(source) == "LFM2"
+    codec = Codec(source, bos_token="<|startoftext|>", eos_token="<|im_end|>")
+    json_calls = (
+        '<|tool_call_start|>[{"name": "get_weather", "arguments": {"location": "Paris"}, '
+        '"id": "Wx1"}, {"name": "search_web", "arguments": {"query": "cafe"}}]<|tool_call_end|>'
+    )
+    python = '<|tool_call_start|>[get_weather(location="Paris"), search_web(query="cafe")]'
+    python += "<|tool_call_end|>"
+    want = [("get_weather", {"location": "Paris"}), ("search_web", {"query": "cafe"})]
+    reference = codec.prepare([USER], tools=TOOLS, tool_call_id=0, parallel_tool_calls=True)
+    turn = codec.prepare(
+        [USER], tools=TOOLS, tool_call_id=0, parallel_tool_calls=True, policy="guaranteed"
+    )
+    with pytest.raises(ReplyError):
+        reference.parse(json_calls)
+    for reply in (json_calls, python):
+        message = turn.parse(reply)
+        assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == want
+        assert not message.dropped
+        assert [c.name for c in reference.parse(python).tool_calls] == [n for n, _ in want]
+        stream = turn.stream()
+        for piece in reply:
+            stream.feed(piece)
+        assert stream.finish().message == message
+    assert turn.parse(json_calls).tool_calls[0].id == "Wx1"
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
+
+
+def test_a_message_header_between_calls_is_read_under_guaranteed() -> None:
+    """functionary v2.2 writes each call as a message of its own: the header the generation
+    prompt ends with, ``<|from|>assistant\\n<|recipient|>``, comes again before each call's
+    name (after the empty content message the template writes for ``content: ""``). Under
+    guaranteed that header parts two calls; under reference no second call reads. A call
+    right after the prompt's own header still reads as content under both policies: the
+    section's opening marker is the prompt's last (docs/differences.md, G3)."""
+    name = "huggingface-huggingface.js-e2e-meetkai-functionary-medium-v2.2.jinja"
+    codec = Codec((ROOT / "dev" / "templates" / name).read_text(encoding="utf-8"))
+    first = 'get_weather\n<|content|>{"location": "Paris"}'
+    second = 'search_web\n<|content|>{"query": "cafe"}'
+    header = "\n<|from|>assistant\n<|recipient|>"
+    reply = f"all\n<|content|>{header}{first}{header}{second}"
+    want = [("get_weather", {"location": "Paris"}), ("search_web", {"query": "cafe"})]
+    turn = codec.prepare([USER], tools=TOOLS, tool_call_id=0, policy="guaranteed")
+    message = turn.parse(reply)
+    assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == want
+    assert turn.parse(first).tool_calls == ()
+    stream = turn.stream()
+    names = [d.tool_call.name for c in reply for d in stream.feed(c) if d.tool_call]
+    assert [n for n in names if n] == ["get_weather", "search_web"]
+    assert stream.finish().message == message
+    for calls in (("weather",), ("weather", "search")):
+        assert round_trip(codec, calls) == "ok"
+    assert round_trip(codec, ("weather", "search"), "reference") == "fails"
+
+
+# Llama 3.2 Vision's way: each message's content is looped over for images, a string's
+# characters too. transformers renders that (a character has no "type"); llama.cpp's renderer
+# refuses it, so its analysis sees no call.
+PARTS = """{{- bos_token }}
+{%- for message in messages %}{%- for part in message['content'] %}
+{%- if part['type'] == 'image' %}{{- raise_exception('no images') }}{%- endif %}
+{%- endfor %}{%- endfor %}
+{%- if tools %}{{- '<|start_header_id|>system<|end_header_id|>\\n\\nTools: ' }}
+{%- for tool in tools %}{{- tool.function.name + ' ' }}{%- endfor %}{{- '<|eot_id|>' }}{%- endif %}
+{%- for message in messages %}
+{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' }}
+{%- if message.tool_calls %}
+{%- set call = message.tool_calls[0].function %}
+{{- '{"name": "' + call.name + '", "parameters": ' + call.arguments | tojson + '}' }}
+{%- else %}{{- message.content }}{%- endif %}
+{{- '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
+{%- endif %}"""
+
+
+def test_calls_only_transformers_renders_are_read_under_guaranteed() -> None:
+    """Where llama.cpp's renderer refuses the probes, the calls are looked for in the
+    template's renders as transformers gives them (the renders a model is trained on)."""
+    tokens = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+    assert analysis_for(PARTS, tokens).tools.mode == T_NONE
+    derived = analysis_for(PARTS, tokens, "guaranteed").tools
+    assert (derived.mode, derived.args_field) == (T_JSON, "parameters")
+    codec = Codec(PARTS, **tokens)
+    reply = '{"name": "get_weather", "parameters": {"location": "Paris"}}'
+    turn = codec.prepare([USER], tools=TOOLS, tool_call_id=0, policy="guaranteed")
+    [call] = turn.parse(reply).tool_calls
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"location": "Paris"})
+    assert codec.prepare([USER], tools=TOOLS, tool_call_id=0).parse(reply).tool_calls == ()
+    assert round_trip(codec, ("weather",)) == "ok"
+    assert round_trip(codec, ("weather",), "reference") == "fails"

@@ -881,8 +881,8 @@ def _add_serve(
         "--max-tokens-default",
         type=_positive_int,
         metavar="N",
-        help="max_tokens sent to the backend for a request that gives none (default: null, "
-        "until the context is full; required with --backend-kind sglang)",
+        help="the max_tokens of a request that gives none, on either engine (default: until "
+        "the context is full; required with --backend-kind sglang)",
     )
     serve.add_argument(
         "--backend-no-stream",
@@ -900,8 +900,16 @@ def _add_serve(
         "--timeout",
         type=_positive_float,
         default=600.0,
-        help="the longest the engine may take to give its next piece of text (a queued "
-        "request's wait included), seconds; past it a request fails with 504",
+        help="the longest a request's setup (its render and grammar) or the engine's next piece "
+        "of text (a queued request's wait included) may take, seconds; past it a request fails "
+        "with 504",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=_positive_float,
+        default=30.0,
+        help="the longest a request's body may take to arrive, seconds; past it the request "
+        "fails with 408 and its connection is closed",
     )
     serve.add_argument(
         "--policy",

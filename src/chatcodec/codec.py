@@ -19,7 +19,8 @@ from .errors import (
 )
 from .strings import common_prefix_length
 from .template import ChatTemplate, Limits, RenderedChat
-from .template.render import request_lists
+from .template.environment import call_budget
+from .template.render import raise_if_budget_spent, request_lists
 
 if TYPE_CHECKING:
     from .encoding import Encoding, ThoughtMarkers
@@ -208,17 +209,19 @@ class Codec:
         """
         from .encoding import encode_rendered
 
-        rendered = self.render_with_spans(
-            messages, tools, documents, add_generation_prompt, now, template_name, **context
-        )
-        bad = None if rendered.text.isascii() else _SURROGATE.search(rendered.text)
-        if bad is not None:
-            # no tokenizer reads a lone surrogate ("\ud800"): its own error would be foreign
-            inputs = {"messages": messages, "tools": tools, "documents": documents, **context}
-            raise RequestError(f"{_not_unicode(inputs, bad)}, which no tokenizer reads")
-        thought = None
-        if not mask_reasoning:
-            thought = self.thought_markers(tools, template_name)
+        limits = self.template_for(tools, template_name).limits
+        with call_budget(limits, "encoding the conversation"):  # (its renders share it)
+            rendered = self.render_with_spans(
+                messages, tools, documents, add_generation_prompt, now, template_name, **context
+            )
+            bad = None if rendered.text.isascii() else _SURROGATE.search(rendered.text)
+            if bad is not None:
+                # no tokenizer reads a lone surrogate ("\ud800"): its own error would be foreign
+                inputs = {"messages": messages, "tools": tools, "documents": documents, **context}
+                raise RequestError(f"{_not_unicode(inputs, bad)}, which no tokenizer reads")
+            thought = None
+            if not mask_reasoning:
+                thought = self.thought_markers(tools, template_name)
         return encode_rendered(
             rendered,
             self.tokenizer if tokenizer is None else _as_tokenizer(tokenizer, self.origin),
@@ -241,10 +244,12 @@ class Codec:
                 special_tokens=self.special_tokens,
                 limits=self.limits,
             )
-            try:
-                block = single.prepare([{"role": "user", "content": "x"}]).format.reasoning
-            except ChatCodecError:  # llama.cpp cannot set this template up: no markers known
-                block = None
+            with call_budget(single.template.limits, "finding the thought markers"):
+                try:
+                    block = single.prepare([{"role": "user", "content": "x"}]).format.reasoning
+                except ChatCodecError as exc:  # llama.cpp cannot set it up: no markers known
+                    raise_if_budget_spent(exc)  # (out of time: no answer to remember)
+                    block = None
             self._thoughts[key] = (
                 None
                 if block is None
@@ -310,12 +315,14 @@ class Codec:
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
         context.update(template_context(template.source, json_schema))
-        prompt, generation_prompt, llama_without = _prompts(
-            template, messages, tools, context, now, add_generation_prompt=mode == "none"
-        )
-        if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
-            parallel_tool_calls = tool_call_support(template).parallel  # cached per template
-        with schema_work(work):
+        # every render below (the prompts, the probes, the analysis) shares one budget, and
+        # the reading of the schemas one count of their work
+        with call_budget(template.limits, "preparing the request"), schema_work(work):
+            prompt, generation_prompt, llama_without = _prompts(
+                template, messages, tools, context, now, add_generation_prompt=mode == "none"
+            )
+            if parallel_tool_calls is None:  # llama.cpp's server: the template's capability
+                parallel_tool_calls = tool_call_support(template).parallel  # cached per template
             fmt = describe(
                 ReplyRequest(
                     template.source,
@@ -329,6 +336,7 @@ class Codec:
                     json_schema=json_schema,
                     continue_final_message=mode if continuing else "none",
                     policy=policy,  # type: ignore[arg-type]  # checked above
+                    limits=template.limits,
                 )
             )
         if final is not None and continuing:
@@ -430,7 +438,8 @@ def _prompts(
         prompt = template.render(
             messages, tools=tools, add_generation_prompt=add_generation_prompt, now=now, **context
         )
-    except TemplateError:
+    except TemplateError as exc:
+        raise_if_budget_spent(exc)
         # transformers cannot render this request, llama.cpp's renderer can: its prompt
         prompt = llama_prompt if add_generation_prompt else llama_without
     return prompt, generation_prompt, llama_without
@@ -531,6 +540,7 @@ def _llama_generation_prompt(
             messages, tools=tools, add_generation_prompt=False, now=now, **variables
         )
     except TemplateError as exc:
+        raise_if_budget_spent(exc)  # (the call's time is up: not the template's failure)
         raise type(exc)(
             f"llama.cpp cannot set up this request: the template fails to render ({exc})",
             stage="render",

@@ -113,8 +113,8 @@ class DatasetEncoder:
         struct columns pad the fields a value lacks with nulls (dropped, at every depth);
         a JSON record's nulls are its own (``"until": null`` in a call's arguments) and are
         kept. A row the encoder cannot read (no messages list, a column of text that is not
-        JSON, variables that are not an object or that set an option of ``Codec.encode``)
-        raises RequestError."""
+        JSON, tools or documents that are not lists, variables that are not an object or
+        that set an option of ``Codec.encode``) raises RequestError."""
         record = {
             name: without_nulls(row[name]) if padded else row[name]
             for name in _COLUMNS
@@ -136,8 +136,8 @@ class DatasetEncoder:
             raise RequestError(f"chat_template_kwargs cannot set {taken[0]!r}: an encode option")
         return self.codec.encode(
             list(messages),
-            _as_lists(record.get("tools")),
-            _as_lists(record.get("documents")),
+            _as_list(record, "tools"),
+            _as_list(record, "documents"),
             **{**self.options, **variables},
         )
 
@@ -199,5 +199,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _as_lists(value: Any) -> Any:
-    return value if value is None else list(value)
+def _as_list(record: Mapping[str, Any], name: str) -> list[Any] | None:
+    """The row's ``name`` column as a list (None when absent); RequestError when it is not
+    a list (a number, an object, a string that was no JSON list)."""
+    value = record.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise RequestError(f"the row's {name} must be a list, not {type(value).__name__}")
+    return list(value)

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import IO, Any
 
 from .errors import MissingExtraError
@@ -69,7 +71,8 @@ def count_records(paths: Sequence[str]) -> int | None:
         if path == "-":
             return None
         if is_parquet(path):
-            total += _parquet_module(path).ParquetFile(path).metadata.num_rows
+            with _unreadable(path):
+                total += _parquet_module(path).ParquetFile(path).metadata.num_rows
             continue
         with open(path, "rb") as stream:
             ends = 0
@@ -132,18 +135,37 @@ def _parquet_module(path: str, doing: str = "reading") -> Any:
     return pyarrow.parquet
 
 
+@contextmanager
+def _unreadable(path: str) -> Iterator[None]:
+    """pyarrow's failures to read the Parquet file ``path`` (not Parquet, truncated, a page
+    that does not decode) as an OSError naming the file, as an unreadable JSON Lines file
+    is: the command line's usage error, exit status 2."""
+    import pyarrow
+
+    try:
+        yield
+    except (OSError, pyarrow.ArrowException) as exc:
+        if isinstance(exc, OSError) and exc.filename is not None:
+            raise
+        if isinstance(exc, OSError) and exc.errno:  # the file's own (not there, no access)
+            raise OSError(exc.errno, os.strerror(exc.errno), path) from None
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise OSError(None, f"not valid Parquet ({why})", path) from None
+
+
 def _parquet_records(path: str, decode: bool) -> Iterator[tuple[dict[str, Any] | None, str]]:
-    table = _parquet_module(path).ParquetFile(path)
+    parquet = _parquet_module(path)
     number = 0
-    for batch in table.iter_batches(batch_size=1024):
-        for row in batch.to_pylist():
-            number += 1
-            record = without_nulls(row)
-            problem = decode_json_columns(record) if decode else ""
-            if problem:
-                yield None, f"{path}: row {number}: {problem}"
-            else:
-                yield record, ""
+    with _unreadable(path):  # (a yield here is resumed by next(): nothing is thrown into it)
+        for batch in parquet.ParquetFile(path).iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                number += 1
+                record = without_nulls(row)
+                problem = decode_json_columns(record) if decode else ""
+                if problem:
+                    yield None, f"{path}: row {number}: {problem}"
+                else:
+                    yield record, ""
 
 
 def without_nulls(value: Any) -> Any:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # (the template package is imported where a template is rendered)
+    from ..template.environment import Limits
 
 __all__ = ["ReplyRequest", "Policy", "POLICIES"]
 
@@ -26,7 +29,9 @@ class ReplyRequest:
     ``"content"`` or ``"reasoning_content"`` when a final assistant message is continued
     (``generation_prompt`` is then the template's for the conversation before it; the format's
     ``continuation`` writes the one to parse with), else ``"none"``. ``policy``: ``reference``
-    (llama.cpp exactly) or ``guaranteed`` (see ``Policy``).
+    (llama.cpp exactly) or ``guaranteed`` (see ``Policy``). ``limits``: the template's
+    ``Limits``, which the renders of the families that render it (the auto parser's
+    analysis) run under (the defaults when None).
     """
 
     source: str
@@ -40,3 +45,4 @@ class ReplyRequest:
     json_schema: Mapping[str, Any] | None = None
     continue_final_message: str = "none"
     policy: Policy = "reference"
+    limits: Limits | None = None

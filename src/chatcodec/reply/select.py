@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache, partial
 from typing import Any, Protocol
 
+from ..template.environment import Limits
 from . import auto
 from .description import ReplyFormat
 from .families import (
@@ -135,7 +136,7 @@ def _grammar_key(family: Family, request: ReplyRequest) -> tuple[Hashable, ...] 
                 value = json.dumps(value, ensure_ascii=False)
             except (TypeError, ValueError):
                 return None
-        elif not isinstance(value, (str, bool, type(None))):
+        elif not isinstance(value, (str, bool, type(None), Limits)):  # (Limits: frozen)
             return None
         # the type too: True and 1 are equal keys, not equal requests
         key += [type(value).__name__, value]

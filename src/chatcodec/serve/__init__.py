@@ -16,13 +16,24 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingExtraError(exc.name or "starlette", "server", "chatcodec serve") from exc
 
 from .app import ServeConfig, create_app
-from .engine import Engine, EngineError, EngineTimeout, Generation, Piece, Usage
+from .engine import (
+    Engine,
+    EngineError,
+    EngineReplyError,
+    EngineRequestError,
+    EngineTimeout,
+    Generation,
+    Piece,
+    Usage,
+)
 from .remote import BACKEND_KINDS, RemoteEngine
 
 __all__ = [
     "BACKEND_KINDS",
     "Engine",
     "EngineError",
+    "EngineReplyError",
+    "EngineRequestError",
     "EngineTimeout",
     "Generation",
     "Piece",

@@ -9,7 +9,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
@@ -17,7 +17,7 @@ import orjson
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -25,12 +25,13 @@ from ..errors import ChatCodecError, ReplyError
 from ..reply.message import Delta
 from ..reply.request import Policy
 from .chat import Reply, prepare
-from .engine import Engine, EngineError, EngineTimeout, Piece
+from .engine import Engine, EngineError, Generation, Piece
 from .errors import APIError, error_body
 from .schema import ChatRequest
 
 if TYPE_CHECKING:
     from ..codec import Codec
+    from ..reply.turn import Turn
 
 __all__ = ["ServeConfig", "create_app"]
 
@@ -43,10 +44,6 @@ _WARM_TOOL = {
     "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
 }
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
-# A request body up to this size is set up (rendered) on the event loop: it takes well under
-# a millisecond, less than handing it to a thread and back, and under the GIL a thread runs it
-# no sooner. A larger one goes to a thread, so that a long render lets the streams run.
-_SET_UP_INLINE = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,13 +52,20 @@ class ServeConfig:
     bearer token every ``/v1`` request must carry (none: open). ``max_body``: the largest
     request body, in bytes. ``reasoning_field``: the name the reasoning goes out under.
     ``policy``: how replies are read and constrained when the request does not say (its
-    ``policy`` field): ``guaranteed`` or llama.cpp's ``reference`` (docs/decoding.md)."""
+    ``policy`` field): ``guaranteed`` or llama.cpp's ``reference`` (docs/decoding.md).
+    ``timeout``: the longest a request's setup (its render, decoder and grammar) may take,
+    in seconds (None: no limit), else a 504. ``body_timeout``: the longest a request's
+    body may take to arrive, in seconds (None: no limit), else a 408.
+    ``max_tokens_default``: the limit of a request that sets none (none: the context's)."""
 
     model_name: str
     api_key: str | None = None
     max_body: int = 8 * 1024 * 1024
     reasoning_field: ReasoningField = "reasoning_content"
     policy: Policy = "guaranteed"
+    max_tokens_default: int | None = None
+    timeout: float | None = None
+    body_timeout: float | None = 30.0
 
 
 def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
@@ -90,7 +94,10 @@ def create_app(codec: Codec, engine: Engine, config: ServeConfig) -> Starlette:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    # a body left unread (too large, too slow) ends the connection: the client cannot go on
+    # trickling the rest into it
+    headers = {"Connection": "close"} if exc.status in (408, 413) else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -100,8 +107,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("internal error")
-    message = f"internal error (a bug in chatcodec: please report it): {type(exc).__name__}"
-    return JSONResponse(error_body(500, message), status_code=500)
+    return JSONResponse(error_body(500, _bug_message(exc)), status_code=500)
+
+
+def _bug_message(exc: Exception) -> str:
+    return f"internal error (a bug in chatcodec: please report it): {type(exc).__name__}"
 
 
 class _Server:
@@ -148,17 +158,22 @@ class _Server:
         if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), key):
             raise APIError(401, "missing or wrong API key", code="invalid_api_key")
 
-    async def _body(self, request: Request) -> tuple[ChatRequest, int]:
-        """The request's body, validated, and its size in bytes."""
+    async def _body(self, request: Request) -> ChatRequest:
+        """The request's body, validated."""
         limit = self.config.max_body
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             raise APIError(413, f"the request body is larger than {limit} bytes")
-        data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise APIError(413, f"the request body is larger than {limit} bytes")
+        timeout = self.config.body_timeout
+        try:
+            data = await asyncio.wait_for(_read(request, limit), timeout)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {timeout:g} s") from None
+        except ClientDisconnect:  # one line, no traceback: a client may always go away
+            client = request.client
+            who = f"{client.host}:{client.port}" if client else "a client"
+            log.info("%s went away before sending the whole request body", who)
+            raise APIError(499, "the client went away") from None
         try:
             payload = json.loads(data)
         except RecursionError:
@@ -166,7 +181,7 @@ class _Server:
         except ValueError as exc:  # malformed JSON, invalid UTF-8, an integer too long
             raise APIError(400, f"the request body is not valid JSON: {exc}") from None
         try:
-            return ChatRequest.model_validate(payload), len(data)
+            return ChatRequest.model_validate(payload)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or None
@@ -177,7 +192,7 @@ class _Server:
 
     async def chat(self, request: Request) -> Response:
         self._authorize(request)
-        body, size = await self._body(request)
+        body = await self._body(request)
         if body.model != self.config.model_name:
             raise APIError(
                 404,
@@ -186,13 +201,7 @@ class _Server:
                 "model",
                 "model_not_found",
             )
-        policy = body.policy or self.config.policy
-        if size <= _SET_UP_INLINE:
-            turn, generation = prepare(self.codec, body, self.engine, policy)
-        else:  # a long conversation's render: off the event loop
-            turn, generation = await asyncio.to_thread(
-                prepare, self.codec, body, self.engine, policy
-            )
+        turn, generation = await self._set_up(body)
         reply = Reply(turn, generation.stop, streamed=body.stream)
         pieces = self.engine.generate(generation)
         # an engine that fails at once is a status, not a stream
@@ -209,6 +218,21 @@ class _Server:
         work = asyncio.ensure_future(self._complete(ident, reply, _chain(first, pieces)))
         return JSONResponse(await _unless_gone(request, work))
 
+    async def _set_up(self, body: ChatRequest) -> tuple[Turn, Generation]:
+        """``prepare`` for ``body`` on a worker thread, so that no request's setup holds up
+        the event loop (the other streams, ``/health``), within ``timeout``: a setup that
+        takes longer is answered with a 504 (its thread runs on to its end, unheard)."""
+        policy = body.policy or self.config.policy
+        work = asyncio.to_thread(prepare, self.codec, body, self.engine, policy)
+        timeout = self.config.timeout
+        try:
+            turn, generation = await asyncio.wait_for(work, timeout)
+        except asyncio.TimeoutError:
+            raise APIError(504, f"setting the request up took more than {timeout:g} s") from None
+        if generation.max_tokens is None:
+            generation = replace(generation, max_tokens=self.config.max_tokens_default)
+        return turn, generation
+
     async def _complete(
         self, ident: str, reply: Reply, pieces: AsyncIterator[Piece]
     ) -> dict[str, Any]:
@@ -217,10 +241,8 @@ class _Server:
                 pass
         except ReplyError as exc:
             raise APIError(502, str(exc), code="unparseable_reply") from None
-        except EngineTimeout as exc:
-            raise APIError(504, str(exc)) from None
         except EngineError as exc:
-            raise APIError(502, str(exc)) from None
+            raise _engine_fault(exc) from None
         assert reply.message is not None
         message = self.reasoning(reply.message.to_openai())
         out: dict[str, Any] = {
@@ -256,6 +278,16 @@ class _Server:
         return fields
 
 
+async def _read(request: Request, limit: int) -> bytearray:
+    """The request's body; a 413 once it holds more than ``limit`` bytes."""
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise APIError(413, f"the request body is larger than {limit} bytes")
+    return data
+
+
 async def _unless_gone(request: Request, work: asyncio.Future[T]) -> T:
     """``work``'s result; ``work`` cancelled (and the engine's generation with it) when the
     client disconnects first."""
@@ -283,10 +315,14 @@ async def _first(pieces: AsyncIterator[Piece]) -> Piece | None:
         return await pieces.__anext__()
     except StopAsyncIteration:
         return None
-    except EngineTimeout as exc:
-        raise APIError(504, str(exc)) from None
     except EngineError as exc:
-        raise APIError(502, str(exc)) from None
+        raise _engine_fault(exc) from None
+
+
+def _engine_fault(exc: EngineError) -> APIError:
+    """The answer to an engine's failure: its status (502; 504 for a timeout; 400 for a
+    request the engine refuses), code and param."""
+    return APIError(exc.status, str(exc), exc.param, exc.code)
 
 
 async def _chain(first: Piece | None, pieces: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
@@ -345,17 +381,16 @@ class _Events:
                     yield events
         except ReplyError as exc:
             yield _event(error_body(502, str(exc), code="unparseable_reply"))
-            return
-        except EngineTimeout as exc:
-            yield _event(error_body(504, str(exc)))
-            return
         except EngineError as exc:
-            yield _event(error_body(502, str(exc)))
-            return
-        yield self.chunk({}, reply.finish_reason)
-        if self.include_usage:
-            usage = reply.usage.to_openai() if reply.usage is not None else None
-            yield _event({**self.head, "choices": [], "usage": usage})
+            yield _event(_engine_fault(exc).body())
+        except Exception as exc:  # a bug: the stream still ends in its shape
+            log.exception("internal error")
+            yield _event(error_body(500, _bug_message(exc)))
+        else:
+            yield self.chunk({}, reply.finish_reason)
+            if self.include_usage:
+                usage = reply.usage.to_openai() if reply.usage is not None else None
+                yield _event({**self.head, "choices": [], "usage": usage})
         yield b"data: [DONE]\n\n"
 
 

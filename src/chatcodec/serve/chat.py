@@ -19,6 +19,8 @@ from ..errors import (
 from ..grammar.constraint import constrained_field
 from ..reply.message import AssistantMessage, Delta
 from ..reply.request import Policy
+from ..template import ChatTemplate
+from ..template.compat import llama_compatible, takes_string_content_only
 from .engine import Engine, Generation, Piece, Usage
 from .errors import APIError
 from .schema import OPENAI_ROLES, ChatRequest
@@ -48,6 +50,7 @@ def prepare(
     problem = request.meaningless()
     if problem is not None:
         raise APIError(400, problem[1], problem[0])
+    request = request.narrowed()
     tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
     kwargs = dict(request.chat_template_kwargs or {})
     for key in kwargs:
@@ -73,6 +76,8 @@ def prepare(
         max_tokens=max_tokens,
         temperature=request.temperature,
         top_p=request.top_p,
+        top_k=request.top_k,
+        min_p=request.min_p,
         seed=request.seed,
         presence_penalty=request.presence_penalty,
         frequency_penalty=request.frequency_penalty,
@@ -94,7 +99,7 @@ def _turn(
         raise APIError(
             400, "this model's chat template does not read reasoning_effort", "reasoning_effort"
         )
-    messages = [m.model_dump(exclude_none=True) for m in request.messages]
+    messages = _joined_text(template, [m.model_dump(exclude_none=True) for m in request.messages])
     choice = request.tool_choice
     tool_choice: Any = "auto" if choice is None else choice
     if not isinstance(tool_choice, str):
@@ -122,6 +127,35 @@ def _turn(
         raise APIError(400, str(exc), _constrained_field(request) or "tools") from None
     except RequestError as exc:
         raise APIError(400, str(exc), _param_of(str(exc))) from None
+
+
+def _joined_text(template: ChatTemplate, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as llama.cpp hands them to a template that takes string content only:
+    each list of text blocks joined with newlines (a template that reads the list itself gets
+    it as sent). A block such a template cannot show (an image, say) is a 400 naming it,
+    where llama.cpp drops it with a warning."""
+    if not any(isinstance(m.get("content"), list) for m in messages):
+        return messages
+    if not takes_string_content_only(llama_compatible(template)):
+        return messages
+    joined = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, list):
+            texts = []
+            for j, block in enumerate(content):
+                text = block.get("text") if block.get("type") == "text" else None
+                if not isinstance(text, str):
+                    raise APIError(
+                        400,
+                        f"messages[{i}].content[{j}] is a {block.get('type')!r} block, and this "
+                        "model's chat template shows text only",
+                        f"messages[{i}].content[{j}]",
+                    )
+                texts.append(text)
+            message = {**message, "content": "\n".join(texts)}
+        joined.append(message)
+    return joined
 
 
 def _check_roles(source: str, request: ChatRequest) -> None:

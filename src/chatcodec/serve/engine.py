@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ..grammar.constraint import Grammar
 
-__all__ = ["Engine", "EngineError", "EngineTimeout", "Generation", "Piece", "Usage"]
+__all__ = [
+    "Engine",
+    "EngineError",
+    "EngineReplyError",
+    "EngineRequestError",
+    "EngineTimeout",
+    "Generation",
+    "Piece",
+    "Usage",
+]
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,8 @@ class Generation:
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -61,11 +72,42 @@ class Piece:
 
 
 class EngineError(Exception):
-    """The engine failed or could not be reached (the server answers 502)."""
+    """The engine failed or could not be reached (the server answers 502).
+
+    ``status``, ``code`` and ``param`` are the HTTP status, OpenAI error code and request
+    field the server answers with (or puts in the error event of a stream that has
+    begun)."""
+
+    status = 502
+    code: str | None = None
+    param: str | None = None
 
 
 class EngineTimeout(EngineError):
     """The engine did not answer in time (the server answers 504)."""
+
+    status = 504
+
+
+class EngineReplyError(EngineError):
+    """The engine answered something its protocol does not allow: an event that is not JSON
+    or not in the protocol's shape, a line or body over the bound, a stream cut before its
+    finish reason (the server answers 502, code ``bad_engine_reply``)."""
+
+    code = "bad_engine_reply"
+
+
+class EngineRequestError(EngineError):
+    """The engine refuses the request itself, before generating: a prompt longer than its
+    context, a grammar it cannot parse (the server answers 400, with OpenAI's ``code`` and
+    ``param`` when there is one)."""
+
+    status = 400
+
+    def __init__(self, message: str, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.param = param
 
 
 class Engine(Protocol):

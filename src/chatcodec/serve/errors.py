@@ -11,6 +11,7 @@ _TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     500: "server_error",
     502: "server_error",

@@ -26,13 +26,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..llamacpp import library
-from .engine import EngineError, EngineTimeout, Generation, Piece, Usage
+from .engine import EngineError, EngineRequestError, EngineTimeout, Generation, Piece, Usage
 from .stops import StopScanner
 
 __all__ = ["LlamaEngine", "trigger_patterns"]
 
 T = TypeVar("T")
 PENALTY_WINDOW = 64  # the tokens a presence/frequency penalty looks back over
+_REFUSED_GRAMMAR = (
+    "llama.cpp cannot parse the grammar made from this request's tools or response_format "
+    "schema (one cause: a bound such as minItems or maxLength that repeats a rule more than "
+    "llama.cpp's limit of 2,000 times)"
+)
 
 
 def trigger_patterns(triggers: Any) -> list[str]:
@@ -205,8 +210,13 @@ class LlamaEngine:
         tokens = self.tokenize(request.prompt)
         if not tokens:
             raise EngineError("the prompt is empty")
-        if len(tokens) >= self.n_ctx:
-            raise EngineError(f"the prompt is {len(tokens)} tokens, the context holds {self.n_ctx}")
+        if len(tokens) >= self.n_ctx:  # (at least one token is left for the reply)
+            raise EngineRequestError(
+                f"this model's context holds {self.n_ctx} tokens, and the messages make a "
+                f"prompt of {len(tokens)}: shorten the messages",
+                code="context_length_exceeded",
+                param="messages",
+            )
         self.generations += 1
         self.lib.llama_memory_clear(self.lib.llama_get_memory(self.context), True)
         sampler = self._sampler(request)
@@ -246,12 +256,15 @@ class LlamaEngine:
         return text if stops.stopped else text + stops.finish()
 
     def _sampler(self, request: Generation) -> Any:
-        """The sampler chain: the grammar first, then penalties, top-p, temperature and the
-        draw (greedy at temperature 0)."""
+        """The sampler chain: the grammar first, then penalties, top-k, top-p, min-p (in
+        llama-server's order, each only when the request sets it), temperature and the draw
+        (greedy at temperature 0)."""
         lib = self.lib
+        # (the grammar's first: one llama.cpp refuses leaves no chain to free)
+        grammar = None if request.grammar is None else self._grammar_sampler(request.grammar)
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-        if request.grammar is not None:
-            lib.llama_sampler_chain_add(chain, self._grammar_sampler(request.grammar))
+        if grammar is not None:
+            lib.llama_sampler_chain_add(chain, grammar)
         presence = request.presence_penalty or 0.0
         frequency = request.frequency_penalty or 0.0
         if presence or frequency:
@@ -267,8 +280,12 @@ class LlamaEngine:
         if temperature <= 0.0:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
             return chain
+        if request.top_k is not None and request.top_k > 0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(request.top_k))
         if request.top_p is not None and request.top_p < 1.0:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(request.top_p, 1))
+        if request.min_p is not None and request.min_p > 0.0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(request.min_p, 1))
         lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(temperature))
         seed = request.seed if request.seed is not None else random.getrandbits(32)
         lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(seed & 0xFFFFFFFF))
@@ -280,7 +297,7 @@ class LlamaEngine:
         if not grammar.lazy:
             sampler = lib.llama_sampler_init_grammar(self.vocab, gbnf, b"root")
             if not sampler:
-                raise EngineError("llama.cpp's grammar parser rejects the request's grammar")
+                raise EngineRequestError(_REFUSED_GRAMMAR)
             for token in self.tokenize(grammar.generation_prompt):
                 lib.llama_sampler_accept(sampler, token)
             return sampler
@@ -299,5 +316,5 @@ class LlamaEngine:
             self.vocab, gbnf, b"root", words, len(patterns), ids, len(tokens)
         )
         if not sampler:
-            raise EngineError("llama.cpp's grammar parser rejects the request's grammar")
+            raise EngineRequestError(_REFUSED_GRAMMAR)
         return sampler

@@ -46,6 +46,9 @@ def serve(args: argparse.Namespace, codec_loader: object) -> int:
         max_body=args.max_body,
         reasoning_field=args.reasoning_field,
         policy=args.policy,
+        max_tokens_default=args.max_tokens_default,
+        timeout=args.timeout,
+        body_timeout=args.body_timeout,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     app = create_app(codec, engine, config)

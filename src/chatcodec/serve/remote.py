@@ -12,12 +12,17 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from ..errors import GrammarError
-from .engine import EngineError, EngineTimeout, Generation, Piece, Usage
+from .engine import EngineError, EngineReplyError, EngineTimeout, Generation, Piece, Usage
 
 if TYPE_CHECKING:
     from ..grammar.constraint import Grammar
 
-__all__ = ["RemoteEngine", "BACKEND_KINDS"]
+__all__ = ["RemoteEngine", "BACKEND_KINDS", "MAX_LINE"]
+
+MAX_LINE = 16 * 1024 * 1024
+"""The longest line of an engine's SSE stream, and the largest whole answer, in bytes: more is
+an engine fault (`EngineReplyError`: a 502, or an error event once a stream has begun). An
+event carries a few tokens, so a line of 16 MiB is far beyond any engine's own."""
 
 BackendKind = Literal["llama", "llama-cpp-python", "vllm", "sglang", "none"]
 BACKEND_KINDS: tuple[BackendKind, ...] = ("llama", "llama-cpp-python", "vllm", "sglang", "none")
@@ -93,7 +98,7 @@ class RemoteEngine:
         body["max_tokens"] = (
             self.max_tokens_default if request.max_tokens is None else request.max_tokens
         )
-        for name in ("temperature", "top_p", "seed"):
+        for name in ("temperature", "top_p", "top_k", "min_p", "seed"):
             value = getattr(request, name)
             if value is not None:
                 body[name] = value
@@ -127,14 +132,12 @@ class RemoteEngine:
         try:
             async with self.client.stream("POST", self.url, json=body) as response:
                 if response.status_code != 200:
-                    await response.aread()
-                    raise EngineError(_failure(response))
+                    raise EngineError(_failure(response.status_code, await _read(response)))
                 if self.stream:
                     async for piece in _sse_pieces(response):
                         yield piece
                 else:
-                    await response.aread()
-                    yield _whole_piece(_json(response.content))
+                    yield _whole_piece(_json(await _read(response)))
         except (httpx.TimeoutException, TimeoutError) as exc:
             if _timed_out(exc):
                 raise EngineTimeout(f"the engine at {self.url} did not answer in time") from exc
@@ -166,59 +169,95 @@ def _grammar_fields(request: Generation, kind: str) -> dict[str, Any]:
     raise GrammarError(f"a {kind!r} engine takes no grammar")
 
 
-def _failure(response: httpx.Response) -> str:
-    text = response.text[:500]
+def _failure(status: int, data: bytes) -> str:
     try:
-        message = response.json()["error"]["message"]
+        message = orjson.loads(data)["error"]["message"]
     except (ValueError, KeyError, TypeError):
-        message = text
-    return f"the engine answered {response.status_code}: {message}"
+        message = data.decode("utf-8", "replace")
+    return f"the engine answered {status}: {_clip(message)}"
 
 
-def _json(data: bytes | str) -> dict[str, Any]:
+def _clip(message: Any) -> str:
+    """The engine's own message, as much of it as an error message carries."""
+    text = str(message)
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+async def _read(response: httpx.Response) -> bytes:
+    """The body of a response that is not a stream, at most `MAX_LINE` bytes."""
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) > MAX_LINE:
+            raise EngineReplyError(
+                f"the engine's answer (HTTP {response.status_code}) is longer than {MAX_LINE} bytes"
+            )
+    return bytes(data)
+
+
+def _json(data: bytes) -> dict[str, Any]:
     try:
         value = orjson.loads(data)  # (a sixth of json.loads's cost, on every event)
     except ValueError as exc:
-        raise EngineError(f"the engine sent something that is not JSON: {exc}") from None
+        raise EngineReplyError(f"the engine sent something that is not JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise EngineError("the engine sent JSON that is not an object")
+        raise EngineReplyError("the engine sent JSON that is not an object")
     if "error" in value:
         error = value["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        raise EngineError(f"the engine reported an error: {message}")
+        raise EngineError(f"the engine reported an error: {_clip(message)}")
     return value
 
 
 def _usage(value: Any) -> Usage | None:
-    if not isinstance(value, dict):
+    """An event's ``usage``: none when it is absent or null, or when it leaves a count out."""
+    if value is None:
         return None
+    if not isinstance(value, dict):
+        raise EngineReplyError("the engine sent a usage that is not an object")
     prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return Usage(prompt, completion)
-    return None
+    if prompt is None or completion is None:
+        return None
+    if not (_count(prompt) and _count(completion)):
+        raise EngineReplyError("the engine sent token counts that are not whole numbers >= 0")
+    return Usage(prompt, completion)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _choice(event: dict[str, Any]) -> tuple[str, str | None]:
-    choices = event.get("choices") or []
+    """The text and finish reason of an event's first choice; an event without choices
+    (``[]``, null or none: a usage chunk) has neither."""
+    choices = event.get("choices")
+    if choices is None:
+        return "", None
+    if not isinstance(choices, list):
+        raise EngineReplyError("the engine sent choices that are not a list")
     if not choices:
         return "", None
     choice = choices[0]
     if not isinstance(choice, dict):
-        raise EngineError("the engine sent a choice that is not an object")
-    text = choice.get("text") or ""
+        raise EngineReplyError("the engine sent a choice that is not an object")
+    text = choice.get("text")
     reason = choice.get("finish_reason")
-    if not isinstance(text, str):
-        raise EngineError("the engine sent a choice whose text is not a string")
-    return text, _reason(reason)
+    if not isinstance(text, str | None):
+        raise EngineReplyError("the engine sent a choice whose text is not a string")
+    if not isinstance(reason, str | None):
+        raise EngineReplyError("the engine sent a finish reason that is not a string")
+    return text or "", _reason(reason)
 
 
-def _reason(reason: Any) -> str | None:
+def _reason(reason: str | None) -> str | None:
     if reason is None:
         return None
     return "length" if reason == "length" else "stop"
 
 
 def _whole_piece(event: dict[str, Any]) -> Piece:
+    if not event.get("choices"):
+        raise EngineReplyError("the engine's completion has no choices")
     text, reason = _choice(event)
     return Piece(text, reason or "stop", _usage(event.get("usage")))
 
@@ -227,25 +266,59 @@ async def _sse_pieces(response: httpx.Response) -> AsyncIterator[Piece]:
     """The pieces of an SSE completion stream: the text of the events that arrived in one read
     is one piece (nothing waits to be merged: under load, one decoder step and one write to
     the client instead of several); the finish reason and usage (which engines send in the
-    last choice chunk or in a chunk of their own) go on one last piece."""
+    last choice chunk or in a chunk of their own) go on one last piece. ``data: [DONE]`` ends
+    the stream: what the engine sends after it is not read."""
     stream = _EventLines()
-    rest = b""
+    lines = _Lines()
     async for data in response.aiter_bytes():
-        lines = (rest + data).split(b"\n")
-        rest = lines.pop()
-        text = stream.read(lines)
+        text = stream.read(lines.feed(data))
         if text:
             yield Piece(text)
-    text = stream.read([rest])
+        if stream.done:
+            break
+    text = "" if stream.done else stream.read(lines.end())
     if text:
         yield Piece(text)
     if stream.reason is None:
-        raise EngineError("the engine's stream ended without a finish reason")
+        raise EngineReplyError("the engine's stream ended without a finish reason")
     yield Piece("", stream.reason, stream.usage)
 
 
+class _Lines:
+    r"""Bytes as they arrive, cut into lines (ended by ``\n`` or ``\r\n``): only the bytes of
+    each read are searched for the end of a line, and a line longer than `MAX_LINE` bytes is
+    an engine fault, so that a long line costs its length once, whatever its reads."""
+
+    def __init__(self) -> None:
+        self.partial = bytearray()  # the start of a line whose end has not come yet
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The lines that ``data`` completes."""
+        end = data.rfind(b"\n")
+        if end < 0:
+            self.partial += data
+            self._check(len(self.partial))
+            return []
+        lines = data[:end].split(b"\n")
+        lines[0] = bytes(self.partial) + lines[0]
+        self.partial = bytearray(data[end + 1 :])
+        self._check(max(map(len, lines)))
+        self._check(len(self.partial))
+        return lines
+
+    def end(self) -> list[bytes]:
+        """The last line, which no newline ended."""
+        return [bytes(self.partial)] if self.partial else []
+
+    @staticmethod
+    def _check(length: int) -> None:
+        if length > MAX_LINE:
+            raise EngineReplyError(f"the engine sent a line longer than {MAX_LINE} bytes")
+
+
 class _EventLines:
-    """The SSE lines of a completion stream, read a batch at a time."""
+    """The SSE lines of a completion stream, read a batch at a time: ``data:`` lines are the
+    events (one JSON object each); comments, blank lines and other fields are passed over."""
 
     def __init__(self) -> None:
         self.reason: str | None = None
@@ -256,12 +329,12 @@ class _EventLines:
         """The text of the events in ``lines``, noting the finish reason and usage."""
         texts = []
         for line in lines:
-            if self.done or not line.startswith(b"data:"):
+            if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 self.done = True
-                continue
+                break
             event = _json(payload)
             text, finished = _choice(event)
             self.usage = _usage(event.get("usage")) or self.usage

@@ -1,12 +1,14 @@
 """The ``/v1/chat/completions`` request as the server validates it (pydantic).
 
 Every field OpenAI defines that the server cannot honour is refused by name: ``n`` other than
-1, ``logprobs``, ``logit_bias``, ... and any field OpenAI does not define (``extra="forbid"``).
+1, ``logprobs``, ``logit_bias``, ``modalities`` other than text, and any field neither OpenAI
+nor llama-server defines (``extra="forbid"``). Fields that change nothing for one local model
+(``store``, ``metadata``, ``service_tier``, ...) are accepted.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +47,13 @@ class Tool(_Strict):
     function: Function
 
 
+class CustomTool(_Open):
+    """OpenAI's free-form tool (``{"type": "custom", "custom": {...}}``): named in a 400."""
+
+    type: Literal["custom"]
+    custom: dict[str, Any]
+
+
 class _ChosenFunction(_Strict):
     name: str
 
@@ -52,6 +61,19 @@ class _ChosenFunction(_Strict):
 class ToolChoiceNamed(_Strict):
     type: Literal["function"]
     function: _ChosenFunction
+
+
+class _AllowedTools(_Strict):
+    mode: Literal["auto", "required"]
+    tools: list[ToolChoiceNamed] = Field(min_length=1)
+
+
+class ToolChoiceAllowed(_Strict):
+    """``{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}``: only these tools may
+    be called, under ``mode`` (see `ChatRequest.narrowed`)."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: _AllowedTools
 
 
 class StreamOptions(_Strict):
@@ -70,8 +92,10 @@ class ChatRequest(_Strict):
 
     model: str
     messages: list[Message] = Field(min_length=1)
-    tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | ToolChoiceNamed | None = None
+    tools: list[Annotated[Tool | CustomTool, Field(discriminator="type")]] | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"] | ToolChoiceNamed | ToolChoiceAllowed | None
+    ) = None
     parallel_tool_calls: bool | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -79,6 +103,9 @@ class ChatRequest(_Strict):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    # llama-server's and vLLM's sampler fields (0 and 0.0 turn them off)
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     stop: str | list[str] | None = None
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -89,8 +116,15 @@ class ChatRequest(_Strict):
     continue_final_message: bool | None = None
     # chatcodec's own: how the reply is read and constrained (docs/decoding.md, "Policies")
     policy: Literal["reference", "guaranteed"] | None = None
-    # accepted because they change nothing a server of one model could honour differently
+    # accepted because they change nothing a server of one local model could honour
     user: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    verbosity: str | None = None
+    modalities: list[str] | None = None  # text only (checked by `unsupported`)
     # refused unless they ask for nothing (checked by `unsupported`)
     n: int | None = None
     logprobs: bool | None = None
@@ -107,15 +141,33 @@ class ChatRequest(_Strict):
             return "top_logprobs"
         if self.logit_bias:
             return "logit_bias"
+        if self.modalities is not None and set(self.modalities) - {"text"}:
+            return "modalities"
         return None
 
     def meaningless(self) -> tuple[str, str] | None:
-        """The first field whose value cannot mean anything, as OpenAI's API names it (its
-        ``param``), and why; else None. Roles are checked against the template (serve.chat)."""
+        """The first field whose value cannot mean anything or cannot be honoured, as
+        OpenAI's API names it (its ``param``), and why; else None. Roles are checked against
+        the template (serve.chat)."""
+        for i, tool in enumerate(self.tools or ()):
+            if isinstance(tool, CustomTool):
+                return (
+                    f"tools[{i}].type",
+                    f"tools[{i}] is a custom tool (free-form input): this server offers the "
+                    "model function tools only",
+                )
         choice = self.tool_choice
         if not self.tools and (choice == "required" or isinstance(choice, ToolChoiceNamed)):
             asked = repr(choice) if isinstance(choice, str) else "a named function"
             return "tool_choice", f"tool_choice {asked} needs tools, and the request gives none"
+        if isinstance(choice, ToolChoiceAllowed):
+            offered = {t.function.name for t in self.tools or () if isinstance(t, Tool)}
+            for i, named in enumerate(choice.allowed_tools.tools):
+                if named.function.name not in offered:
+                    return (
+                        f"tool_choice.allowed_tools.tools[{i}]",
+                        f"tool_choice allows {named.function.name!r}, which is not in tools",
+                    )
         response_format = self.response_format
         if response_format is None or response_format.type != "json_schema":
             return None
@@ -138,6 +190,16 @@ class ChatRequest(_Strict):
                 f"{type(wrapper['schema']).__name__}",
             )
         return None
+
+    def narrowed(self) -> ChatRequest:
+        """The request with an ``allowed_tools`` choice spelled out: only the allowed tools
+        are offered (the template shows only them), under the choice's mode."""
+        choice = self.tool_choice
+        if not isinstance(choice, ToolChoiceAllowed):
+            return self
+        allowed = {named.function.name for named in choice.allowed_tools.tools}
+        tools = [t for t in self.tools or () if isinstance(t, Tool) and t.function.name in allowed]
+        return self.model_copy(update={"tools": tools, "tool_choice": choice.allowed_tools.mode})
 
     def stops(self) -> tuple[str, ...]:
         """The request's own stop strings (OpenAI allows up to 4; empty ones mean nothing)."""

@@ -19,7 +19,8 @@ from itertools import pairwise
 from typing import Any
 
 from .compat import llama_compatible
-from .render import ChatTemplate
+from .environment import Limits, call_budget
+from .render import ChatTemplate, raise_if_budget_spent
 
 __all__ = [
     "Capabilities",
@@ -135,7 +136,9 @@ class ProbeRenderer:
 
     ``context`` is added to every render (a render's own options win over it); renders are
     remembered, so a probe repeated by another question costs nothing. With ``typed_content``
-    set, string contents are given as ``[{"type": "text", "text": ...}]`` blocks.
+    set, string contents are given as ``[{"type": "text", "text": ...}]`` blocks. Inside a
+    call's budget (``call_budget``), a render that finds it spent raises its
+    ``TemplateLimitError``: no later probe could render.
     """
 
     def __init__(self, template: ChatTemplate, context: Mapping[str, Any] | None = None) -> None:
@@ -159,7 +162,8 @@ class ProbeRenderer:
                     message["content"] = [{"type": "text", "text": message["content"]}]
         try:
             return self.template.render(fresh, **{**self.context, **options})
-        except Exception:  # noqa: BLE001 - an untrusted template's failure is a failed probe
+        except Exception as exc:  # noqa: BLE001 - an untrusted template's failure: a failed probe
+            raise_if_budget_spent(exc)
             return None
 
 
@@ -336,7 +340,8 @@ def probe_capabilities(
     per_template = _cache.setdefault(template, {})
     found = per_template.get(key)
     if found is None:
-        found = _probe(template, special_tokens)
+        with call_budget(template.limits, "probing the template's capabilities"):
+            found = _probe(template, special_tokens)
         per_template[key] = found
     return found
 
@@ -441,19 +446,23 @@ _tool_call_support: weakref.WeakKeyDictionary[ChatTemplate, ToolCallSupport]
 _tool_call_support = weakref.WeakKeyDictionary()
 
 
-def tool_call_support(template: ChatTemplate | str) -> ToolCallSupport:
+def tool_call_support(
+    template: ChatTemplate | str, limits: Limits | None = None
+) -> ToolCallSupport:
     """llama.cpp's tool-call capabilities of ``template`` (a compiled template or its source),
     measured on llama.cpp's probe rendered as llama.cpp renders it; cached per template.
 
     llama.cpp tracks whether the template reads the calls; a render that changes with them is
-    taken as such a read. Arguments are tried as an object, then as JSON text.
+    taken as such a read. Arguments are tried as an object, then as JSON text. The probes
+    share one budget: the template's ``Limits`` (``limits`` for a source).
     """
     compiled = llama_compatible(
-        template if isinstance(template, ChatTemplate) else ChatTemplate(template)
+        template if isinstance(template, ChatTemplate) else ChatTemplate(template, limits=limits)
     )
     found = _tool_call_support.get(compiled)
     if found is None:
-        found = _measure_tool_call_support(ProbeRenderer(compiled))
+        with call_budget(compiled.limits, "probing the template's tool-call support"):
+            found = _measure_tool_call_support(ProbeRenderer(compiled))
         _tool_call_support[compiled] = found
     return found
 

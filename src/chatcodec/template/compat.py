@@ -56,13 +56,14 @@ from .environment import (
     new_environment,
     render_state,
 )
-from .render import ChatTemplate
+from .render import ChatTemplate, raise_if_budget_spent
 
 __all__ = [
     "LlamaCompatTemplate",
     "as_typed_content",
     "llama_compatible",
     "llama_extra_context",
+    "takes_string_content_only",
     "takes_typed_content_only",
 ]
 
@@ -309,6 +310,23 @@ def takes_typed_content_only(template: LlamaCompatTemplate) -> bool:
     return found
 
 
+_typed_shown: weakref.WeakKeyDictionary[LlamaCompatTemplate, bool] = weakref.WeakKeyDictionary()
+
+
+def takes_string_content_only(template: LlamaCompatTemplate) -> bool:
+    """Whether llama.cpp hands this template message content only as a string, joining a
+    message's text blocks with newlines: it shows string content, and typed content either
+    fails or comes out as data (a Python or JSON dump of the blocks) rather than as its text.
+    Cached per template."""
+    found = _typed_shown.get(template)
+    if found is None:
+        found = _shows_marker(template, _MARKER) and not _shows_marker(
+            template, [{"type": "text", "text": _MARKER}], as_text=True
+        )
+        _typed_shown[template] = found
+    return found
+
+
 def as_typed_content(messages: Any) -> list[Any]:
     """``messages`` with string content turned into one text block, as llama.cpp does for a
     template that takes typed content only."""
@@ -320,9 +338,14 @@ def as_typed_content(messages: Any) -> list[Any]:
     return out
 
 
-def _shows_marker(template: LlamaCompatTemplate, content: Any) -> bool:
+def _shows_marker(template: LlamaCompatTemplate, content: Any, as_text: bool = False) -> bool:
+    """Whether a user message of ``content`` renders with the marker in it (``as_text``: and
+    not inside a dump of its block, ``'text': 'MARKER'`` or ``"text": "MARKER"``)."""
     try:
         rendered = template.render([{"role": "user", "content": content}])
-    except TemplateError:
+    except TemplateError as exc:
+        raise_if_budget_spent(exc)
+        return False
+    if as_text and (f"'text': '{_MARKER}" in rendered or f'"text": "{_MARKER}' in rendered):
         return False
     return _MARKER in rendered

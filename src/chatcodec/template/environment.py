@@ -11,6 +11,7 @@ filters is bounded, so a hostile template cannot hang or exhaust the caller.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -40,10 +41,14 @@ from markupsafe import Markup
 from .printed import CONTAINERS, measure
 
 __all__ = [
+    "Budget",
     "FilterMemo",
     "Limits",
     "Undefined",
     "bounded_undefined_message",
+    "budget_spent",
+    "call_budget",
+    "render_deadline",
     "RenderState",
     "UnseenNamespace",
     "ChatSandbox",
@@ -69,15 +74,29 @@ class Limits:
     """
 
     max_seconds: float = 10.0
-    """Wall-clock budget for one render."""
+    """Wall-clock budget for one render, and for all the renders of one public call together
+    (probes, analysis, prefixes: see :func:`call_budget`)."""
     max_output_chars: int = 16_000_000
     """Largest rendered prompt, and largest single string or list a template may build."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The time budget of one public call, shared by every render the call makes."""
+
+    deadline: float
+    """When the call's time runs out (``time.monotonic()`` seconds)."""
+    seconds: float
+    """The call's time limit, as its ``Limits`` give it."""
+    step: str
+    """What the call is doing: errors name the step that ran out of time."""
 
 
 class RenderState(threading.local):
     """Per-thread state of the render in progress (a compiled template is shared)."""
 
     deadline: float = float("inf")
+    budget: Budget | None = None  # the public call's, set by call_budget
     max_chars: int = Limits.max_output_chars
     position: int = 0
     spans: list[tuple[int, int]] | None = None
@@ -171,6 +190,44 @@ def _memoized(guarded: Callable[..., str]) -> Callable[..., str]:
 
 
 render_state = RenderState()
+
+
+@contextlib.contextmanager
+def call_budget(limits: Limits, step: str) -> Iterator[Budget]:
+    """One deadline for every render a public call makes, ``limits.max_seconds`` from now.
+
+    A render in the call takes the earlier of its own deadline and the call's
+    (:func:`render_deadline`). A call made inside another keeps the outer deadline when it
+    is earlier, so nested calls share one budget; ``step`` names what runs meanwhile."""
+    state = render_state
+    outer = state.budget
+    deadline = time.monotonic() + limits.max_seconds
+    if outer is not None and outer.deadline <= deadline:
+        budget = Budget(outer.deadline, outer.seconds, step)
+    else:
+        budget = Budget(deadline, limits.max_seconds, step)
+    state.budget = budget
+    try:
+        yield budget
+    finally:
+        state.budget = outer
+
+
+def render_deadline(seconds: float) -> float:
+    """The deadline of a render allowed ``seconds``: the earlier of its own and its call's."""
+    deadline = time.monotonic() + seconds
+    budget = render_state.budget
+    return deadline if budget is None or budget.deadline > deadline else budget.deadline
+
+
+def budget_spent() -> Budget | None:
+    """The budget of the call in progress once its time has run out, else None. Code that
+    takes a failed render as an answer (a probe the template refuses) raises instead then:
+    every later render of the call would fail too."""
+    budget = render_state.budget
+    if budget is not None and time.monotonic() > budget.deadline:
+        return budget
+    return None
 
 
 def _is_input(value: Any) -> bool:

@@ -43,7 +43,10 @@ from .environment import (
     FilterMemo,
     LimitExceeded,
     Limits,
+    budget_spent,
+    call_budget,
     new_environment,
+    render_deadline,
     render_state,
     utc_instant,
 )
@@ -51,7 +54,14 @@ from .environment import (
 if TYPE_CHECKING:  # imported where derived spans first need it: import chatcodec stays lean
     from .resume import ResumePlan, Watch
 
-__all__ = ["ChatTemplate", "PrefixRenders", "RenderedChat", "Span", "derive_spans_by_prefixes"]
+__all__ = [
+    "ChatTemplate",
+    "PrefixRenders",
+    "RenderedChat",
+    "Span",
+    "derive_spans_by_prefixes",
+    "raise_if_budget_spent",
+]
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 # render's own options: a keyword close to one of these is most likely a typo of it
@@ -258,6 +268,20 @@ class ChatTemplate:
         """
         if context:
             self._warn_unread(context)
+        with call_budget(self.limits, "deriving the assistant spans"):
+            return self._render_with_spans(
+                messages, tools, documents, add_generation_prompt, now, context
+            )
+
+    def _render_with_spans(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Any,
+        documents: Any,
+        add_generation_prompt: bool,
+        now: float | int | datetime | None,
+        context: dict[str, Any],
+    ) -> RenderedChat:
         if self.has_generation_tag:
             spans: list[tuple[int, int]] = []
             text = self._render(
@@ -333,7 +357,8 @@ class ChatTemplate:
                 self._plan = ResumePlan.build(
                     env.parse(self.source), lambda tree: _compile(env, tree, self.limits)
                 )
-            except Exception:  # noqa: BLE001 - a shape it cannot take: prefixes render whole
+            except Exception as exc:  # noqa: BLE001 - a shape it cannot take: render whole
+                raise_if_budget_spent(exc)
                 self._plan = None
         return self._plan  # type: ignore[return-value]
 
@@ -517,7 +542,7 @@ class ChatTemplate:
         # of them prints what the caller passed, so it is not measured first (`made` keeps
         # them alive, so no other value can take one's id during the render)
         saved = state.begin(
-            time.monotonic() + self.limits.max_seconds,
+            render_deadline(self.limits.max_seconds),
             limit,
             spans,
             now,
@@ -533,6 +558,8 @@ class ChatTemplate:
             context = env.context_class(
                 env, dict(globals_, **variables), template.name, template.blocks, globals=globals_
             )
+            if time.monotonic() > state.deadline:  # (its call's budget is spent)
+                raise LimitExceeded("the render ran past its time limit")
             if spans is None:  # nothing reads state.position without spans to record
                 for chunk in template.root_render_func(context):
                     size += len(chunk)
@@ -551,7 +578,9 @@ class ChatTemplate:
                     state.position = size
                     append(chunk)
         except LimitExceeded as exc:
-            raise TemplateLimitError(str(exc), stage="render", kind="LimitExceeded") from None
+            raise TemplateLimitError(
+                _limit_message(exc), stage="render", kind="LimitExceeded"
+            ) from None
         except RecursionError:
             raise TemplateLimitError(
                 "the template recursed too deeply", stage="render", kind="RecursionError"
@@ -587,7 +616,7 @@ def _compile(
     """``source`` compiled (text, or a tree ``env.parse`` gave and a plan rewrote)."""
     state = render_state
     saved = (state.deadline, state.max_chars)
-    state.deadline = time.monotonic() + limits.max_seconds
+    state.deadline = render_deadline(limits.max_seconds)
     state.max_chars = min(limits.max_output_chars, _FOLDED_CHARS)
     try:
         if isinstance(source, str):
@@ -596,6 +625,34 @@ def _compile(
         return env.template_class.from_code(env, code, env.make_globals(None), None)
     finally:
         state.deadline, state.max_chars = saved
+
+
+def _limit_message(exc: LimitExceeded) -> str:
+    """A render limit's message; one that came when the call's shared time ran out says
+    how long the call had and which of its steps was running."""
+    spent = budget_spent()
+    if spent is None:
+        return str(exc)
+    return (
+        f"{exc}: the {spent.seconds:g} s its call has for all of its renders ran out while "
+        f"{spent.step}"
+    )
+
+
+def raise_if_budget_spent(exc: BaseException) -> None:
+    """For code that takes a failed render as an answer (a probe or a prefix the template
+    refuses): raise the time limit's ``TemplateLimitError`` instead when the budget of the
+    call in progress is spent (``exc`` itself when it is that error), as no later render of
+    the call can succeed; else return."""
+    if budget_spent() is None:
+        return
+    if isinstance(exc, TemplateLimitError):
+        raise exc
+    raise TemplateLimitError(
+        _limit_message(LimitExceeded("the render ran past its time limit")),
+        stage="render",
+        kind="LimitExceeded",
+    ) from None
 
 
 def _caller_level() -> int:
@@ -822,7 +879,21 @@ def derive_spans_by_prefixes(
     """The assistant spans of ``text`` (the render of ``messages``), derived by rendering
     prefixes: for assistant message ``i``, ``messages[:i]`` with the generation prompt and
     ``messages[:i + 1]`` without it, each from its own copy of the inputs. The reference
-    ``render_with_spans`` is held to (tests, benchmarks/spans.py)."""
+    ``render_with_spans`` is held to (tests, benchmarks/spans.py). Its renders share one
+    budget (the template's limits)."""
+    with call_budget(template.limits, "deriving the assistant spans"):
+        return _spans_by_prefixes(template, text, messages, tools, documents, now, context)
+
+
+def _spans_by_prefixes(
+    template: ChatTemplate,
+    text: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Any,
+    documents: Any,
+    now: Any,
+    context: dict[str, Any],
+) -> tuple[Span, ...]:
     spans: list[Span] = []
     cursor = 0
     for index, message in enumerate(messages):
@@ -837,7 +908,8 @@ def derive_spans_by_prefixes(
                 else ""
             )
             turn = template._render(upto, tools, documents, False, False, now, context, None)
-        except TemplateError:
+        except TemplateError as exc:
+            raise_if_budget_spent(exc)
             continue  # a prefix this template refuses (e.g. it must start with a user turn)
         content = message.get("content")
         anchor = content.strip() if isinstance(content, str) else ""
@@ -901,7 +973,8 @@ class PrefixRenders:
             compiled = (plan.watched, plan.watched_globals)
             try:
                 text = self.template._run(chat, variables, inputs.now, [], inputs.made, compiled)
-            except TemplateError:
+            except TemplateError as exc:
+                raise_if_budget_spent(exc)
                 if watch.traced:
                     continue  # a traced value refused a use (|tojson): watched untraced
                 if raising:
@@ -974,7 +1047,8 @@ class PrefixRenders:
         variables = dict(inputs.variables, messages=chat, add_generation_prompt=prompt)
         try:
             return 0, self.template._run(chat, variables, inputs.now, None, inputs.made)
-        except TemplateError:
+        except TemplateError as exc:
+            raise_if_budget_spent(exc)
             return None
 
     def _resume_in_turn(
@@ -1078,7 +1152,7 @@ class PrefixRenders:
         ``|tojson`` of the shared inputs remembered across them."""
         limits, inputs = self.template.limits, self.inputs
         saved = render_state.begin(
-            time.monotonic() + limits.max_seconds,
+            render_deadline(limits.max_seconds),
             limits.max_output_chars,
             None,
             inputs.now,

@@ -15,6 +15,8 @@ from functools import lru_cache
 
 from ...errors import ReplyError
 from ...template.compat import LlamaCompatTemplate
+from ...template.environment import Limits, call_budget
+from ...template.render import ChatTemplate
 from ..description import ReplyFormat
 from ..prefill import Continuation
 from ..request import Policy, ReplyRequest
@@ -29,20 +31,23 @@ __all__ = ["NAME", "HANDLER", "Analysis", "analysis_for", "matches", "describe",
 NAME = "autoparser"
 
 
-# two entries a template at most: the reference analysis and the guaranteed one
+# two entries a template (and Limits) at most: the reference analysis and the guaranteed one
 @lru_cache(maxsize=256)
 def _analysis(
-    source: str, bos_token: str, eos_token: str, policy: Policy
+    source: str, bos_token: str, eos_token: str, policy: Policy, limits: Limits
 ) -> Analysis | AnalysisFailed:
-    # probes are rendered as llama.cpp renders them (its conventions, its Jinja semantics)
-    template = LlamaCompatTemplate(
-        source, special_tokens={"bos_token": bos_token, "eos_token": eos_token}
-    )
+    # probes are rendered as llama.cpp renders them (its conventions, its Jinja semantics),
+    # under the caller's limits (a probe past the output limit fails as a direct render would)
+    tokens = {"bos_token": bos_token, "eos_token": eos_token}
+    template = LlamaCompatTemplate(source, special_tokens=tokens, limits=limits)
     if policy == "guaranteed":
-        reference = _analysis(source, bos_token, eos_token, "reference")
+        reference = _analysis(source, bos_token, eos_token, "reference", limits)
         if isinstance(reference, AnalysisFailed):
             return reference
-        return written_calls(template, reference)
+        # the calls a template writes are looked for in transformers' renders too
+        return written_calls(
+            template, reference, ChatTemplate(source, special_tokens=tokens, limits=limits)
+        )
     try:
         return analyze(template)
     except AnalysisFailed as exc:
@@ -50,13 +55,22 @@ def _analysis(
 
 
 def analysis_for(
-    source: str, special_tokens: Mapping[str, str] | None = None, policy: Policy = "reference"
+    source: str,
+    special_tokens: Mapping[str, str] | None = None,
+    policy: Policy = "reference",
+    limits: Limits | None = None,
 ) -> Analysis:
-    """The analysis of a template (cached per template, special tokens and policy). Under the
-    ``guaranteed`` policy a template whose calls llama.cpp finds no syntax for gets the call
-    syntax it writes in a past assistant turn (:mod:`.written`)."""
+    """The analysis of a template (cached per template, special tokens, policy and limits).
+    Under the ``guaranteed`` policy a template whose calls llama.cpp finds no syntax for gets
+    the call syntax it writes in a past assistant turn (:mod:`.written`). Its renders share
+    one budget, ``limits`` (or the one of the call in progress, when that ends sooner): past
+    it, the analysis raises the ``TemplateLimitError`` a render raises past its time limit."""
     tokens = special_tokens or {}
-    found = _analysis(source, tokens.get("bos_token") or "", tokens.get("eos_token") or "", policy)
+    limits = limits or Limits()
+    with call_budget(limits, "analysing the template for the auto parser"):
+        found = _analysis(
+            source, tokens.get("bos_token") or "", tokens.get("eos_token") or "", policy, limits
+        )
     if isinstance(found, AnalysisFailed):
         raise ReplyError(
             "Unable to generate parser for this template. Automatic parser generation failed: "
@@ -71,7 +85,7 @@ def matches(source: str) -> bool:
 
 
 def describe(request: ReplyRequest) -> ReplyFormat:
-    analysis = analysis_for(request.source, request.special_tokens, request.policy)
+    analysis = analysis_for(request.source, request.special_tokens, request.policy, request.limits)
     fmt = build_format(
         analysis,
         request.generation_prompt,
@@ -93,7 +107,7 @@ def describe(request: ReplyRequest) -> ReplyFormat:
 
 def grammar(request: ReplyRequest) -> str:
     """llama.cpp's grammar for this request (GBNF), written from the template's analysis."""
-    analysis = analysis_for(request.source, request.special_tokens, request.policy)
+    analysis = analysis_for(request.source, request.special_tokens, request.policy, request.limits)
     return grammar_for(analysis, request)
 
 

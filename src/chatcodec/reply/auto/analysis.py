@@ -118,6 +118,10 @@ class Tools:
     # the key of the call id the template writes in a call's JSON in history only, where the
     # written calls (the guaranteed policy) found it: read where present, never written
     history_id_field: str = ""
+    # a call id the template writes before the call's name (id_prefix, the id, id_suffix, then
+    # the name's markers; id_pos PRE_FUNC_NAME), where the written calls (the guaranteed
+    # policy) found it: read and written; llama.cpp reads no id there
+    id_before_name: bool = False
 
 
 @dataclass

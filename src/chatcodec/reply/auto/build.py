@@ -36,7 +36,7 @@ from ..schema import parameters, value_types
 from .analysis import ID_BETWEEN, R_NONE, T_JSON, T_NONE, T_TAG_JSON, Analysis, Tools
 from .diff import trim
 
-__all__ = ["HANDLER", "build_format", "constraint_for"]
+__all__ = ["HANDLER", "build_format", "constraint_for", "json_call"]
 
 HANDLER = "auto"
 _SPACE = " \t\n\v\f\r"
@@ -168,6 +168,12 @@ def _json_flat(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser
     return peg.Tag(t.TOOL, peg.Seq(*parts))
 
 
+def json_call(tl: Tools, name: str) -> peg.Parser:
+    """One call of the tool ``name`` as the JSON object the analysis ``tl`` describes (flat
+    keys: ``{"name": ..., "arguments": ...}`` and the ids the template writes)."""
+    return _json_flat(tl, name, tl.name_field or "name", tl.args_field or "arguments")
+
+
 def _json_nested(tl: Tools, name: str, name_key: str, args_key: str) -> peg.Parser:
     name_pre, _, name_rest = name_key.partition(".")
     args_pre, _, args_rest = args_key.partition(".")
@@ -290,9 +296,14 @@ def _func(
     args: peg.Parser,
     atomic_peek: peg.Parser | None,
 ) -> peg.Parser:
+    lead: peg.Parser = peg.Eps()
+    if tl.id_before_name:  # the guaranteed policy's id before the name (Tools.id_before_name)
+        ident = peg.atomic_tag(t.TOOL_ID, peg.Until(tl.id_suffix))
+        lead = _seq(_lit(tl.id_prefix), ident, peg.Literal(tl.id_suffix))
     opener: peg.Parser = peg.atomic_tag(
         t.TOOL_OPEN,
         _seq(
+            lead,
             _lit(tl.name_prefix),
             tool_name(name),
             _lit(tl.name_suffix),

@@ -142,7 +142,10 @@ def _function(
 ) -> g.Expr:
     """One call: the name's opener, the call id, the arguments, the close (llama.cpp's
     build_func_parser; ``call_id`` None: the format has none)."""
-    opener = g.tag(tl.name_prefix + g.tag(g.lit(name)) + tl.name_suffix)
+    lead = g.nothing()
+    if tl.id_before_name:  # the guaranteed policy's id before the name (Tools.id_before_name)
+        lead = tl.id_prefix + g.tag(g.until(tl.id_suffix)) + tl.id_suffix
+    opener = g.tag(lead + tl.name_prefix + g.tag(g.lit(name)) + tl.name_suffix)
     if tl.args_separator:
         opener = opener + g.space() + g.lit(tl.args_separator)
     ident = call_id if call_id is not None else g.nothing()

@@ -37,6 +37,8 @@ from .analysis import (
     FUN_FIRST,
     FUN_SECOND,
     ID_BETWEEN,
+    ID_NONE,
+    ID_PRE,
     SECOND_CALL,
     T_JSON,
     T_NONE,
@@ -52,6 +54,7 @@ from .analysis import (
     tool_probe,
 )
 from .build import build_format
+from .diff import MARKER, segmentize
 
 __all__ = ["Written", "written_forms", "written_calls", "reads_back"]
 
@@ -84,7 +87,9 @@ def written_forms(template: ChatTemplate) -> Iterator[Written]:
         yield Written(text_arguments, parallel)
 
 
-def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
+def written_calls(
+    template: ChatTemplate, reference: Analysis, rendered: ChatTemplate | None = None
+) -> Analysis:
     """The analysis whose calls read back what ``template`` writes in a past assistant turn
     (:func:`reads_back`): ``reference`` (llama.cpp's analysis) where it does; else the first
     of llama.cpp's and the written forms' call syntaxes that does, as found or with the text
@@ -93,8 +98,15 @@ def written_calls(template: ChatTemplate, reference: Analysis) -> Analysis:
 
     Only the calls change: the reasoning, the content and the role markers stay llama.cpp's,
     so a reply without calls reads exactly as under the reference policy. A dict joined to a
-    string is written as Python, not JSON: the arguments are then probed as JSON text too."""
+    string is written as Python, not JSON: the arguments are then probed as JSON text too.
+
+    ``rendered`` is the template as transformers renders it (the render a model is trained
+    on): where llama.cpp's renderer writes no call (it refuses the probes, say), the calls
+    are looked for in its renders instead."""
     forms = list(written_forms(template))
+    if not forms and rendered is not None:
+        template = rendered
+        forms = list(written_forms(template))
     if not forms:
         return reference
     own = [(w, reference) for w in forms] if reference.tools.mode != T_NONE else []
@@ -179,8 +191,11 @@ def reads_back(template: ChatTemplate, analysis: Analysis, written: Written) -> 
     if prompt is None or bare is None or plain is None or ASSISTANT_MSG not in plain:
         return False
     opening = prompt[len(bare) :] if prompt.startswith(bare) else ""
-    # what ends a turn: each marker the template writes after an assistant turn's text
-    ends = plain[plain.rindex(ASSISTANT_MSG) + len(ASSISTANT_MSG) :].split()
+    # what ends a turn: each marker the template writes after an assistant turn's text, as
+    # a word and each marker of it (Solar Open's ``<|end|><|begin|>assistant``: a call turn
+    # ends on ``<|calls|>`` instead, and the next header follows)
+    words = plain[plain.rindex(ASSISTANT_MSG) + len(ASSISTANT_MSG) :].split()
+    ends = words + [m.value for w in words for m in segmentize(w) if m.type == MARKER]
     probes = [(FIRST_CALL,), (FIRST_CALL, SECOND_CALL)][: 1 + written.parallel]
     for calls in probes:
         text = r.render(tool_probe(*calls))
@@ -222,23 +237,48 @@ def _variants(template: ChatTemplate, analysis: Analysis, written: Written) -> I
     with the text the template writes between two calls; with the name ending where a call
     id between the name and the arguments opens (llama.cpp takes the id's closing marker as
     the name's too, so neither a call with an id nor one without reads); with a bare JSON
-    array's brackets as the section's markers (llama.cpp starts the calls at ``{``)."""
+    array's brackets as the section's markers (llama.cpp starts the calls at ``{``); with
+    the probe's call id, which llama.cpp takes into the name's opening marker when the
+    template writes the id before the name, read as an id (any id, then the marker)."""
     yield analysis
     separated = _separated(template, analysis, written)
     if separated is not None:
         yield separated
     tl = analysis.tools
+    # a call of a section without per-call markers starts at its name: the separator is all
+    # the template writes before the second call's name (functionary v2.2 writes a message
+    # header, ``<|from|>assistant\n<|recipient|>``, the prompt's own, before each call)
+    if separated is not None and tl.section_start and not tl.per_call_start:
+        named = _separated(template, analysis, written, tl.name_prefix + FUN_FIRST)
+        if named is not None and named != separated:
+            yield named
     if tl.id_pos == ID_BETWEEN and tl.id_suffix and tl.name_suffix == tl.id_suffix:
         yield replace(analysis, tools=replace(tl, name_suffix=""))
     if tl.mode == T_JSON and tl.tools_array_wrapped and not tl.section_start:
         bare = replace(tl, section_start="[", section_end="]", tools_array_wrapped=False)
         yield replace(analysis, tools=bare)
+    before, id_, after = tl.name_prefix.partition(CALL_ID_001)
+    if id_ and after.strip() and tl.id_pos == ID_NONE:
+        lead = replace(
+            tl,
+            id_pos=ID_PRE,
+            id_prefix=before,
+            id_suffix=after,
+            name_prefix="",
+            id_before_name=True,
+        )
+        preserved = [*analysis.preserved_tokens]
+        preserved += [m for m in (before.strip(), after.strip()) if m and m not in preserved]
+        yield replace(analysis, tools=lead, preserved_tokens=preserved)
 
 
-def _separated(template: ChatTemplate, analysis: Analysis, written: Written) -> Analysis | None:
+def _separated(
+    template: ChatTemplate, analysis: Analysis, written: Written, opener: str = ""
+) -> Analysis | None:
     """``analysis`` with the text the template writes between two calls (None where it writes
     one call a turn, or where the two-call render is not the one-call render with a second
-    call added: the calls are then not one after the other)."""
+    call added: the calls are then not one after the other). The second call starts with
+    ``opener``, where one is given: the shortest separator otherwise."""
     if not written.parallel:
         return None
     r = Renderer(template, written.text_arguments)
@@ -256,7 +296,7 @@ def _separated(template: ChatTemplate, analysis: Analysis, written: Written) -> 
             second = two[end + cut : end + added]
             for name, was in first.items():
                 second = second.replace(name, was)
-            if FUN_FIRST in second and one[:end].endswith(second):
+            if FUN_FIRST in second and second.startswith(opener) and one[:end].endswith(second):
                 tools = replace(analysis.tools, call_separator=two[end : end + cut])
                 return replace(analysis, tools=tools)
     return None

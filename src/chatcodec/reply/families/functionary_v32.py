@@ -73,14 +73,20 @@ def _reply(request: ReplyRequest) -> ReplyFormat:
         more = "calls" if request.parallel_tool_calls else "$"
         required = request.tool_choice == "required"
         content_until_call = TextMessage(all_header, "content", (">>>",), then="content_calls")
+        after_first: tuple[CallMessage, ...] = (CallMessage(choice, then=more),)
+        further: tuple[CallMessage, ...] = (CallMessage(choice, then="calls"),)
+        if request.policy == "guaranteed":
+            # the template writes each call after >>>, the content's too: read them so
+            # (docs/differences.md, G3); llama.cpp reads a call after another only bare
+            headed = peg.Seq(peg.Literal(">>>"), choice)
+            after_first += (CallMessage(headed, then=more),)
+            further += (CallMessage(headed, then="calls"),)
         states = {
             "first": FlowState((content_until_call, CallMessage(choice, then=more))),
             # the calls after the content: when they fail, the content reads on to the end
-            "content_calls": FlowState(
-                (CallMessage(choice, then=more),), otherwise="!" if required else "rest"
-            ),
+            "content_calls": FlowState(after_first, otherwise="!" if required else "rest"),
             "rest": FlowState((TextMessage(peg.Eps(), "content", (), then="$"),)),
-            "calls": FlowState((CallMessage(choice, then="calls"),), otherwise="$"),
+            "calls": FlowState(further, otherwise="$"),
         }
     flow = Flow(
         states=states,

@@ -17,10 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ...errors import ReplyError
 from ...grammar import rules as g
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name
+from ..auto import analysis_for
+from ..auto.analysis import T_JSON, Tools
+from ..auto.build import json_call
 from ..constraint import (
     Constraint,
     calls_or_json,
@@ -87,9 +91,33 @@ def _call(fn: Mapping[str, Any]) -> peg.Parser:
     )
 
 
-def _section(functions: Sequence[Mapping[str, Any]], parallel: bool) -> peg.Parser:
-    """The one call section: ``<|tool_call_start|>[call, ...]<|tool_call_end|>``."""
-    call = peg.Choice(*(_call(fn) for fn in functions))
+def _written_json(request: ReplyRequest) -> Tools | None:
+    """Under the guaranteed policy, the JSON calls the template writes in the family's
+    markers (``<|tool_call_start|>[{"name": ..., "arguments": ...}]``), as the auto parser's
+    analysis of its renders finds them; None where it writes none (docs/differences.md, G3)."""
+    if request.policy != "guaranteed":
+        return None
+    try:
+        tl = analysis_for(request.source, request.special_tokens, "guaranteed").tools
+    except ReplyError:
+        return None
+    flat = "." not in tl.name_field + tl.args_field + tl.id_field and not tl.fun_name_is_key
+    markers = (tl.section_start, tl.section_end) == (CALL_START, CALL_END)
+    if tl.mode != T_JSON or not tl.tools_array_wrapped or not markers or not flat:
+        return None
+    # the id, where the template writes one, is read where present (a model may leave it out)
+    return replace(tl, id_field="", history_id_field=tl.id_field or tl.history_id_field)
+
+
+def _section(
+    functions: Sequence[Mapping[str, Any]], parallel: bool, written: Tools | None = None
+) -> peg.Parser:
+    """The one call section: ``<|tool_call_start|>[call, ...]<|tool_call_end|>``; each call
+    Python-style, or (``written``) JSON as the template writes it."""
+    options = [_call(fn) for fn in functions]
+    if written is not None:
+        options += [json_call(written, str(fn["name"])) for fn in functions]
+    call = peg.Choice(*options)
     calls: peg.Parser = call
     if parallel:
         calls = peg.Seq(call, peg.Repeat(peg.Seq(peg.Literal(","), peg.Space(), call)))
@@ -134,7 +162,7 @@ def reply_format(name: str, request: ReplyRequest) -> ReplyFormat:
             continuation=CONTINUATION,
         )
     section = CallSection(
-        first=_section(functions, request.parallel_tool_calls),
+        first=_section(functions, request.parallel_tool_calls, _written_json(request)),
         next=None,
         required=False,  # the section is not optional anyway: a failed one fails the parse
         commit=CALL_END,
