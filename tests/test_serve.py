@@ -1065,6 +1065,31 @@ def test_llama_3_1_takes_its_own_ipython_role(standin: tuple[StandIn, str]) -> N
         assert error_of(post(root, body), 400)["param"] == "messages[1].role"
 
 
+@pytest.mark.parametrize("template", [None, "Qwen3-Coder.jinja"])
+def test_a_schema_past_the_bounds_is_a_400_naming_its_path(
+    template: str | None, standin: tuple[StandIn, str]
+) -> None:
+    # a long $ref chain raised a foreign RecursionError on Qwen3-Coder: the server answered 500
+    _, url = standin
+    codec = plain_codec() if template is None else Codec(template_source(template))
+    defs: dict[str, Any] = {f"l{i}": {"$ref": f"#/$defs/l{i + 1}"} for i in range(1000)}
+    defs["l1000"] = {"type": "string"}
+    chained = {"type": "object", "properties": {"x": {"$ref": "#/$defs/l0"}}, "$defs": defs}
+    body = {
+        "model": MODEL,
+        "messages": USER,
+        "tools": [WEATHER, {"type": "function", "function": {"name": "f", "parameters": chained}}],
+    }
+    with served(codec, RemoteEngine(url)) as root:
+        error = error_of(post(root, body), 400)
+        assert error["param"] == "tools"
+        assert error["message"].startswith("tools[1].function.parameters.$defs.l97: ")
+        rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": chained}}
+        error = error_of(post(root, {"model": MODEL, "messages": USER, "response_format": rf}), 400)
+        assert error["param"] == "response_format"
+        assert error["message"].startswith("response_format.json_schema.schema.$defs.l97: ")
+
+
 # ------------------------------------------------------- what agents' clients send (issue 36)
 
 

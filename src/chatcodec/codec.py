@@ -287,6 +287,7 @@ class Codec:
         from .reply.request import POLICIES, ReplyRequest
         from .reply.select import describe, template_context
         from .reply.turn import Turn
+        from .schema_bounds import SchemaWork, schema_work, work_limit
         from .template.capabilities import tool_call_support
 
         messages, tools = _request_lists(messages, tools)
@@ -301,6 +302,8 @@ class Codec:
         choice, reply_tools = _tool_choice(tool_choice, tools, policy)
         call_id = _call_ids(tool_call_id)
         json_schema = _json_schema(response_format, policy)
+        # one count of schema work for the call, its limit in proportion to the schemas
+        work = SchemaWork(work_limit(_check_schemas(tools, response_format, json_schema)))
         mode = _continuation(messages, continue_final_message)
         # the continued message is left out of the render
         final = messages[-1] if mode != "none" and messages else None
@@ -312,8 +315,9 @@ class Codec:
         context = dict(template_kwargs)
         context.setdefault("enable_thinking", enable_thinking)
         context.update(template_context(template.source, json_schema))
-        # every render below (the prompts, the probes, the analysis) shares one budget
-        with call_budget(template.limits, "preparing the request"):
+        # every render below (the prompts, the probes, the analysis) shares one budget, and
+        # the reading of the schemas one count of their work
+        with call_budget(template.limits, "preparing the request"), schema_work(work):
             prompt, generation_prompt, llama_without = _prompts(
                 template, messages, tools, context, now, add_generation_prompt=mode == "none"
             )
@@ -346,6 +350,7 @@ class Codec:
             handler=fmt.handler,
             format=fmt,
             call_id=call_id,
+            schema_work_limit=work.limit,
         )
 
 
@@ -610,6 +615,27 @@ def _json_schema(
             )
         return None
     return dict(schema) if schema else {"type": "object"}
+
+
+def _check_schemas(
+    tools: Sequence[Mapping[str, Any]] | None,
+    response_format: Mapping[str, Any] | None,
+    json_schema: Mapping[str, Any] | None,
+) -> int:
+    """Each tool's parameters and the response schema within the schema bounds (a
+    RequestError naming the path where one nests too deeply), before anything reads them;
+    the number of their nodes."""
+    from .schema_bounds import check_schema
+
+    nodes = 0
+    for i, tool in enumerate(tools or ()):
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and isinstance(function.get("parameters"), Mapping):
+            nodes += check_schema(function["parameters"], f"tools[{i}].function.parameters")
+    if json_schema is not None and response_format is not None:
+        wrapper = "json_schema." if response_format.get("type") == "json_schema" else ""
+        nodes += check_schema(json_schema, f"response_format.{wrapper}schema")
+    return nodes
 
 
 def _as_tokenizer(source: Any, origin: str | None) -> Tokenizer:

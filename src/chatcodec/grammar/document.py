@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GrammarError
+from ..schema_bounds import spend_on, with_type
 from .floats import format_double
 
 __all__ = [
@@ -174,9 +175,13 @@ class SchemaDocument:
 def read_schema(schema: Any) -> SchemaDocument:
     """Read a JSON schema as llama.cpp does; ``GrammarError`` where llama.cpp throws.
 
-    The message is llama.cpp's (``JSON schema error at #/properties/x: ...``).
+    The message is llama.cpp's (``JSON schema error at #/properties/x: ...``). A schema nesting
+    past Python's stack is a ``GrammarError`` too (llama.cpp's stack overflows: a crash).
     """
-    return _Reader(schema).read()
+    try:
+        return _Reader(schema).read()
+    except RecursionError:
+        raise _fail("#", "the schema nests too deeply") from None
 
 
 def _fail(path: str, message: str) -> GrammarError:
@@ -389,6 +394,7 @@ class _Reader:
     def node(self, schema: Any, path: str) -> SchemaNode:
         if not isinstance(schema, Mapping):
             raise _fail(path, "schema must be an object")
+        spend_on(schema)
         if "$ref" in schema:
             return self.ref(schema["$ref"], path)
         if "oneOf" in schema or "anyOf" in schema:
@@ -399,8 +405,9 @@ class _Reader:
             if not kind:
                 raise _fail(path, "type must not be empty")
             # {"type": [a, b], ...} reads as {"anyOf": [{"type": a, ...}, {"type": b, ...}]}
+            # (each a view of the schema with its own type, not a copy of every member)
             return AnyOfNode(
-                [self.node({**schema, "type": t}, f"{path}/type/{i}") for i, t in enumerate(kind)]
+                [self.node(with_type(schema, t), f"{path}/type/{i}") for i, t in enumerate(kind)]
             )
         if "const" in schema:
             return ConstNode(schema["const"])

@@ -24,6 +24,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..schema_bounds import (
+    MAX_SCHEMA_DEPTH,
+    RefAnswers,
+    pointer_keys,
+    schema_path,
+    spend,
+    too_deep,
+)
 from .document import (
     AllOfNode,
     AnyNode,
@@ -265,11 +273,17 @@ def tag(child: Expr) -> Expr:
 
 def may_be_string(node: SchemaNode) -> bool:
     """Whether a value of this schema may be a JSON string, as llama.cpp's schema says it: a
-    string, string const or enum, or a branch that is (``{}`` and a ``$ref`` cycle say no)."""
-    return _may_be_string(node, set())
+    string, string const or enum, or a branch that is (``{}`` and a ``$ref`` cycle say no).
+    Each ``$ref`` is walked once (``RefAnswers``); a walk deeper than ``MAX_SCHEMA_DEPTH`` is a
+    ``RequestError``."""
+    return _may_be_string(node, RefAnswers(False), 0)
 
 
-def _may_be_string(node: SchemaNode, seen: set[int]) -> bool:
+def _may_be_string(node: SchemaNode, refs: RefAnswers[bool], depth: int) -> bool:
+    spend()
+    if depth >= MAX_SCHEMA_DEPTH:
+        raise too_deep(schema_path("a schema", pointer_keys(refs.within())))
+    depth += 1
     if isinstance(node, StringNode):
         return True
     if isinstance(node, ConstNode):
@@ -277,18 +291,14 @@ def _may_be_string(node: SchemaNode, seen: set[int]) -> bool:
     if isinstance(node, EnumNode):
         return any(isinstance(v, str) for v in node.values)
     if isinstance(node, RefNode):
-        if node.target is None or id(node.target) in seen:
-            return False
-        seen.add(id(node.target))
-        try:
-            return _may_be_string(node.target, seen)
-        finally:
-            seen.discard(id(node.target))
+        return refs.follow(
+            id(node.target), node.target, node.ref, lambda t: _may_be_string(t, refs, depth)
+        )
     if isinstance(node, AnyOfNode):
-        return any(_may_be_string(c, seen) for c in node.children)
+        return any(_may_be_string(c, refs, depth) for c in node.children)
     if isinstance(node, AllOfNode):
         kept = [c for c in node.children if not isinstance(c, AnyNode)]
-        return bool(kept) and all(_may_be_string(c, seen) for c in kept)
+        return bool(kept) and all(_may_be_string(c, refs, depth) for c in kept)
     return False
 
 

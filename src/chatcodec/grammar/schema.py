@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import GrammarError, GrammarWarning
+from ..schema_bounds import spend
 from .document import (
     INT64_MAX,
     INT64_MIN,
@@ -156,6 +157,7 @@ class GrammarBuilder:
 
     def add_rule(self, name: str, body: str) -> str:
         """Store ``body`` under ``name`` (sanitised, renamed on a clash); the name used."""
+        spend()  # a rule costs about what a visit does: both count (schema_bounds)
         name = _INVALID_RULE_CHARS.sub("-", name)
         if self.rules.get(name, body) == body:
             self.rules[name] = body
@@ -187,6 +189,7 @@ class GrammarBuilder:
 
     def visit(self, node: SchemaNode, name: str) -> str:
         """Add the rules of ``node`` under ``name`` ("" for the root); the name matching it."""
+        spend()
         if name in _RESERVED:
             rule_name = name + "-"
         else:
@@ -204,6 +207,7 @@ class GrammarBuilder:
         if isinstance(node, ConstNode):
             return self.add_rule(rule_name, format_literal(dump_json(node.value)))
         if isinstance(node, EnumNode):
+            spend(len(node.values))
             values = " | ".join(format_literal(dump_json(v)) for v in node.values)
             return self.add_rule(rule_name, f"({values})")
         if isinstance(node, ObjectNode):
@@ -278,11 +282,13 @@ class GrammarBuilder:
             if isinstance(component, RefNode):
                 return
             if isinstance(component, ObjectNode):
+                spend(len(component.properties))
                 for prop in component.properties:
                     properties.append((prop.name, prop.schema))
                     if is_required:
                         required.add(prop.name)
             elif isinstance(component, EnumNode):
+                spend(len(component.values))
                 for value in component.values:
                     literal = format_literal(dump_json(value))
                     enum_counts[literal] = enum_counts.get(literal, 0) + 1

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..grammar.constraint import Grammar
+from ..schema_bounds import MAX_SCHEMA_WORK, SchemaWork, schema_work
 from .description import ReplyFormat
 from .message import AssistantMessage, Delta
 from .stream import DEFAULT_CALL_IDS, ReplyStream
@@ -18,7 +19,8 @@ __all__ = ["Turn"]
 class Turn:
     """``prompt`` goes to the backend, which must stop at ``stop``; ``parse``/``stream`` read
     the reply as llama.cpp would (``generation_prompt`` + reply). ``call_id(index)`` names
-    the tool calls the model gives no id of its own."""
+    the tool calls the model gives no id of its own. ``schema_work_limit`` bounds the steps
+    deriving ``grammar`` may take over the request's schemas (docs/security.md)."""
 
     prompt: str
     generation_prompt: str
@@ -26,18 +28,23 @@ class Turn:
     handler: str
     format: ReplyFormat
     call_id: Callable[[int], str] = DEFAULT_CALL_IDS
+    # the steps deriving the grammar may take over the request's schemas (schema_bounds)
+    schema_work_limit: int = MAX_SCHEMA_WORK
 
     @cached_property
     def grammar(self) -> Grammar | None:
         """The grammar llama.cpp would sample this reply under (None where it sets none): its
-        GBNF text and sampler setup; ``GrammarError`` when a schema cannot be converted."""
+        GBNF text and sampler setup; ``GrammarError`` when a schema cannot be converted, a
+        ``RequestError`` when its schemas take more than the schema work bound to convert."""
         c = self.format.constraint
         if not c.grammar:
             return None
         if c.build_gbnf is None:
             raise ValueError(f"this {self.handler!r} reply format carries no grammar builder")
+        with schema_work(SchemaWork(self.schema_work_limit)):
+            gbnf = c.build_gbnf()
         return Grammar(
-            c.build_gbnf(),
+            gbnf,
             c.lazy,
             c.triggers,
             c.preserved_tokens,

@@ -212,7 +212,7 @@ def _grammar(turn: Turn, request: ChatRequest, engine: Engine) -> Grammar | None
         return None  # nothing to enforce, nowhere to send it: not derived
     try:
         grammar = turn.grammar
-    except GrammarError as exc:
+    except (GrammarError, RequestError) as exc:
         raise APIError(400, str(exc), needed or "tools") from None
     if grammar is None:
         if needed in ("tool_choice", "response_format"):

@@ -19,6 +19,7 @@ from typing import Any
 
 from ...grammar import rules as g
 from ...grammar.document import AnyOfNode, ArrayNode, ObjectNode, SchemaNode
+from ...schema_bounds import with_type
 from .. import mapper as t
 from .. import peg
 from ..arguments import arg_name, tool_functions, tool_name, tool_names
@@ -89,7 +90,7 @@ def _alternatives(schema: Mapping[str, Any]) -> list[Any] | None:
             return list(alts) if isinstance(alts, list) else []
     kind = schema.get("type")
     if isinstance(kind, list):
-        return [{**schema, "type": k} for k in kind]
+        return [with_type(schema, k) for k in kind]  # views, not copies
     return None
 
 
