@@ -1213,3 +1213,34 @@ def test_allowed_tools_offers_only_those_and_custom_tools_are_named(
         custom = {"type": "custom", "custom": {"name": "shell", "description": "Runs a command"}}
         error = error_of(post(root, {**good, "tools": [custom]}), 400)
         assert error["param"] == "tools[0].type" and "custom" in error["message"]
+
+
+def test_json_text_arguments_reach_the_template_as_an_object(
+    standin: tuple[StandIn, str],
+) -> None:
+    """OpenAI's clients send a past call's arguments as JSON text. A template that reads them
+    as an object gets them parsed, as llama.cpp hands them over; left as text, Qwen2.5 writes
+    them as one quoted string. Text that is not a JSON object stays as sent."""
+    engine, url = standin
+    reset(engine, "Sunny.")
+
+    def conversation(arguments: Any) -> list[dict[str, Any]]:
+        call = {"id": "c1", "type": "function", "function": {"name": "get_weather"}}
+        call["function"]["arguments"] = arguments
+        return [
+            *USER,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Sunny."},
+        ]
+
+    with served(qwen(), RemoteEngine(url)) as root:
+        for sent, rendered in (('{"city": "Paris"}', {"city": "Paris"}), ("[1]", "[1]")):
+            engine.requests.clear()
+            body = {"model": MODEL, "messages": conversation(sent), "tools": [WEATHER]}
+            assert post(root, body).status_code == 200
+            expected = qwen().prepare(conversation(rendered), [WEATHER]).prompt
+            assert engine.requests[0]["prompt"] == expected
+        assert (
+            '"arguments": {"city": "Paris"}'
+            in qwen().prepare(conversation({"city": "Paris"}), [WEATHER]).prompt
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import warnings
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ from ..grammar.constraint import constrained_field
 from ..reply.message import AssistantMessage, Delta
 from ..reply.request import Policy
 from ..template import ChatTemplate
+from ..template.capabilities import tool_call_support
 from ..template.compat import llama_compatible, takes_string_content_only
 from .engine import Engine, Generation, Piece, Usage
 from .errors import APIError
@@ -106,6 +108,7 @@ def _turn(
             400, "this model's chat template does not read reasoning_effort", "reasoning_effort"
         )
     messages = _joined_text(template, [m.model_dump(exclude_none=True) for m in request.messages])
+    messages = _object_arguments(template, messages)
     choice = request.tool_choice
     tool_choice: Any = "auto" if choice is None else choice
     if not isinstance(tool_choice, str):
@@ -162,6 +165,48 @@ def _joined_text(template: ChatTemplate, messages: list[dict[str, Any]]) -> list
             message = {**message, "content": "\n".join(texts)}
         joined.append(message)
     return joined
+
+
+def _object_arguments(
+    template: ChatTemplate, messages: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``messages`` as llama.cpp hands them to a template that reads a call's arguments as an
+    object: OpenAI's JSON-text arguments parsed. Left as text, such a template writes them
+    as one quoted string, a prompt the model never saw in training. Text that is not a JSON
+    object stays as it is (llama.cpp refuses the request)."""
+    if not any(_text_arguments(m) for m in messages):
+        return messages
+    if not tool_call_support(template).object_arguments:
+        return messages
+    out = []
+    for message in messages:
+        if _text_arguments(message):
+            message = {**message, "tool_calls": [_parsed(c) for c in message["tool_calls"]]}
+        out.append(message)
+    return out
+
+
+def _text_arguments(message: dict[str, Any]) -> bool:
+    calls = message.get("tool_calls")
+    return isinstance(calls, list) and any(
+        isinstance(c, dict)
+        and isinstance(c.get("function"), dict)
+        and isinstance(c["function"].get("arguments"), str)
+        for c in calls
+    )
+
+
+def _parsed(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except (ValueError, RecursionError):
+        return call
+    if not isinstance(arguments, dict):
+        return call
+    return {**call, "function": {**function, "arguments": arguments}}
 
 
 def _check_roles(source: str, request: ChatRequest) -> None:

@@ -392,6 +392,9 @@ class ToolCallSupport:
 
     calls: bool
     parallel: bool
+    object_arguments: bool = False
+    """The template reads a call's arguments as an object (llama.cpp then hands it every
+    call's JSON-text arguments parsed)."""
 
 
 # llama.cpp's capability probe (common/chat.cpp): one tool, a user turn, an assistant turn with
@@ -471,13 +474,17 @@ def _measure_tool_call_support(p: ProbeRenderer) -> ToolCallSupport:
     without = _llama_probe(p, None, 0)
     arguments: Any = _OBJECT_ARGUMENTS
     one = _llama_probe(p, arguments, 1)
+    # the argument's value shows: the template read into the object
+    read = one is not None and one.count("value") > (without or "").count("value")
     if one is None or one == without:
         arguments = _TEXT_ARGUMENTS
         one = _llama_probe(p, arguments, 1)
         if one is None or one == without:
             return ToolCallSupport(calls=False, parallel=False)
     two = _llama_probe(p, arguments, 2)
-    return ToolCallSupport(calls=True, parallel=two is not None and two != one)
+    return ToolCallSupport(
+        calls=True, parallel=two is not None and two != one, object_arguments=read
+    )
 
 
 # One block of each type a request may carry, OpenAI's and transformers' processor forms; the
