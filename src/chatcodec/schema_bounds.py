@@ -39,6 +39,7 @@ __all__ = [
     "schema_work",
     "call_answers",
     "RefAnswers",
+    "pointer",
     "pointer_keys",
     "spend",
     "spend_on",
@@ -222,7 +223,7 @@ def pointer_keys(ref: str) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/") if p]
 
 
-def _pointer(root: Any, ref: str) -> tuple[Any, list[str | int]] | None:
+def pointer(root: Any, ref: str) -> tuple[Any, list[str | int]] | None:
     """The node a local ``$ref`` names and its path from ``root``; None when it names none
     (its readers then say why)."""
     if not ref.startswith("#"):
@@ -287,7 +288,7 @@ class _Check:
         return height + 1
 
     def ref(self, ref: str, depth: int, keys: list[str | int]) -> int:
-        found = _pointer(self.root, ref)
+        found = pointer(self.root, ref)
         if found is None or not isinstance(found[0], (Mapping, list)):
             return 0
         target, target_keys = found

@@ -14,6 +14,7 @@ from ..schema_bounds import (
     MAX_SCHEMA_DEPTH,
     RefAnswers,
     call_answers,
+    pointer,
     pointer_keys,
     schema_path,
     spend_on,
@@ -53,20 +54,8 @@ def _json_type(value: Any) -> str:
 
 def resolve_ref(root: Mapping[str, Any], ref: str) -> Any:
     """The node a local ``$ref`` (a JSON pointer into ``root``) names; None when it names none."""
-    if not ref.startswith("#"):
-        return None
-    node: Any = root
-    for part in ref[1:].split("/"):
-        if not part:
-            continue
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
+    found = pointer(root, ref)
+    return None if found is None else found[0]
 
 
 class SchemaTypes:

@@ -18,15 +18,15 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..errors import ReplyError
 from ..reply.message import Delta, ToolCall
 from ..reply.stream import CallIdPrefix
-from .chat import Reply
+from .chat import Reply, text_content
 from .engine import EngineError, Piece
 from .errors import APIError, failure
-from .schema import ChatRequest
+from .schema import ChatRequest, validated
 
 __all__ = [
     "CountRequest",
@@ -193,7 +193,9 @@ def to_chat(request: CountRequest) -> ChatRequest:
     """``request`` as the chat request it means (messages, tools and options)."""
     messages: list[dict[str, Any]] = []
     if request.system:
-        messages.append({"role": "system", "content": _text(request.system)})
+        messages.append(
+            {"role": "system", "content": text_content([t.text for t in request.system])}
+        )
     for message in request.messages:
         if message.role == "user":
             messages += _user(message.content)
@@ -237,21 +239,7 @@ def to_chat(request: CountRequest) -> ChatRequest:
             body[name] = getattr(request, name)
         if request.stop_sequences:
             body["stop"] = request.stop_sequences
-    try:
-        return ChatRequest.model_validate(body)
-    except ValidationError as exc:  # what the chat request refuses, named by its field
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise APIError(400, f"{where}: {first['msg']}", where.split(".")[0]) from None
-
-
-def _text(content: list[TextBlock]) -> str | list[dict[str, Any]]:
-    """A string, or text parts (joined for a template that reads strings only)."""
-    if not content:
-        return ""
-    if len(content) == 1:
-        return content[0].text
-    return [{"type": "text", "text": block.text} for block in content]
+    return validated(ChatRequest, body)
 
 
 def _user(content: list[Any]) -> list[dict[str, Any]]:
@@ -263,14 +251,14 @@ def _user(content: list[Any]) -> list[dict[str, Any]]:
             texts.append(block)
         elif isinstance(block, ToolResultBlock):
             if texts:
-                out.append({"role": "user", "content": _text(texts)})
+                out.append({"role": "user", "content": text_content([t.text for t in texts])})
                 texts = []
-            text = _text(block.content)
+            text = text_content([t.text for t in block.content])
             out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
         else:
             raise APIError(400, f"a user message cannot hold a {block.type!r} block", "messages")
     if texts or not out:
-        out.append({"role": "user", "content": _text(texts)})
+        out.append({"role": "user", "content": text_content([t.text for t in texts])})
     return out
 
 
@@ -293,7 +281,10 @@ def _assistant(content: list[Any]) -> dict[str, Any]:
             raise APIError(
                 400, "an assistant message cannot hold a 'tool_result' block", "messages"
             )
-    message: dict[str, Any] = {"role": "assistant", "content": _text(texts) if texts else None}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text_content([t.text for t in texts]) if texts else None,
+    }
     if thoughts:
         message["reasoning_content"] = "\n".join(thoughts)
     if calls:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -30,7 +30,7 @@ from . import anthropic, responses
 from .chat import Reply, prepare
 from .engine import Engine, EngineError, Generation, Piece
 from .errors import APIError, error_body, failure
-from .schema import ChatRequest
+from .schema import ChatRequest, validated
 
 if TYPE_CHECKING:
     from ..codec import Codec
@@ -200,15 +200,7 @@ class _Server:
             raise APIError(400, "the request body nests too deeply") from None
         except ValueError as exc:  # malformed JSON, invalid UTF-8, an integer too long
             raise APIError(400, f"the request body is not valid JSON: {exc}") from None
-        try:
-            return schema.model_validate(payload)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or None
-            message = f"{where}: {first['msg']}" if where else first["msg"]
-            raise APIError(400, message, where.split(".")[0] if where else None) from None
-        except RecursionError:
-            raise APIError(400, "the request body nests too deeply") from None
+        return validated(schema, payload)
 
     async def chat(self, request: Request) -> Response:
         self._authorize(request)

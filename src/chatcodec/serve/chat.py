@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..grammar.constraint import Grammar
     from ..reply.turn import Turn
 
-__all__ = ["prepare", "Reply"]
+__all__ = ["prepare", "Reply", "text_content"]
 
 log = logging.getLogger("chatcodec.serve")
 
@@ -136,6 +136,15 @@ def _turn(
         raise APIError(400, str(exc), _constrained_field(request) or "tools") from None
     except RequestError as exc:
         raise APIError(400, str(exc), _param_of(str(exc))) from None
+
+
+def text_content(texts: list[str]) -> str | list[dict[str, Any]]:
+    """Texts as one message's content: the text itself when there is one, else text blocks
+    (which reach a template that reads strings only joined by newlines, as llama.cpp joins
+    them)."""
+    if len(texts) == 1:
+        return texts[0]
+    return [{"type": "text", "text": text} for text in texts] if texts else ""
 
 
 def _joined_text(template: ChatTemplate, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -20,16 +20,15 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
 )
 
 from ..errors import ReplyError
 from ..reply.message import AssistantMessage, Delta
-from .chat import Reply
+from .chat import Reply, text_content
 from .engine import EngineError, Piece
 from .errors import APIError, failure
-from .schema import ChatRequest
+from .schema import ChatRequest, validated
 
 __all__ = ["ResponsesRequest", "Store", "Writer", "conversation", "to_chat"]
 
@@ -220,14 +219,6 @@ def conversation(request: ResponsesRequest, store: Store) -> list[dict[str, Any]
     return history + _messages(request.input)
 
 
-def _text(parts: list[TextPart]) -> str | list[dict[str, Any]]:
-    if not parts:
-        return ""
-    if len(parts) == 1:
-        return parts[0].text
-    return [{"type": "text", "text": part.text} for part in parts]
-
-
 def _messages(items: list[Any]) -> list[dict[str, Any]]:
     """Input items as chat messages: a reasoning item and the function calls after it join
     the assistant message they belong to."""
@@ -247,7 +238,7 @@ def _messages(items: list[Any]) -> list[dict[str, Any]]:
             if message["content"] is not None or "tool_calls" in message:
                 open_turn = None
                 message = turn()
-            message["content"] = _text(item.content)
+            message["content"] = text_content([t.text for t in item.content])
         elif isinstance(item, ReasoningItem):
             open_turn = None
             parts = item.content if item.content is not None else item.summary
@@ -259,11 +250,15 @@ def _messages(items: list[Any]) -> list[dict[str, Any]]:
         elif isinstance(item, FunctionCallOutputItem):
             open_turn = None
             out.append(
-                {"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)}
+                {
+                    "role": "tool",
+                    "tool_call_id": item.call_id,
+                    "content": text_content([t.text for t in item.output]),
+                }
             )
         else:
             open_turn = None
-            out.append({"role": item.role, "content": _text(item.content)})
+            out.append({"role": item.role, "content": text_content([t.text for t in item.content])})
     for message in out:
         if (
             message["role"] == "assistant"
@@ -326,12 +321,7 @@ def to_chat(request: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatRe
     effort = request.reasoning.effort if request.reasoning is not None else None
     if effort is not None:
         body["chat_template_kwargs"] = {"enable_thinking": effort not in ("none", "minimal")}
-    try:
-        return ChatRequest.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise APIError(400, f"{where}: {first['msg']}", where.split(".")[0]) from None
+    return validated(ChatRequest, body)
 
 
 # ------------------------------------------------------------------ the reply

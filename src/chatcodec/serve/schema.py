@@ -8,11 +8,13 @@ nor llama-server defines (``extra="forbid"``). Fields that change nothing for on
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["ChatRequest", "ToolChoiceNamed", "OPENAI_ROLES"]
+from .errors import APIError
+
+__all__ = ["ChatRequest", "ToolChoiceNamed", "OPENAI_ROLES", "validated"]
 
 # the message roles OpenAI's chat API defines ("function" is its deprecated form of "tool")
 OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -207,3 +209,19 @@ class ChatRequest(_Strict):
             return ()
         stops = [self.stop] if isinstance(self.stop, str) else self.stop
         return tuple(s for s in stops if s)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(schema: type[M], payload: Any) -> M:
+    """``payload`` as ``schema`` reads it; a 400 naming the first field it refuses."""
+    try:
+        return schema.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or None
+        message = f"{where}: {first['msg']}" if where else first["msg"]
+        raise APIError(400, message, where.split(".")[0] if where else None) from None
+    except RecursionError:
+        raise APIError(400, "the request body nests too deeply") from None
