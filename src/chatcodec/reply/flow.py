@@ -65,7 +65,6 @@ class FlowRunner:
         self.tried_len = -1
         self.watch = CommitWatch("")
         self.stall: Stall | None = None  # where its last parse stopped inside a literal
-        self._noting: dict[int, bool] = {}  # per call parser: whether it notes its edges
         # what the end of the flow says about the text it leaves
         self.after_call = False
         self.call_failed = False
@@ -164,10 +163,8 @@ class FlowRunner:
         """A call parsed whole where a message may begin; FAIL: the next option is tried."""
         cur = self.cursor
         buf, at = cur.buf, cur.pos
-        noting = self._noting.get(id(option.call))
-        if noting is None:
-            noting = self._noting[id(option.call)] = notes_edges(option.call)
-        text = Stall.probe(buf, at) if noting and not cur.eof else buf
+        noting = not cur.eof and notes_edges(option.call)
+        text = Stall.probe(buf, at) if noting else buf
         result = option.call.parse(text, at)
         self.stall = None
         if result.status == FAIL:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
 
 __all__ = [
     "tags_in",
@@ -398,8 +399,14 @@ def tags_in(parser: Parser) -> frozenset[str]:
 def notes_edges(parser: Parser) -> bool:
     """Whether every parser in ``parser``'s tree is one of this module's, which note on a
     ``Probe`` each result that depended on the end of the text (a parser of a family's own
-    may read to the end unnoted)."""
-    return all(type(p) in _NOTING for p in _tree(parser))
+    may read to the end unnoted). Walked once per parser: streams ask it at their start."""
+    known = _NOTES_EDGES.get(parser)
+    if known is None:
+        known = _NOTES_EDGES[parser] = all(type(p) in _NOTING for p in _tree(parser))
+    return known
+
+
+_NOTES_EDGES: WeakKeyDictionary[Parser, bool] = WeakKeyDictionary()
 
 
 class Ref(Parser):
