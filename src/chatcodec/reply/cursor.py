@@ -16,6 +16,8 @@ from enum import Enum
 
 from .description import Balance
 from .mapper import (
+    TOOL,
+    TOOL_ARG,
     TOOL_ARG_NAME,
     TOOL_ARGS,
     TOOL_ID,
@@ -25,7 +27,7 @@ from .mapper import (
     json_escape_inner,
 )
 from .message import Dropped
-from .peg import FAIL, NEED_MORE, SUCCESS, Node, Until, is_c_space
+from .peg import FAIL, NEED_MORE, SUCCESS, Node, Probe, Until, is_c_space, probed
 
 __all__ = [
     "Outcome",
@@ -41,6 +43,7 @@ __all__ = [
     "BalanceWatch",
     "CallMarkers",
     "Waiting",
+    "Stall",
 ]
 
 
@@ -190,6 +193,67 @@ def retry_due(unread: int, tried: int, out: Output) -> bool:
     if isinstance(opened, OpenString) and opened.due(tried):
         return True
     return unread <= PREVIEW_WINDOW or unread >= 2 * tried
+
+
+class Stall:
+    """Where the last parse of the call in progress stopped for more text: inside one literal
+    that begins at absolute offset ``at``, with nothing else in the parse read as far as the
+    end of the text, and no part of what it shows ending there. While the text from ``at`` is
+    still a proper prefix of that literal, a parse would give the same result and the same
+    preview: the call waits without one. (A call's markup is mostly such literals: most of
+    its chunks then cost a comparison instead of a parse.)"""
+
+    __slots__ = ("at", "literal")
+
+    def __init__(self, at: int, literal: str) -> None:
+        self.at = at
+        self.literal = literal
+
+    @staticmethod
+    def probe(buf: str, pos: int) -> str:
+        """The text to parse the call in ``buf[pos:]`` on: a Probe while the call is within
+        PREVIEW_WINDOW characters (the copy a Probe costs is then bounded), else ``buf``."""
+        return probed(buf) if len(buf) - pos <= PREVIEW_WINDOW else buf
+
+    @staticmethod
+    def of(text: str, nodes: list[Node], base: int, mapper: CallMapper) -> Stall | None:
+        """The stall of a parse that needed more of ``text`` (``text[0]`` at absolute offset
+        ``base``), or None. The generic mapper only (a family's own may read any node's
+        text): a node cut short may only be the call or an argument around the literal, or
+        arguments that are no raw JSON object (the mapper then reads none of their text)."""
+        if type(text) is not Probe or not text.edges or type(mapper) is not CallMapper:
+            return None
+        pos, literal = text.edges[-1]
+        if not literal:
+            return None
+        # (whitespace that ran to the literal stops there again: the literal's text is next)
+        if any(edge != (pos, None) for edge in text.edges[:-1]) or (
+            len(text.edges) > 1 and is_c_space(literal[0])
+        ):
+            return None
+        stack = list(nodes)
+        while stack:
+            node = stack.pop()
+            if node.partial and node.tag not in _WRAPPERS:
+                # (arguments cut short at the literal begin with it)
+                first = text[node.start] if node.start < pos else literal[0]
+                if node.tag != TOOL_ARGS or first == "{":
+                    return None
+            stack.extend(node.children)
+        return Stall(base + pos, literal)
+
+    def holds(self, cur: Cursor) -> bool:
+        """Whether the text from ``at`` is still a proper prefix of the literal."""
+        if cur.base + len(cur.buf) + cur.pending_len - self.at >= len(self.literal):
+            return False
+        tail = cur.buf[self.at - cur.base :]
+        if cur.pending:
+            tail += "".join(cur.pending)
+        return self.literal.startswith(tail)
+
+
+# the tags of nodes whose end the generic mapper does not read
+_WRAPPERS = frozenset({TOOL, TOOL_ARG})
 
 
 class CommitWatch:

@@ -34,6 +34,7 @@ from .cursor import (
     OpenArguments,
     Outcome,
     Output,
+    Stall,
     Waiting,
     retry_due,
 )
@@ -57,7 +58,7 @@ from .description import (
 )
 from .flow import FlowRunner
 from .mapper import CallMapper, MappedCall, carries_call_ids
-from .peg import FAIL, NEED_MORE, SUCCESS, Node, Parser, Result, Until
+from .peg import FAIL, NEED_MORE, SUCCESS, Node, Parser, Result, Until, notes_edges
 
 __all__ = [
     "ReplyEngine",
@@ -167,6 +168,12 @@ class ReplyEngine:
         self._tried_len = -1
         self._watch: CommitWatch | BalanceWatch | None = None
         self._markers = CallMarkers()
+        # where the last parse of the call in progress stopped inside a literal (see Stall),
+        # when the calls' parsers note where they read to the end of the text
+        self._stall: Stall | None = None
+        self._probing = calls is not None and all(
+            notes_edges(p) for p in (calls.first, calls.next) if p is not None
+        )
         if calls is not None:
             commit = calls.commit
             self._watch = (
@@ -765,7 +772,9 @@ class ReplyEngine:
         cur.materialize()
         grammar = section.first if self._calls_done == 0 else section.next
         assert grammar is not None
-        result = grammar.parse(cur.buf, cur.pos)
+        text = Stall.probe(cur.buf, cur.pos) if self._probing and not cur.eof else cur.buf
+        result = grammar.parse(text, cur.pos)
+        self._stall = None
         if result.status == SUCCESS and section.settle and result.end >= len(cur.buf):
             if not cur.eof:  # a call that ends with the text may go on
                 if not self._thought_call:
@@ -782,6 +791,7 @@ class ReplyEngine:
             if not cur.eof:
                 if not self._thought_call:  # (a call in a thought may prove to be thought)
                     self._preview(result.nodes, section)
+                self._stall = Stall.of(text, result.nodes, cur.base, self.out.mapper)
                 return self._wait_for_call()
             if self.out.close_calls(result.nodes, cur.buf, cur.base):
                 cur.pos = len(cur.buf)
@@ -823,6 +833,8 @@ class ReplyEngine:
     def _call_ready(self) -> bool:
         """Whether the call in progress may have changed its outcome since it was last tried."""
         assert self._watch is not None
+        if self._stall is not None and self._stall.holds(self.cursor):
+            return False
         return self._watch.hit or retry_due(self.cursor.unread(), self._tried_len, self.out)
 
     # ------------------------------------------------------------------ dropped text

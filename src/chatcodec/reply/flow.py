@@ -21,12 +21,13 @@ from .cursor import (
     Cursor,
     Outcome,
     Output,
+    Stall,
     Waiting,
     retry_due,
 )
 from .description import CallMessage, Flow, FlowState, TextMessage
 from .mapper import carries_call_ids
-from .peg import FAIL, NEED_MORE, Parser, Until
+from .peg import FAIL, NEED_MORE, Parser, Until, notes_edges
 
 __all__ = ["FlowRunner"]
 
@@ -63,6 +64,7 @@ class FlowRunner:
         # the call option in progress
         self.tried_len = -1
         self.watch = CommitWatch("")
+        self.stall: Stall | None = None  # where its last parse stopped inside a literal
         # what the end of the flow says about the text it leaves
         self.after_call = False
         self.call_failed = False
@@ -104,6 +106,7 @@ class FlowRunner:
     def _goto(self, target: str) -> Outcome | None:
         self.option = 0
         self.tried_len = -1
+        self.stall = None
         self.message = None
         self.phase = Phase.BOUNDARY
         if target in self.flow.states:
@@ -127,6 +130,8 @@ class FlowRunner:
 
     def _call_ready(self) -> bool:
         """Whether the call in progress may have changed its outcome since it was last tried."""
+        if self.stall is not None and self.stall.holds(self.cursor):
+            return False
         return self.watch.hit or retry_due(self.cursor.unread(), self.tried_len, self.out)
 
     def _boundary(self) -> Outcome | None:
@@ -158,7 +163,10 @@ class FlowRunner:
         """A call parsed whole where a message may begin; FAIL: the next option is tried."""
         cur = self.cursor
         buf, at = cur.buf, cur.pos
-        result = option.call.parse(buf, at)
+        noting = not cur.eof and notes_edges(option.call)
+        text = Stall.probe(buf, at) if noting else buf
+        result = option.call.parse(text, at)
+        self.stall = None
         if result.status == FAIL:
             self.out.clear_preview()
             self.reach = max(self.reach, cur.base + result.end)
@@ -173,6 +181,7 @@ class FlowRunner:
                 return STOP
             ids = carries_call_ids(option.call)
             self.out.preview_calls(result.nodes, buf, self.flow.tool_names, ids)
+            self.stall = Stall.of(text, result.nodes, cur.base, self.out.mapper)
             self.tried_len = len(buf) - at
             self.watch = CommitWatch(option.commit)
             self.watch.restart(buf, at)

@@ -8,11 +8,13 @@ of a cut-short text gives exactly what llama.cpp gives.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
 
 __all__ = [
     "tags_in",
+    "notes_edges",
     "SUCCESS",
     "FAIL",
     "NEED_MORE",
@@ -45,6 +47,8 @@ __all__ = [
     "python_string",
     "python_or_json_value",
     "is_c_space",
+    "Probe",
+    "probed",
 ]
 
 SUCCESS = 0
@@ -57,6 +61,31 @@ _C_SPACE = frozenset(" \t\n\v\f\r")
 def is_c_space(ch: str) -> bool:
     """C `isspace` in the C locale, which llama.cpp's `space()` uses."""
     return ch in _C_SPACE
+
+
+class Probe(str):
+    """The text of a streamed parse, which notes each time a parser's result depended on
+    where the text ends (``edges``): ``(position, literal)`` for a literal cut short there,
+    ``(position, None)`` for a run of whitespace that reached the end, ``(position, "")`` for
+    anything else (a search, a repetition that reached the end, ...). A parse whose last edge
+    is a literal, and whose others are whitespace at the same position, gives the same result
+    on any longer text in which that literal is still cut short (if it does not begin with
+    whitespace): nothing else read as far as the end."""
+
+    edges: list[tuple[int, str | None]]
+
+
+def probed(text: str) -> Probe:
+    """``text`` as a Probe with no edges yet."""
+    probe = Probe(text)
+    probe.edges = []
+    return probe
+
+
+def _edge(text: str, pos: int, literal: str | None = "") -> None:
+    """A result at ``pos`` depended on the end of ``text`` (noted when it is a Probe)."""
+    if type(text) is Probe:
+        text.edges.append((pos, literal))
 
 
 @dataclass(frozen=True)
@@ -103,6 +132,7 @@ class Literal(Parser):
         # (the rest is sliced only when it is shorter than the literal: a failed literal must
         # not copy the text after it)
         if len(text) - pos < len(s) and s.startswith(text[pos:]):
+            _edge(text, pos, s)
             return Result(NEED_MORE, len(text))
         return Result(FAIL, pos)
 
@@ -150,6 +180,7 @@ class Repeat(Parser):
         n = len(text)
         while self.hi == -1 or count < self.hi:
             if pos >= n:
+                _edge(text, pos)
                 break
             r = self.child.parse(text, pos)
             if r.status == SUCCESS:
@@ -192,6 +223,8 @@ class Space(Parser):
         n = len(text)
         while pos < n and text[pos] in _C_SPACE:
             pos += 1
+        if pos >= n:
+            _edge(text, pos, None)
         return Result(SUCCESS, pos)
 
 
@@ -208,6 +241,8 @@ class Chars(Parser):
         while (self.hi == -1 or count < self.hi) and pos < n and text[pos] in self.chars:
             pos += 1
             count += 1
+        if pos >= n:
+            _edge(text, pos)
         if count < self.lo:
             return Result(NEED_MORE if pos >= n else FAIL, pos)
         return Result(SUCCESS, pos)
@@ -232,11 +267,13 @@ class StringBody(Parser):
             assert m is not None
             pos = m.end()
             if pos >= n:
+                _edge(text, pos)
                 return Result(NEED_MORE, pos)
             if text[pos] == q:
                 return Result(SUCCESS, pos)
             # a backslash escape
             if pos + 1 >= n:
+                _edge(text, pos)
                 return Result(NEED_MORE, pos)
             c = text[pos + 1]
             if c in (q, "\\", "/", "b", "f", "n", "r", "t"):
@@ -246,6 +283,7 @@ class StringBody(Parser):
                 k = pos + 2
                 while k < pos + 6:
                     if k >= n:
+                        _edge(text, pos)
                         return Result(NEED_MORE, pos)
                     if text[k] not in _HEX:
                         return Result(FAIL, start)
@@ -290,6 +328,8 @@ class Until(Parser):
 
     def parse(self, text: str, pos: int) -> Result:
         stop, complete = self.find(text, pos)
+        if not complete:
+            _edge(text, stop)
         if stop < len(text):
             return Result(SUCCESS, stop)
         return Result(NEED_MORE, stop)
@@ -334,10 +374,8 @@ def atomic_tag(tag: str, parser: Parser) -> Parser:
     return Atomic(Tag(tag, parser))
 
 
-def tags_in(parser: Parser) -> frozenset[str]:
-    """Every tag a parser's nodes may carry (its tree walked once; recursion through a
-    ``Ref`` is followed once)."""
-    found: set[str] = set()
+def _tree(parser: Parser) -> Iterator[Parser]:
+    """Every parser in ``parser``'s tree, once (recursion through a ``Ref`` followed once)."""
     seen: set[int] = set()
     stack = [parser]
     while stack:
@@ -345,14 +383,30 @@ def tags_in(parser: Parser) -> frozenset[str]:
         if id(p) in seen:
             continue
         seen.add(id(p))
-        if isinstance(p, Tag):
-            found.add(p.tag)
+        yield p
         for name in ("child", "target", "scalar", "key"):
             inner = getattr(p, name, None)
             if isinstance(inner, Parser):
                 stack.append(inner)
         stack.extend(c for c in getattr(p, "children", ()) if isinstance(c, Parser))
-    return frozenset(found)
+
+
+def tags_in(parser: Parser) -> frozenset[str]:
+    """Every tag a parser's nodes may carry."""
+    return frozenset(p.tag for p in _tree(parser) if isinstance(p, Tag))
+
+
+def notes_edges(parser: Parser) -> bool:
+    """Whether every parser in ``parser``'s tree is one of this module's, which note on a
+    ``Probe`` each result that depended on the end of the text (a parser of a family's own
+    may read to the end unnoted). Walked once per parser: streams ask it at their start."""
+    known = _NOTES_EDGES.get(parser)
+    if known is None:
+        known = _NOTES_EDGES[parser] = all(type(p) in _NOTING for p in _tree(parser))
+    return known
+
+
+_NOTES_EDGES: WeakKeyDictionary[Parser, bool] = WeakKeyDictionary()
 
 
 class Ref(Parser):
@@ -380,6 +434,12 @@ class NestedValue(Parser):
         self.scalar, self.key, self.python, self.top = scalar, key, python, top
 
     def parse(self, text: str, pos: int) -> Result:
+        r = self._value(text, pos)
+        if r.status == NEED_MORE or r.end >= len(text):
+            _edge(text, r.end)
+        return r
+
+    def _value(self, text: str, pos: int) -> Result:
         n = len(text)
         start = pos
         python = self.python
@@ -580,6 +640,31 @@ class CharsExcept(Parser):
         while (self.hi == -1 or count < self.hi) and pos < n and text[pos] not in self.chars:
             pos += 1
             count += 1
+        if pos >= n:
+            _edge(text, pos)
         if count < self.lo:
             return Result(NEED_MORE if pos >= n else FAIL, pos)
         return Result(SUCCESS, pos)
+
+
+# the parsers that note their edges on a Probe (see notes_edges)
+_NOTING = frozenset(
+    {
+        Eps,
+        Literal,
+        Seq,
+        Choice,
+        Repeat,
+        Peek,
+        Not,
+        Space,
+        Chars,
+        CharsExcept,
+        StringBody,
+        Until,
+        Tag,
+        Atomic,
+        Ref,
+        NestedValue,
+    }
+)
