@@ -266,7 +266,10 @@ class _Server:
     async def _prepare(
         self, body: ChatRequest, call_ids: Callable[[int], str] | None = None
     ) -> tuple[Turn, Generation]:
-        """The turn ``body`` asks of this server's model, and what to ask the engine."""
+        """The turn ``body`` asks of this server's model, and what to ask the engine.
+        ``prepare`` runs on a worker thread, so that no request's setup holds up the event
+        loop (the other streams, ``/health``), within ``timeout``: a setup that takes longer
+        is answered with a 504 (its thread runs on to its end, unheard)."""
         if body.model != self.config.model_name:
             raise APIError(
                 404,
@@ -275,7 +278,16 @@ class _Server:
                 "model",
                 "model_not_found",
             )
-        return await self._set_up(body, call_ids)
+        policy = body.policy or self.config.policy
+        work = asyncio.to_thread(prepare, self.codec, body, self.engine, policy, call_ids)
+        timeout = self.config.timeout
+        try:
+            turn, generation = await asyncio.wait_for(work, timeout)
+        except asyncio.TimeoutError:
+            raise APIError(504, f"setting the request up took more than {timeout:g} s") from None
+        if generation.max_tokens is None:
+            generation = replace(generation, max_tokens=self.config.max_tokens_default)
+        return turn, generation
 
     async def _begin(
         self, request: Request, body: ChatRequest, call_ids: Callable[[int], str] | None = None
@@ -287,23 +299,6 @@ class _Server:
         pieces = self.engine.generate(generation)
         first = await _unless_gone(request, asyncio.ensure_future(_first(pieces)))
         return reply, _chain(first, pieces)
-
-    async def _set_up(
-        self, body: ChatRequest, call_ids: Callable[[int], str] | None
-    ) -> tuple[Turn, Generation]:
-        """``prepare`` for ``body`` on a worker thread, so that no request's setup holds up
-        the event loop (the other streams, ``/health``), within ``timeout``: a setup that
-        takes longer is answered with a 504 (its thread runs on to its end, unheard)."""
-        policy = body.policy or self.config.policy
-        work = asyncio.to_thread(prepare, self.codec, body, self.engine, policy, call_ids)
-        timeout = self.config.timeout
-        try:
-            turn, generation = await asyncio.wait_for(work, timeout)
-        except asyncio.TimeoutError:
-            raise APIError(504, f"setting the request up took more than {timeout:g} s") from None
-        if generation.max_tokens is None:
-            generation = replace(generation, max_tokens=self.config.max_tokens_default)
-        return turn, generation
 
     async def _complete(
         self, ident: str, reply: Reply, pieces: AsyncIterator[Piece]
