@@ -882,42 +882,30 @@ def derive_spans_by_prefixes(
     ``render_with_spans`` is held to (tests, benchmarks/spans.py). Its renders share one
     budget (the template's limits)."""
     with call_budget(template.limits, "deriving the assistant spans"):
-        return _spans_by_prefixes(template, text, messages, tools, documents, now, context)
-
-
-def _spans_by_prefixes(
-    template: ChatTemplate,
-    text: str,
-    messages: Sequence[Mapping[str, Any]],
-    tools: Any,
-    documents: Any,
-    now: Any,
-    context: dict[str, Any],
-) -> tuple[Span, ...]:
-    spans: list[Span] = []
-    cursor = 0
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") != "assistant":
-            continue
-        before = list(messages[:index])
-        upto = list(messages[: index + 1])
-        try:
-            head = (
-                template._render(before, tools, documents, True, False, now, context, None)
-                if before
-                else ""
-            )
-            turn = template._render(upto, tools, documents, False, False, now, context, None)
-        except TemplateError as exc:
-            raise_if_budget_spent(exc)
-            continue  # a prefix this template refuses (e.g. it must start with a user turn)
-        content = message.get("content")
-        anchor = content.strip() if isinstance(content, str) else ""
-        span = _locate_turn(text, (0, head), (0, turn), cursor, anchor)
-        if span is not None:
-            spans.append(span)
-            cursor = span.end
-    return tuple(spans)
+        spans: list[Span] = []
+        cursor = 0
+        for index, message in enumerate(messages):
+            if not isinstance(message, Mapping) or message.get("role") != "assistant":
+                continue
+            before = list(messages[:index])
+            upto = list(messages[: index + 1])
+            try:
+                head = (
+                    template._render(before, tools, documents, True, False, now, context, None)
+                    if before
+                    else ""
+                )
+                turn = template._render(upto, tools, documents, False, False, now, context, None)
+            except TemplateError as exc:
+                raise_if_budget_spent(exc)
+                continue  # a prefix this template refuses (e.g. it must start with a user turn)
+            content = message.get("content")
+            anchor = content.strip() if isinstance(content, str) else ""
+            span = _locate_turn(text, (0, head), (0, turn), cursor, anchor)
+            if span is not None:
+                spans.append(span)
+                cursor = span.end
+        return tuple(spans)
 
 
 class PrefixRenders:
